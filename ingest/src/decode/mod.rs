@@ -1,0 +1,753 @@
+//! IPFIX decode: bytes in, counter batches out. No I/O, no locks, no allocation per message or
+//! per record — so the daemon's per-core workers, the benchmarks and the fuzzer all call the same
+//! code.
+//!
+//! A [`Decoder`] is owned by one thread. It keeps
+//! - the template cache, scoped by (observation domain, template ID), each entry compiled once into
+//!   a [`DecodePlan`];
+//! - the sessions (one per HFT profile/group; a session may span several templates when the
+//!   switch splits a large group), each with its own [`BatchBuilder`];
+//! - sequence-number state per observation domain, and every counter in [`DecodeStats`].
+//!
+//! Decoded batches are pushed into a [`BatchSink`] when a builder fills up, when a session's
+//! templates change (no batch mixes schemas) and on [`Decoder::flush`].
+
+mod bswap;
+mod stats;
+
+use std::{collections::HashMap, sync::Arc};
+
+pub use bswap::{portable as portable_bswap, select as select_bswap, BswapFn};
+pub use stats::{DecodeStats, Malformed};
+use stel_store::{batch::MAX_PARTS, BatchBuilder, CounterBatch, CounterColumn, SessionSchema};
+
+use crate::ipfix::{
+    be16, be32, DecodePlan, SeqMode, TemplateError, TemplateRecord, MESSAGE_HEADER_LEN,
+    MIN_DATA_SET_ID, OPTIONS_TEMPLATE_SET_ID, SET_HEADER_LEN, TEMPLATE_SET_ID, VERSION,
+};
+
+/// Receives finished batches. The decoder calls it on its own thread.
+pub trait BatchSink {
+    fn on_batch(&mut self, batch: CounterBatch);
+}
+
+impl<F: FnMut(CounterBatch)> BatchSink for F {
+    fn on_batch(&mut self, batch: CounterBatch) {
+        self(batch)
+    }
+}
+
+/// Decoder settings.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecodeConfig {
+    /// How the exporter counts sequence numbers (default: per message, as the HFT HLD says).
+    pub seq_mode: SeqMode,
+    /// Upper bound of one batch's counter buffer, bytes. Rows per batch =
+    /// `batch_bytes / (8 × counters per snapshot)`, at least 1, at most `max_batch_rows`.
+    pub batch_bytes: usize,
+    /// Most snapshots per batch.
+    pub max_batch_rows: usize,
+}
+
+impl Default for DecodeConfig {
+    fn default() -> Self {
+        Self {
+            seq_mode: SeqMode::PerMessage,
+            batch_bytes: 8 << 20,
+            max_batch_rows: 8192,
+        }
+    }
+}
+
+impl DecodeConfig {
+    /// Small batches, for tests.
+    pub fn for_test() -> Self {
+        Self {
+            batch_bytes: 64 << 10,
+            max_batch_rows: 64,
+            ..Self::default()
+        }
+    }
+}
+
+/// A session as the control plane (STATE_DB) describes it: names for the labels of its templates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSpec {
+    pub profile: String,
+    pub group: String,
+    pub domain: u32,
+    /// Object names, positionally paired with `object_ids`.
+    pub object_names: Vec<String>,
+    pub object_ids: Vec<u16>,
+}
+
+/// Why a session could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    #[error("object_names has {names} entries but object_ids has {ids}")]
+    LabelCountMismatch { names: usize, ids: usize },
+    #[error("duplicate object id {0}")]
+    DuplicateLabel(u16),
+    #[error("session_config holds no template")]
+    NoTemplates,
+    #[error("session_config is not a sequence of IPFIX messages: {0}")]
+    BadConfig(&'static str),
+    #[error("session_config template: {0}")]
+    Template(#[from] TemplateError),
+    #[error("a snapshot may be split over at most {MAX_PARTS} templates, got {0}")]
+    TooManyParts(usize),
+}
+
+#[derive(Debug, Clone)]
+enum SlotKind {
+    /// A counter template, compiled.
+    Counters(Arc<DecodePlan>),
+    /// An options template: its data is recognised, counted and skipped.
+    Options { record_len: usize },
+    /// A registered session's part whose template was withdrawn: data for it is unknown until
+    /// the template comes back.
+    Withdrawn,
+}
+
+#[derive(Debug)]
+struct Slot {
+    kind: SlotKind,
+    session: usize,
+    part: usize,
+}
+
+#[derive(Debug)]
+struct Session {
+    spec: Option<SessionSpec>,
+    /// (template id, plan) per part; `None` until the part's template is known.
+    parts: Vec<(u16, Option<Arc<DecodePlan>>)>,
+    builder: Option<BatchBuilder>,
+    generation: u64,
+    live: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SeqState {
+    domain: u32,
+    expected: Option<u32>,
+}
+
+/// The per-thread IPFIX decoder. See the module docs.
+#[derive(Debug)]
+pub struct Decoder {
+    config: DecodeConfig,
+    bswap: BswapFn,
+    slots: HashMap<(u32, u16), Slot>,
+    sessions: Vec<Session>,
+    seq: Vec<SeqState>,
+    stats: DecodeStats,
+    generation: u64,
+}
+
+impl Decoder {
+    pub fn new(config: DecodeConfig) -> Self {
+        let (bswap, _) = bswap::select();
+        Self {
+            config,
+            bswap,
+            slots: HashMap::new(),
+            sessions: Vec::new(),
+            seq: Vec::new(),
+            stats: DecodeStats::default(),
+            generation: 0,
+        }
+    }
+
+    /// Uses `f` for the contiguous counter copy (benchmarks compare implementations).
+    pub fn with_bswap(mut self, f: BswapFn) -> Self {
+        self.bswap = f;
+        self
+    }
+
+    pub fn stats(&self) -> &DecodeStats {
+        &self.stats
+    }
+
+    /// Registers a session from the control plane: `templates` holds one or more IPFIX messages
+    /// with template sets (STATE_DB `session_config`); every template in them becomes a part of
+    /// the session's snapshot, in order. Replaces an earlier registration of the same templates.
+    ///
+    /// # Errors
+    /// See [`SessionError`]; nothing is registered on error.
+    pub fn register_session<S: BatchSink>(
+        &mut self,
+        spec: SessionSpec,
+        templates: &[u8],
+        sink: &mut S,
+    ) -> Result<usize, SessionError> {
+        if spec.object_names.len() != spec.object_ids.len() {
+            return Err(SessionError::LabelCountMismatch {
+                names: spec.object_names.len(),
+                ids: spec.object_ids.len(),
+            });
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(d) = spec.object_ids.iter().find(|id| !seen.insert(**id)) {
+            return Err(SessionError::DuplicateLabel(*d));
+        }
+        let recs = parse_template_messages(templates)?;
+        if recs.is_empty() {
+            return Err(SessionError::NoTemplates);
+        }
+        if recs.len() > MAX_PARTS {
+            return Err(SessionError::TooManyParts(recs.len()));
+        }
+        let mut plans = Vec::with_capacity(recs.len());
+        for r in &recs {
+            plans.push((r.template_id, Some(Arc::new(r.compile()?))));
+        }
+        for (tid, _) in &plans {
+            self.withdraw(spec.domain, *tid, sink);
+        }
+        let domain = spec.domain;
+        let idx = self.new_session(Some(spec), plans);
+        for part in 0..self.sessions[idx].parts.len() {
+            let (tid, plan) = self.sessions[idx].parts[part].clone();
+            let kind = plan.map_or(SlotKind::Withdrawn, SlotKind::Counters);
+            self.slots.insert(
+                (domain, tid),
+                Slot {
+                    kind,
+                    session: idx,
+                    part,
+                },
+            );
+        }
+        self.stats.sessions_registered += 1;
+        Ok(idx)
+    }
+
+    /// Unregisters the session that owns `(domain, template_id)`: flushes its batch, forgets all
+    /// its templates.
+    pub fn unregister_session<S: BatchSink>(
+        &mut self,
+        domain: u32,
+        template_id: u16,
+        sink: &mut S,
+    ) {
+        let owner = self
+            .slots
+            .get(&(domain, template_id))
+            .filter(|sl| !matches!(sl.kind, SlotKind::Options { .. }));
+        if let Some(s) = owner.map(|sl| sl.session) {
+            self.close_session(s, sink);
+            self.slots.retain(|_, slot| slot.session != s);
+        }
+    }
+
+    fn new_session(
+        &mut self,
+        spec: Option<SessionSpec>,
+        parts: Vec<(u16, Option<Arc<DecodePlan>>)>,
+    ) -> usize {
+        let session = Session {
+            spec,
+            parts,
+            builder: None,
+            generation: 0,
+            live: true,
+        };
+        // Reuse a closed session's index so the vector does not grow with churn.
+        if let Some(i) = self.sessions.iter().position(|s| !s.live) {
+            self.sessions[i] = session;
+            i
+        } else {
+            self.sessions.push(session);
+            self.sessions.len() - 1
+        }
+    }
+
+    fn close_session<S: BatchSink>(&mut self, s: usize, sink: &mut S) {
+        self.flush_session(s, sink);
+        self.sessions[s].live = false;
+        self.sessions[s].builder = None;
+    }
+
+    fn flush_session<S: BatchSink>(&mut self, s: usize, sink: &mut S) {
+        if let Some(b) = self.sessions[s].builder.as_mut() {
+            if !b.is_empty() {
+                let batch = b.finish();
+                self.stats.batches += 1;
+                self.stats.missing_samples += batch.missing_samples() as u64;
+                sink.on_batch(batch);
+            }
+        }
+    }
+
+    /// Finishes every non-empty batch and hands it to `sink`.
+    pub fn flush<S: BatchSink>(&mut self, sink: &mut S) {
+        for s in 0..self.sessions.len() {
+            if self.sessions[s].live {
+                self.flush_session(s, sink);
+            }
+        }
+    }
+
+    /// Returns a batch's buffers to the session that produced it (if it still exists with the
+    /// same schema), so steady-state decoding does not allocate.
+    pub fn recycle(&mut self, batch: CounterBatch) {
+        for s in &mut self.sessions {
+            if let Some(b) = s.builder.as_mut() {
+                if Arc::ptr_eq(b.schema(), &batch.schema) {
+                    b.recycle(batch);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn withdraw<S: BatchSink>(&mut self, domain: u32, tid: u16, sink: &mut S) {
+        let Some(slot) = self.slots.remove(&(domain, tid)) else {
+            return;
+        };
+        let s = slot.session;
+        match slot.kind {
+            SlotKind::Withdrawn => {
+                self.slots.insert((domain, tid), slot);
+                return;
+            }
+            SlotKind::Options { .. } => {}
+            SlotKind::Counters(_) if self.sessions[s].spec.is_none() => self.close_session(s, sink),
+            SlotKind::Counters(_) => {
+                // A registered session keeps its shape; the part waits for its template again.
+                self.flush_session(s, sink);
+                self.sessions[s].parts[slot.part].1 = None;
+                self.sessions[s].builder = None;
+                self.slots.insert(
+                    (domain, tid),
+                    Slot {
+                        kind: SlotKind::Withdrawn,
+                        ..slot
+                    },
+                );
+            }
+        }
+        self.stats.templates_withdrawn += 1;
+    }
+
+    fn schema_for(&mut self, s: usize, domain: u32) -> Arc<SessionSchema> {
+        self.generation += 1;
+        let sess = &mut self.sessions[s];
+        sess.generation = self.generation;
+        let names: HashMap<u16, &str> = sess
+            .spec
+            .as_ref()
+            .map(|sp| {
+                sp.object_ids
+                    .iter()
+                    .copied()
+                    .zip(sp.object_names.iter().map(String::as_str))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut columns = Vec::new();
+        let mut part_offsets = Vec::new();
+        for (_, plan) in &sess.parts {
+            part_offsets.push(columns.len());
+            if let Some(p) = plan {
+                for (label, key) in &p.keys {
+                    columns.push(CounterColumn {
+                        label: *label,
+                        object: names
+                            .get(label)
+                            .map_or_else(|| format!("unknown_{label}"), |n| n.to_string()),
+                        key: *key,
+                    });
+                }
+            }
+        }
+        let (profile, group) = match &sess.spec {
+            Some(sp) => (sp.profile.clone(), sp.group.clone()),
+            None => {
+                let group = sess
+                    .parts
+                    .first()
+                    .and_then(|(_, p)| p.as_ref())
+                    .and_then(|p| p.keys.first())
+                    .map(|(_, k)| k.object_type_name())
+                    .unwrap_or_default();
+                ("anonymous".to_string(), group)
+            }
+        };
+        Arc::new(SessionSchema {
+            profile,
+            group,
+            domain,
+            template_ids: sess.parts.iter().map(|(t, _)| *t).collect(),
+            part_offsets,
+            columns,
+            generation: sess.generation,
+        })
+    }
+
+    fn rows_per_batch(&self, width: usize) -> usize {
+        (self.config.batch_bytes / (8 * width.max(1))).clamp(1, self.config.max_batch_rows.max(1))
+    }
+
+    /// Registers or replaces one in-band template. Data already decoded under the old template is
+    /// flushed first, so no batch mixes schemas.
+    fn apply_template<S: BatchSink>(
+        &mut self,
+        domain: u32,
+        rec: TemplateRecord,
+        options: bool,
+        sink: &mut S,
+    ) {
+        let tid = rec.template_id;
+        if rec.fields.is_empty() {
+            if tid == TEMPLATE_SET_ID || tid == OPTIONS_TEMPLATE_SET_ID {
+                // Withdraw all (options) templates of the domain.
+                let tids: Vec<u16> = self
+                    .slots
+                    .keys()
+                    .filter(|(d, _)| *d == domain)
+                    .map(|(_, t)| *t)
+                    .collect();
+                for t in tids {
+                    self.withdraw(domain, t, sink);
+                }
+            } else {
+                self.withdraw(domain, tid, sink);
+            }
+            return;
+        }
+        if tid < MIN_DATA_SET_ID {
+            self.stats.count(Malformed::TemplateBadId);
+            return;
+        }
+        if options {
+            // Options templates (e.g. exporter statistics) are parsed, validated and remembered so
+            // their data sets are recognised and skipped, and counted.
+            let Some(len) = rec.record_len() else {
+                self.stats.count(Malformed::TemplateFieldLength);
+                return;
+            };
+            self.withdraw(domain, tid, sink);
+            if self.slots.contains_key(&(domain, tid)) {
+                // A registered session's ID reused for options data: keep the session's slot.
+                self.stats.count(Malformed::TemplateBadId);
+                return;
+            }
+            let kind = SlotKind::Options {
+                record_len: len.max(1),
+            };
+            self.slots.insert(
+                (domain, tid),
+                Slot {
+                    kind,
+                    session: usize::MAX,
+                    part: 0,
+                },
+            );
+            self.stats.options_templates += 1;
+            return;
+        }
+        let plan = match rec.compile() {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                self.stats.count(Malformed::from_template_error(&e));
+                return;
+            }
+        };
+        let existing = self
+            .slots
+            .get(&(domain, tid))
+            .map(|sl| (sl.kind.clone(), sl.session, sl.part));
+        match existing {
+            Some((SlotKind::Counters(old), _, _)) if *old == *plan => {
+                self.stats.templates_refreshed += 1; // the periodic resend of the same template
+            }
+            Some((SlotKind::Counters(_) | SlotKind::Withdrawn, s, part))
+                if self.sessions[s].spec.is_some() =>
+            {
+                // A registered session's part: replace it in place (a new schema generation).
+                self.flush_session(s, sink);
+                self.sessions[s].parts[part].1 = Some(Arc::clone(&plan));
+                self.sessions[s].builder = None;
+                self.slots.insert(
+                    (domain, tid),
+                    Slot {
+                        kind: SlotKind::Counters(plan),
+                        session: s,
+                        part,
+                    },
+                );
+                self.stats.templates_replaced += 1;
+            }
+            Some((SlotKind::Counters(_), s, _)) => {
+                self.close_session(s, sink);
+                self.slots.remove(&(domain, tid));
+                self.add_anonymous(domain, tid, plan);
+                self.stats.templates_replaced += 1;
+            }
+            Some(_) | None => {
+                self.slots.remove(&(domain, tid));
+                self.add_anonymous(domain, tid, plan);
+                self.stats.templates_registered += 1;
+            }
+        }
+    }
+
+    fn add_anonymous(&mut self, domain: u32, tid: u16, plan: Arc<DecodePlan>) {
+        let s = self.new_session(None, vec![(tid, Some(Arc::clone(&plan)))]);
+        self.slots.insert(
+            (domain, tid),
+            Slot {
+                kind: SlotKind::Counters(plan),
+                session: s,
+                part: 0,
+            },
+        );
+    }
+
+    fn check_sequence(&mut self, domain: u32, seq: u32) {
+        let i = match self.seq.iter().position(|s| s.domain == domain) {
+            Some(i) => i,
+            None => {
+                self.seq.push(SeqState {
+                    domain,
+                    expected: None,
+                });
+                self.seq.len() - 1
+            }
+        };
+        if let Some(exp) = self.seq[i].expected {
+            let gap = seq.wrapping_sub(exp);
+            if gap != 0 {
+                if gap < 0x8000_0000 {
+                    match self.config.seq_mode {
+                        SeqMode::PerMessage => self.stats.seq_lost_messages += gap as u64,
+                        SeqMode::Rfc7011 => self.stats.seq_lost_records += gap as u64,
+                    }
+                } else {
+                    // Behind what we expected: a duplicate, a reordering or an exporter restart.
+                    self.stats.seq_out_of_order += 1;
+                }
+            }
+        }
+        self.seq[i].expected = Some(seq);
+    }
+
+    fn advance_sequence(&mut self, domain: u32, seq: u32, records: u32) {
+        let mode = self.config.seq_mode;
+        if let Some(st) = self.seq.iter_mut().find(|s| s.domain == domain) {
+            st.expected = Some(match mode {
+                SeqMode::PerMessage => seq.wrapping_add(1),
+                SeqMode::Rfc7011 => seq.wrapping_add(records),
+            });
+        }
+    }
+
+    /// Decodes a buffer of concatenated IPFIX messages (a netlink payload, a file chunk). Returns
+    /// the number of complete messages decoded. A message whose header cannot be trusted ends the
+    /// buffer (its length is meaningless, so there is no next message to find); everything else
+    /// skips just the damaged set or message. Every case is counted in [`DecodeStats`].
+    pub fn decode<S: BatchSink>(&mut self, buf: &[u8], sink: &mut S) -> usize {
+        let mut off = 0;
+        let mut n = 0;
+        while off < buf.len() {
+            let rest = &buf[off..];
+            if rest.len() < MESSAGE_HEADER_LEN {
+                self.stats.count(Malformed::MessageHeaderTruncated);
+                self.stats.discarded_bytes += rest.len() as u64;
+                break;
+            }
+            if be16(rest, 0) != VERSION {
+                self.stats.count(Malformed::BadVersion);
+                self.stats.discarded_bytes += rest.len() as u64;
+                break;
+            }
+            let len = be16(rest, 2) as usize;
+            if len < MESSAGE_HEADER_LEN {
+                // SONiC's collector loops forever here on length 0; we stop.
+                self.stats.count(Malformed::MessageLengthTooSmall);
+                self.stats.discarded_bytes += rest.len() as u64;
+                break;
+            }
+            if len > rest.len() {
+                self.stats.count(Malformed::MessagePastBuffer);
+                self.stats.discarded_bytes += rest.len() as u64;
+                break;
+            }
+            self.decode_message(&rest[..len], sink);
+            n += 1;
+            off += len;
+        }
+        n
+    }
+
+    fn decode_message<S: BatchSink>(&mut self, msg: &[u8], sink: &mut S) {
+        let seq = be32(msg, 8);
+        let domain = be32(msg, 12);
+        self.stats.messages += 1;
+        self.stats.bytes += msg.len() as u64;
+        self.check_sequence(domain, seq);
+        let mut records = 0u32;
+        let mut p = MESSAGE_HEADER_LEN;
+        while p < msg.len() {
+            let rest = &msg[p..];
+            if rest.len() < SET_HEADER_LEN {
+                self.stats.count(Malformed::SetHeaderTruncated);
+                self.stats.discarded_bytes += rest.len() as u64;
+                break;
+            }
+            let set_id = be16(rest, 0);
+            let set_len = be16(rest, 2) as usize;
+            if set_len < SET_HEADER_LEN {
+                self.stats.count(Malformed::SetLengthTooSmall);
+                self.stats.discarded_bytes += rest.len() as u64;
+                break;
+            }
+            if set_len > rest.len() {
+                self.stats.count(Malformed::SetPastMessage);
+                self.stats.discarded_bytes += rest.len() as u64;
+                break;
+            }
+            let body = &rest[SET_HEADER_LEN..set_len];
+            match set_id {
+                TEMPLATE_SET_ID | OPTIONS_TEMPLATE_SET_ID => {
+                    self.template_set(domain, body, set_id == OPTIONS_TEMPLATE_SET_ID, sink)
+                }
+                id if id >= MIN_DATA_SET_ID => {
+                    records += self.data_set(domain, id, body, sink);
+                }
+                _ => {
+                    self.stats.count(Malformed::ReservedSetId);
+                    self.stats.discarded_bytes += set_len as u64;
+                }
+            }
+            p += set_len;
+        }
+        self.advance_sequence(domain, seq, records);
+    }
+
+    fn template_set<S: BatchSink>(
+        &mut self,
+        domain: u32,
+        mut body: &[u8],
+        options: bool,
+        sink: &mut S,
+    ) {
+        if options {
+            self.stats.options_template_sets += 1;
+        } else {
+            self.stats.template_sets += 1;
+        }
+        // A record needs at least 4 bytes; fewer left over is padding (RFC 7011 §3.3.1).
+        while body.len() >= 4 {
+            match TemplateRecord::parse(body, options) {
+                Ok((rec, used)) => {
+                    body = &body[used..];
+                    self.apply_template(domain, rec, options, sink);
+                }
+                Err(e) => {
+                    self.stats.count(Malformed::from_template_error(&e));
+                    self.stats.discarded_bytes += body.len() as u64;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Decodes one data set; returns its record count (for RFC 7011 sequence accounting).
+    fn data_set<S: BatchSink>(&mut self, domain: u32, id: u16, body: &[u8], sink: &mut S) -> u32 {
+        let Some(slot) = self.slots.get(&(domain, id)) else {
+            self.stats.count(Malformed::UnknownTemplate);
+            self.stats.unknown_template_bytes += body.len() as u64;
+            return 0;
+        };
+        let plan = match &slot.kind {
+            SlotKind::Counters(plan) => Arc::clone(plan),
+            SlotKind::Options { record_len } => {
+                let n = body.len() / record_len;
+                self.stats.options_records += n as u64;
+                return n as u32;
+            }
+            SlotKind::Withdrawn => {
+                self.stats.count(Malformed::UnknownTemplate);
+                self.stats.unknown_template_bytes += body.len() as u64;
+                return 0;
+            }
+        };
+        let (s, part) = (slot.session, slot.part);
+        let rec_len = plan.record_len;
+        let n = body.len() / rec_len;
+        let trailing = body.len() - n * rec_len;
+        if n == 0 {
+            self.stats.count(Malformed::RecordWiderThanSet);
+            self.stats.discarded_bytes += body.len() as u64;
+            return 0;
+        }
+        self.stats.padding_bytes += trailing as u64;
+        if self.sessions[s].builder.is_none() {
+            let schema = self.schema_for(s, domain);
+            let rows = self.rows_per_batch(schema.width());
+            self.sessions[s].builder = Some(BatchBuilder::new(schema, rows));
+        }
+        let bswap = self.bswap;
+        let mut done = 0;
+        while done < n {
+            let builder = self.sessions[s].builder.as_mut().expect("created above");
+            // Decode as many records as fit without a batch boundary, then flush and go on.
+            while done < n {
+                let rec = &body[done * rec_len..(done + 1) * rec_len];
+                let ts = plan.timestamp(rec);
+                let Some(dst) = builder.part_mut(ts, part) else {
+                    break;
+                };
+                plan.decode_counters(rec, dst, bswap);
+                done += 1;
+            }
+            if done < n || builder.is_full() {
+                self.flush_session(s, sink);
+            }
+        }
+        self.stats.records += n as u64;
+        self.stats.counters += (n * plan.width) as u64;
+        n as u32
+    }
+}
+
+/// Parses a `session_config`: one or more IPFIX messages; returns their template records in order.
+fn parse_template_messages(mut b: &[u8]) -> Result<Vec<TemplateRecord>, SessionError> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if b.len() < MESSAGE_HEADER_LEN || be16(b, 0) != VERSION {
+            return Err(SessionError::BadConfig("bad IPFIX message header"));
+        }
+        let len = be16(b, 2) as usize;
+        if len < MESSAGE_HEADER_LEN || len > b.len() {
+            return Err(SessionError::BadConfig("bad IPFIX message length"));
+        }
+        let mut sets = &b[MESSAGE_HEADER_LEN..len];
+        while sets.len() >= SET_HEADER_LEN {
+            let id = be16(sets, 0);
+            let sl = be16(sets, 2) as usize;
+            if sl < SET_HEADER_LEN || sl > sets.len() {
+                return Err(SessionError::BadConfig("bad set length"));
+            }
+            if id == TEMPLATE_SET_ID {
+                let mut body = &sets[SET_HEADER_LEN..sl];
+                while body.len() >= 4 {
+                    let (rec, used) = TemplateRecord::parse(body, false)?;
+                    body = &body[used..];
+                    if !rec.fields.is_empty() {
+                        out.push(rec);
+                    }
+                }
+            }
+            sets = &sets[sl..];
+        }
+        b = &b[len..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

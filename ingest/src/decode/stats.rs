@@ -1,0 +1,197 @@
+//! Decode counters. Owned by the decoder thread (plain integers, no atomics on the hot path);
+//! published by copying a snapshot once per batch/status tick.
+
+/// Every way input can be wrong, each counted separately. None stops the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(usize)]
+pub enum Malformed {
+    /// Fewer than 16 bytes left where a message header should start.
+    MessageHeaderTruncated,
+    /// Version field is not 10.
+    BadVersion,
+    /// Message length < 16 (including 0).
+    MessageLengthTooSmall,
+    /// Message length runs past the buffer.
+    MessagePastBuffer,
+    /// Fewer than 4 bytes left where a set header should start.
+    SetHeaderTruncated,
+    /// Set length < 4.
+    SetLengthTooSmall,
+    /// Set length runs past the message.
+    SetPastMessage,
+    /// Set ID 0, 1 or 4..=255.
+    ReservedSetId,
+    /// Template record runs past its set.
+    TemplateTruncated,
+    /// Template ID < 256.
+    TemplateBadId,
+    /// A field of length 0, > 8 or variable.
+    TemplateFieldLength,
+    /// No observation time field.
+    TemplateNoTimestamp,
+    /// Only a timestamp, no counters.
+    TemplateNoCounters,
+    /// Record longer than 65535 bytes.
+    TemplateRecordTooLong,
+    /// Data set for a template we do not know (yet).
+    UnknownTemplate,
+    /// Data set shorter than one record of its template.
+    RecordWiderThanSet,
+}
+
+impl Malformed {
+    pub const ALL: [Malformed; 16] = [
+        Malformed::MessageHeaderTruncated,
+        Malformed::BadVersion,
+        Malformed::MessageLengthTooSmall,
+        Malformed::MessagePastBuffer,
+        Malformed::SetHeaderTruncated,
+        Malformed::SetLengthTooSmall,
+        Malformed::SetPastMessage,
+        Malformed::ReservedSetId,
+        Malformed::TemplateTruncated,
+        Malformed::TemplateBadId,
+        Malformed::TemplateFieldLength,
+        Malformed::TemplateNoTimestamp,
+        Malformed::TemplateNoCounters,
+        Malformed::TemplateRecordTooLong,
+        Malformed::UnknownTemplate,
+        Malformed::RecordWiderThanSet,
+    ];
+
+    /// Stable snake_case name, used as the `reason` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Malformed::MessageHeaderTruncated => "message_header_truncated",
+            Malformed::BadVersion => "bad_version",
+            Malformed::MessageLengthTooSmall => "message_length_too_small",
+            Malformed::MessagePastBuffer => "message_past_buffer",
+            Malformed::SetHeaderTruncated => "set_header_truncated",
+            Malformed::SetLengthTooSmall => "set_length_too_small",
+            Malformed::SetPastMessage => "set_past_message",
+            Malformed::ReservedSetId => "reserved_set_id",
+            Malformed::TemplateTruncated => "template_truncated",
+            Malformed::TemplateBadId => "template_bad_id",
+            Malformed::TemplateFieldLength => "template_field_length",
+            Malformed::TemplateNoTimestamp => "template_no_timestamp",
+            Malformed::TemplateNoCounters => "template_no_counters",
+            Malformed::TemplateRecordTooLong => "template_record_too_long",
+            Malformed::UnknownTemplate => "unknown_template",
+            Malformed::RecordWiderThanSet => "record_wider_than_set",
+        }
+    }
+
+    pub(crate) fn from_template_error(e: &crate::ipfix::TemplateError) -> Self {
+        use crate::ipfix::TemplateError as E;
+        match e {
+            E::Truncated => Malformed::TemplateTruncated,
+            E::BadTemplateId(_) => Malformed::TemplateBadId,
+            E::UnsupportedFieldLength { .. } => Malformed::TemplateFieldLength,
+            E::NoTimestamp(_) => Malformed::TemplateNoTimestamp,
+            E::NoCounters(_) => Malformed::TemplateNoCounters,
+            E::RecordTooLong(..) => Malformed::TemplateRecordTooLong,
+        }
+    }
+}
+
+/// Counters of one decoder.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DecodeStats {
+    /// IPFIX messages whose header was valid.
+    pub messages: u64,
+    pub bytes: u64,
+    /// Data records (snapshots or snapshot parts) decoded.
+    pub records: u64,
+    /// Counter values decoded.
+    pub counters: u64,
+    pub batches: u64,
+    pub template_sets: u64,
+    pub options_template_sets: u64,
+    pub templates_registered: u64,
+    pub templates_refreshed: u64,
+    pub templates_replaced: u64,
+    pub templates_withdrawn: u64,
+    pub options_templates: u64,
+    /// Records of options templates, recognised and skipped.
+    pub options_records: u64,
+    pub sessions_registered: u64,
+    /// Bytes of data sets whose template was unknown.
+    pub unknown_template_bytes: u64,
+    /// Bytes skipped because they could not be trusted (see `malformed`).
+    pub discarded_bytes: u64,
+    /// Trailing bytes of data sets shorter than a record (RFC 7011 padding).
+    pub padding_bytes: u64,
+    /// Values that are null because part of a split snapshot never arrived.
+    pub missing_samples: u64,
+    /// Messages missing per the sequence numbers ([`crate::ipfix::SeqMode::PerMessage`]).
+    pub seq_lost_messages: u64,
+    /// Records missing per the sequence numbers ([`crate::ipfix::SeqMode::Rfc7011`]).
+    pub seq_lost_records: u64,
+    /// Messages whose sequence number was behind the expected one.
+    pub seq_out_of_order: u64,
+    /// Per [`Malformed`] reason, indexed by its discriminant.
+    #[serde(serialize_with = "ser_malformed")]
+    pub malformed: [u64; Malformed::ALL.len()],
+}
+
+fn ser_malformed<S: serde::Serializer>(
+    m: &[u64; Malformed::ALL.len()],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(None)?;
+    for r in Malformed::ALL {
+        if m[r as usize] != 0 {
+            map.serialize_entry(r.name(), &m[r as usize])?;
+        }
+    }
+    map.end()
+}
+
+impl DecodeStats {
+    #[inline]
+    pub(crate) fn count(&mut self, r: Malformed) {
+        self.malformed[r as usize] += 1;
+    }
+
+    /// The count for one reason.
+    pub fn malformed(&self, r: Malformed) -> u64 {
+        self.malformed[r as usize]
+    }
+
+    /// All malformed-input events.
+    pub fn malformed_total(&self) -> u64 {
+        self.malformed.iter().sum()
+    }
+
+    /// Adds another decoder's counters (for a daemon-wide total).
+    pub fn add(&mut self, o: &DecodeStats) {
+        macro_rules! add { ($($f:ident),*) => { $( self.$f += o.$f; )* } }
+        add!(
+            messages,
+            bytes,
+            records,
+            counters,
+            batches,
+            template_sets,
+            options_template_sets,
+            templates_registered,
+            templates_refreshed,
+            templates_replaced,
+            templates_withdrawn,
+            options_templates,
+            options_records,
+            sessions_registered,
+            unknown_template_bytes,
+            discarded_bytes,
+            padding_bytes,
+            missing_samples,
+            seq_lost_messages,
+            seq_lost_records,
+            seq_out_of_order
+        );
+        for (a, b) in self.malformed.iter_mut().zip(o.malformed.iter()) {
+            *a += b;
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! stel-ingest: the daemon's data path.
+//!
+//! In flow order: [`netlink`] frames (nlmsghdr + genlmsghdr around raw IPFIX) → [`ipfix`] wire
+//! format and template compilation → [`decode`] (per-core decoder: bytes → Arrow counter batches,
+//! sequence accounting, every malformed input counted) → sinks. [`emu`] is the switch stand-in
+//! (`stel-emu`) built on the same encoder; [`sys`] holds the few unsafe syscall wrappers.
+//!
+//! `decode` does no I/O so benchmarks and fuzzers drive it with plain byte slices.
+
+pub mod decode;
+pub mod emu;
+pub mod ipfix;
+pub mod netlink;
+pub mod sys;

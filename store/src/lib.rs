@@ -1,0 +1,19 @@
+//! stel-store: what decoded counters look like and where they go.
+//!
+//! Data flows through this crate in this order: [`sai`] names the (object type, stat) pairs a
+//! template carries; [`schema`] describes one session's snapshot (timestamp + counters) as Arrow;
+//! [`batch`] builds row-major counter batches that the decoders fill without allocating and that
+//! become Arrow record batches without copying. The Parquet sink, the COUNTERS_DB/RATES writer and
+//! the rate math land here too, so `stel-query` can read what the daemon wrote without linking the
+//! daemon.
+//!
+//! It is its own crate because both the daemon (`stel-ingest`) and the query tool (`stel-query`)
+//! need the schema and names, and the query tool must never link the daemon's kernel plumbing.
+#![forbid(unsafe_code)]
+
+pub mod batch;
+pub mod sai;
+pub mod schema;
+
+pub use batch::{BatchBuilder, CounterBatch};
+pub use schema::{CounterColumn, SessionSchema};

@@ -1,0 +1,252 @@
+//! SAI object types and stat names: (object type, stat ID) ⇔ `SAI_PORT_STAT_IF_IN_OCTETS` ⇔
+//! `IF_IN_OCTETS`.
+//!
+//! The tables are generated at build time from `store/sai/*.tsv` (one line per enumerator,
+//! taken from the SAI master headers; range markers such as `START`/`*_RANGE_BASE` are omitted
+//! because they alias real values). Lookups are binary searches over static slices: no
+//! allocation, usable on any thread.
+
+use std::fmt;
+
+/// One enumerator of a `sai_<object>_stat_t` enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatName {
+    /// Numeric value of the enumerator.
+    pub id: u32,
+    /// Name without the `SAI_<OBJECT>_STAT_` prefix, as HFT's `object_counters` uses it.
+    pub short: &'static str,
+    /// Full C enumerator name, as COUNTERS_DB hash fields use it.
+    pub full: &'static str,
+}
+
+include!(concat!(env!("OUT_DIR"), "/sai_tables.rs"));
+
+/// The SAI object types whose stats stel can name (`sai_object_type_t` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum ObjectType {
+    Port = 1,
+    RouterInterface = 6,
+    Queue = 21,
+    BufferPool = 24,
+    IngressPriorityGroup = 26,
+    Switch = 33,
+}
+
+impl ObjectType {
+    /// Every object type with a stat table, in `sai_object_type_t` order.
+    pub const ALL: [ObjectType; 6] = [
+        ObjectType::Port,
+        ObjectType::RouterInterface,
+        ObjectType::Queue,
+        ObjectType::BufferPool,
+        ObjectType::IngressPriorityGroup,
+        ObjectType::Switch,
+    ];
+
+    /// From a `sai_object_type_t` value.
+    pub fn from_id(id: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| *t as u32 == id)
+    }
+
+    /// The enumerator name without `SAI_OBJECT_TYPE_` (`PORT`, `INGRESS_PRIORITY_GROUP`), which is
+    /// also what HFT uses as the group name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectType::Port => "PORT",
+            ObjectType::RouterInterface => "ROUTER_INTERFACE",
+            ObjectType::Queue => "QUEUE",
+            ObjectType::BufferPool => "BUFFER_POOL",
+            ObjectType::IngressPriorityGroup => "INGRESS_PRIORITY_GROUP",
+            ObjectType::Switch => "SWITCH",
+        }
+    }
+
+    /// From a group/object type name (`PORT`, `queue`, `SAI_OBJECT_TYPE_QUEUE`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        let name = name.trim();
+        let name = name.strip_prefix("SAI_OBJECT_TYPE_").unwrap_or(name);
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    fn tables(self) -> (&'static [StatName], &'static [u16]) {
+        match self {
+            ObjectType::Port => (PORT_BY_ID, PORT_BY_NAME),
+            ObjectType::RouterInterface => (ROUTER_INTERFACE_BY_ID, ROUTER_INTERFACE_BY_NAME),
+            ObjectType::Queue => (QUEUE_BY_ID, QUEUE_BY_NAME),
+            ObjectType::BufferPool => (BUFFER_POOL_BY_ID, BUFFER_POOL_BY_NAME),
+            ObjectType::IngressPriorityGroup => {
+                (INGRESS_PRIORITY_GROUP_BY_ID, INGRESS_PRIORITY_GROUP_BY_NAME)
+            }
+            ObjectType::Switch => (SWITCH_BY_ID, SWITCH_BY_NAME),
+        }
+    }
+
+    /// All stats of this type, sorted by ID.
+    pub fn stats(self) -> &'static [StatName] {
+        self.tables().0
+    }
+
+    /// The stat with this ID, if the table knows it.
+    pub fn stat(self, id: u32) -> Option<&'static StatName> {
+        let by_id = self.stats();
+        by_id
+            .binary_search_by_key(&id, |s| s.id)
+            .ok()
+            .map(|i| &by_id[i])
+    }
+
+    /// The stat with this short (`IF_IN_OCTETS`) or full (`SAI_PORT_STAT_IF_IN_OCTETS`) name.
+    pub fn stat_by_name(self, name: &str) -> Option<&'static StatName> {
+        let (by_id, by_name) = self.tables();
+        let short = name
+            .strip_prefix("SAI_")
+            .and_then(|n| n.strip_prefix(self.name()))
+            .and_then(|n| n.strip_prefix("_STAT_"))
+            .unwrap_or(name);
+        by_name
+            .binary_search_by(|i| by_id[*i as usize].short.cmp(short))
+            .ok()
+            .map(|i| &by_id[by_name[i] as usize])
+    }
+}
+
+impl fmt::Display for ObjectType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Resolves a full C name (`SAI_QUEUE_STAT_PACKETS`) to its object type and stat.
+pub fn stat_by_full_name(full: &str) -> Option<(ObjectType, &'static StatName)> {
+    ObjectType::ALL.into_iter().find_map(|t| {
+        let prefix_ok = full
+            .strip_prefix("SAI_")
+            .and_then(|n| n.strip_prefix(t.name()))
+            .is_some_and(|n| n.starts_with("_STAT_"));
+        if prefix_ok {
+            t.stat_by_name(full).map(|s| (t, s))
+        } else {
+            None
+        }
+    })
+}
+
+/// A (object type, stat) pair as it travels in an HFT template, with names for display even when
+/// the tables do not know it (`SAI_OBJECT_TYPE_99` / `STAT_7`): names are never dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StatKey {
+    pub object_type: u32,
+    pub stat_id: u32,
+}
+
+impl StatKey {
+    /// The known stat, if any.
+    pub fn known(self) -> Option<&'static StatName> {
+        ObjectType::from_id(self.object_type).and_then(|t| t.stat(self.stat_id))
+    }
+
+    /// Short name, or `STAT_<id>` when unknown.
+    pub fn short_name(self) -> String {
+        match self.known() {
+            Some(s) => s.short.to_string(),
+            None => format!("STAT_{}", self.stat_id),
+        }
+    }
+
+    /// Full C name, or `SAI_<TYPE>_STAT_<id>` / `SAI_OBJECT_TYPE_<n>_STAT_<id>` when unknown.
+    pub fn full_name(self) -> String {
+        match (self.known(), ObjectType::from_id(self.object_type)) {
+            (Some(s), _) => s.full.to_string(),
+            (None, Some(t)) => format!("SAI_{}_STAT_{}", t.name(), self.stat_id),
+            (None, None) => format!("SAI_OBJECT_TYPE_{}_STAT_{}", self.object_type, self.stat_id),
+        }
+    }
+
+    /// Object type name, or `OBJECT_TYPE_<n>` when unknown.
+    pub fn object_type_name(self) -> String {
+        match ObjectType::from_id(self.object_type) {
+            Some(t) => t.name().to_string(),
+            None => format!("OBJECT_TYPE_{}", self.object_type),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_directions_for_every_table() {
+        for t in ObjectType::ALL {
+            assert!(!t.stats().is_empty(), "{t} has no stats");
+            for s in t.stats() {
+                assert_eq!(t.stat(s.id), Some(s));
+                assert_eq!(t.stat_by_name(s.short), Some(s), "{}", s.short);
+                assert_eq!(t.stat_by_name(s.full), Some(s), "{}", s.full);
+                assert_eq!(stat_by_full_name(s.full), Some((t, s)), "{}", s.full);
+                assert!(s.full.starts_with(&format!("SAI_{}_STAT_", t.name())));
+            }
+        }
+    }
+
+    #[test]
+    fn reference_values() {
+        let p = ObjectType::Port;
+        assert_eq!(p.stat(0).unwrap().full, "SAI_PORT_STAT_IF_IN_OCTETS");
+        assert_eq!(p.stat(4).unwrap().short, "IF_IN_ERRORS");
+        assert_eq!(p.stat(9).unwrap().short, "IF_OUT_OCTETS");
+        // SAI places the 1519..16383 buckets at 0x3000.. (countersyncd has them at 0x200a).
+        assert_eq!(
+            p.stat(0x3000).unwrap().short,
+            "ETHER_IN_PKTS_1519_TO_2500_OCTETS"
+        );
+        assert_eq!(
+            p.stat(0x2008).unwrap().short,
+            "IF_IN_HW_PROTECTION_SWITCHOVER_EVENTS"
+        );
+        let q = ObjectType::Queue;
+        assert_eq!(q.stat_by_name("WRED_ECN_MARKED_PACKETS").unwrap().id, 0x22);
+        assert_eq!(
+            ObjectType::IngressPriorityGroup.stat(7).unwrap().full,
+            "SAI_INGRESS_PRIORITY_GROUP_STAT_XOFF_ROOM_WATERMARK_BYTES"
+        );
+        assert_eq!(
+            ObjectType::BufferPool.stat(2).unwrap().short,
+            "DROPPED_PACKETS"
+        );
+        assert_eq!(
+            ObjectType::RouterInterface.stat(3).unwrap().short,
+            "OUT_PACKETS"
+        );
+        assert_eq!(
+            ObjectType::Switch.stat(0x3003).unwrap().short,
+            "GLOBAL_DROP"
+        );
+        assert_eq!(
+            ObjectType::from_name("ingress_priority_group"),
+            Some(ObjectType::IngressPriorityGroup)
+        );
+        assert_eq!(ObjectType::from_id(21), Some(ObjectType::Queue));
+        assert_eq!(ObjectType::from_id(2), None);
+        assert!(p.stat_by_name("START").is_none());
+        assert!(p.stat_by_name("SAI_QUEUE_STAT_PACKETS").is_none());
+    }
+
+    #[test]
+    fn unknown_keys_keep_their_numbers() {
+        let k = StatKey {
+            object_type: 1,
+            stat_id: 0x0FFF_FFFF,
+        };
+        assert_eq!(k.full_name(), "SAI_PORT_STAT_268435455");
+        let k = StatKey {
+            object_type: 99,
+            stat_id: 7,
+        };
+        assert_eq!(k.full_name(), "SAI_OBJECT_TYPE_99_STAT_7");
+        assert_eq!(k.short_name(), "STAT_7");
+    }
+}
