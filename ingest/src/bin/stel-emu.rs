@@ -1,1 +1,336 @@
-fn main() {}
+//! stel-emu: a switch stand-in that streams SONiC high-frequency-telemetry IPFIX.
+use std::{
+    fs::File,
+    io::{BufWriter, Write},
+    path::PathBuf,
+    process::ExitCode,
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use stel_ingest::{
+    emu::{self, EmuConfig, Emulator, Pattern},
+    ipfix::SeqMode,
+    netlink,
+    sys::{netlink::NetlinkSocket, signal},
+};
+use stel_store::sai::ObjectType;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Streams HFT IPFIX counters like a SONiC switch: the template first, then data messages of
+/// several snapshots each (≤ 64 KiB − 320 B), paced to ports × stats × interval.
+///
+/// Examples:
+///   stel-emu --netlink-group 1 --duration 10s                # design rate: 64 × 30 × 10us
+///   stel-emu --ports 8 --interval 1ms --pattern microburst --netlink-group 1
+///   stel-emu --file capture.ipfix --duration 1s --truth truth.json --session session.json
+///   stel-emu --replay capture.ipfix --netlink-group 1
+#[derive(Debug, Parser)]
+#[command(version, verbatim_doc_comment)]
+struct Args {
+    /// Object type of the group: PORT, QUEUE, INGRESS_PRIORITY_GROUP, BUFFER_POOL.
+    #[arg(long, default_value = "PORT", value_parser = parse_group)]
+    group: ObjectType,
+    /// Number of ports (pools for BUFFER_POOL). Objects are named Ethernet0, Ethernet4, …
+    #[arg(long, default_value_t = 64)]
+    ports: usize,
+    /// Queues / priority groups per port (QUEUE, INGRESS_PRIORITY_GROUP): Ethernet0|0, Ethernet0|1, …
+    #[arg(long, default_value_t = 8)]
+    per_port: usize,
+    /// Number of stats per object (the HFT YANG list first, then the SAI enum).
+    #[arg(long, default_value_t = 30, conflicts_with = "stat_names")]
+    stats: usize,
+    /// Explicit stat short names, comma-separated (e.g. IF_IN_OCTETS,IF_OUT_OCTETS).
+    #[arg(long, value_delimiter = ',')]
+    stat_names: Vec<String>,
+    /// Poll interval of the switch (e.g. 10us, 1ms).
+    #[arg(long, default_value = "10us", value_parser = emu::parse_duration_ns)]
+    interval: u64,
+    /// Snapshots per message; 0 = as many as fit in 64 KiB − 320 B.
+    #[arg(long, default_value_t = 0)]
+    snapshots_per_message: usize,
+    /// Load pattern driving the counters.
+    #[arg(long, value_enum, default_value_t = Pattern::Steady)]
+    pattern: Pattern,
+    /// Port speed used by the load model, Gbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    speed_gbps: f64,
+    /// How long to stream (e.g. 10s, 2m). Default: until Ctrl-C (netlink) or 1s (file).
+    #[arg(long, value_parser = emu::parse_duration_ns)]
+    duration: Option<u64>,
+    /// Send over NETLINK_USERSOCK to this multicast group (1-32). Needs root.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
+    netlink_group: Option<u32>,
+    /// Write the IPFIX messages, concatenated (an RFC 5655-style IPFIX file), to this path.
+    #[arg(long, conflicts_with = "netlink_group")]
+    file: Option<PathBuf>,
+    /// Send the IPFIX messages of this file over netlink instead of generating.
+    #[arg(long, requires = "netlink_group")]
+    replay: Option<PathBuf>,
+    /// Pace to the configured rate: `auto` paces netlink output and writes files flat out.
+    #[arg(long, value_enum, default_value_t = Pace::Auto)]
+    pace: Pace,
+    /// Write ground truth (what was sent) as JSON here at the end.
+    #[arg(long)]
+    truth: Option<PathBuf>,
+    /// Write the session as STATE_DB holds it (names, ids, session_config hex) as JSON here.
+    #[arg(long)]
+    session: Option<PathBuf>,
+    /// Zero all counters once after this much switch time (a counter reset).
+    #[arg(long, value_parser = emu::parse_duration_ns)]
+    reset_after: Option<u64>,
+    /// IPFIX observation domain.
+    #[arg(long, default_value_t = 0)]
+    domain: u32,
+    /// Template ID (≥ 256).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(256..))]
+    template_id: u16,
+    /// Sequence numbering: per message (HFT HLD) or RFC 7011 record count.
+    #[arg(long, value_enum, default_value_t = SeqArg::PerMessage)]
+    seq_mode: SeqArg,
+    /// Resend the template this often (switch time).
+    #[arg(long, default_value = "1s", value_parser = emu::parse_duration_ns)]
+    template_every: u64,
+    /// HFT profile name for the session file.
+    #[arg(long, default_value = "stel_demo")]
+    profile: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Pace {
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SeqArg {
+    PerMessage,
+    Rfc7011,
+}
+
+fn parse_group(s: &str) -> Result<ObjectType, String> {
+    ObjectType::from_name(s).ok_or_else(|| {
+        format!("unknown group `{s}` (use PORT, QUEUE, INGRESS_PRIORITY_GROUP, BUFFER_POOL, ROUTER_INTERFACE)")
+    })
+}
+
+fn config(a: &Args) -> Result<EmuConfig, String> {
+    let mut c = EmuConfig::design();
+    c.group = a.group;
+    c.ports = a.ports;
+    c.per_port = a.per_port;
+    c.stats = if a.stat_names.is_empty() {
+        emu::default_stats(a.group, a.stats)
+    } else {
+        a.stat_names
+            .iter()
+            .map(|n| {
+                a.group.stat_by_name(n).ok_or_else(|| format!("`{n}` is not a {} stat", a.group))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if c.stats.len() < a.stats && a.stat_names.is_empty() {
+        eprintln!("stel-emu: {} has only {} stats; using them all", a.group, c.stats.len());
+    }
+    c.interval_ns = a.interval;
+    c.snapshots_per_message = a.snapshots_per_message;
+    c.pattern = a.pattern;
+    c.speed_gbps = a.speed_gbps;
+    c.domain = a.domain;
+    c.template_id = a.template_id;
+    c.seq_mode = match a.seq_mode {
+        SeqArg::PerMessage => SeqMode::PerMessage,
+        SeqArg::Rfc7011 => SeqMode::Rfc7011,
+    };
+    c.reset_at_snapshot = a.reset_after.map(|ns| ns / a.interval.max(1));
+    c.profile = a.profile.clone();
+    Ok(c)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+enum Out {
+    Netlink(NetlinkSocket, u32, Vec<u8>),
+    File(BufWriter<File>),
+}
+
+impl Out {
+    fn send(&mut self, ipfix: &[u8], seq: u32) -> Result<(), String> {
+        match self {
+            Out::Netlink(sock, group, frame) => {
+                frame.clear();
+                netlink::frame(frame, netlink::USERSOCK_MSG_TYPE, seq, ipfix);
+                sock.send_multicast(*group, frame).map_err(|e| e.to_string())
+            }
+            Out::File(w) => w.write_all(ipfix).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+fn run(a: Args) -> Result<(), String> {
+    let stop = signal::stop_flag();
+    let mut out = match (&a.netlink_group, &a.file) {
+        (Some(g), _) => {
+            let s = NetlinkSocket::usersock().map_err(|e| format!("{e} (NETLINK_USERSOCK multicast needs root)"))?;
+            let _ = s.set_sndbuf(8 << 20);
+            Out::Netlink(s, *g, Vec::with_capacity(netlink::MAX_NETLINK_MESSAGE))
+        }
+        (None, Some(p)) => Out::File(BufWriter::with_capacity(1 << 20, File::create(p).map_err(|e| format!("{}: {e}", p.display()))?)),
+        (None, None) => return Err("say where to send: --netlink-group N (root) or --file PATH".into()),
+    };
+    if let Some(path) = &a.replay {
+        let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut off = 0;
+        let mut n = 0u32;
+        while off + 4 <= data.len() {
+            let len = u16::from_be_bytes([data[off + 2], data[off + 3]]) as usize;
+            if len < 16 || off + len > data.len() {
+                return Err(format!("{}: bad IPFIX message at byte {off}", path.display()));
+            }
+            out.send(&data[off..off + len], n)?;
+            off += len;
+            n += 1;
+        }
+        eprintln!("stel-emu: replayed {n} messages from {}", path.display());
+        return Ok(());
+    }
+    let cfg = config(&a)?;
+    let pace = match a.pace {
+        Pace::Auto => a.netlink_group.is_some(),
+        Pace::On => true,
+        Pace::Off => false,
+    };
+    let duration_ns = a.duration.or(if a.file.is_some() { Some(1_000_000_000) } else { None });
+    let mut emu = Emulator::new(cfg).map_err(|e| format!("bad configuration: {e}"))?;
+    if let Some(p) = &a.session {
+        let spec = emu.session_spec();
+        let j = serde_json::json!({
+            "profile": spec.profile, "group": spec.group, "domain": spec.domain,
+            "object_names": spec.object_names.join(","),
+            "object_ids": spec.object_ids.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
+            "session_type": "ipfix", "stream_status": "enabled",
+            "session_config_hex": hex(&emu.session_config()),
+        });
+        std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap_or_default()).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    let per_msg = emu.snapshots_per_message() as u64;
+    let period_ns = per_msg * emu.cfg.interval_ns;
+    let total_msgs = duration_ns.map(|d| d.div_ceil(period_ns));
+    let per_msg_counters = per_msg * emu.width() as u64;
+    eprintln!(
+        "stel-emu: {} {} objects × {} stats every {} ns = {:.1} M counters/s; {} snapshots ({} B) per message{}",
+        emu.cfg.objects(),
+        emu.cfg.group,
+        emu.cfg.stats.len(),
+        emu.cfg.interval_ns,
+        emu.cfg.counters_per_s() / 1e6,
+        per_msg,
+        emu.template().record_len() * per_msg as usize + 20,
+        if pace { "" } else { " (unpaced)" }
+    );
+    let mut buf = Vec::with_capacity(netlink::MAX_NETLINK_MESSAGE);
+    let template_every = (a.template_every / period_ns).max(1);
+    let start = Instant::now();
+    let mut sec_start = start;
+    let mut sec_msgs = 0u64;
+    let mut k = 0u64;
+    let target_per_s = 1e9 / period_ns as f64;
+    loop {
+        if stop.load(Ordering::Relaxed) || total_msgs.is_some_and(|t| k >= t) {
+            break;
+        }
+        if k % template_every == 0 {
+            buf.clear();
+            emu.template_message(&mut buf);
+            if let Err(e) = out.send(&buf, k as u32) {
+                emu.truth.send_errors += 1;
+                eprintln!("stel-emu: send failed: {e}");
+            }
+        }
+        buf.clear();
+        emu.data_message(&mut buf);
+        if pace {
+            let due = start + Duration::from_nanos(k * period_ns);
+            loop {
+                let now = Instant::now();
+                if now >= due {
+                    break;
+                }
+                let left = due - now;
+                if left > Duration::from_micros(200) {
+                    std::thread::sleep(left - Duration::from_micros(100));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        if let Err(e) = out.send(&buf, k as u32) {
+            emu.truth.send_errors += 1;
+            if emu.truth.send_errors < 10 {
+                eprintln!("stel-emu: send failed: {e}");
+            }
+        }
+        k += 1;
+        sec_msgs += 1;
+        let now = Instant::now();
+        if now - sec_start >= Duration::from_secs(1) {
+            let secs = (now - sec_start).as_secs_f64();
+            let ratio = sec_msgs as f64 / secs / target_per_s;
+            if pace {
+                emu.truth.worst_second_ratio = emu.truth.worst_second_ratio.min(ratio);
+                if ratio < 0.99 {
+                    emu.truth.kept_up = false;
+                }
+            }
+            eprintln!(
+                "stel-emu: {:>6.1} M counters/s ({:.1} % of target), {} messages sent",
+                sec_msgs as f64 * per_msg_counters as f64 / secs / 1e6,
+                ratio * 100.0,
+                emu.truth.messages
+            );
+            sec_start = now;
+            sec_msgs = 0;
+        }
+    }
+    if let Out::File(w) = &mut out {
+        w.flush().map_err(|e| e.to_string())?;
+    }
+    let el = start.elapsed().as_secs_f64();
+    emu.truth.elapsed_s = el;
+    emu.truth.achieved_counters_per_s = emu.truth.samples as f64 / el.max(1e-9);
+    if pace && emu.truth.achieved_counters_per_s < 0.99 * emu.truth.target_counters_per_s && el >= 1.0 {
+        emu.truth.kept_up = false;
+    }
+    if pace && !emu.truth.kept_up {
+        eprintln!(
+            "stel-emu: could not keep up: achieved {:.1} M of {:.1} M counters/s (worst second {:.1} %)",
+            emu.truth.achieved_counters_per_s / 1e6,
+            emu.truth.target_counters_per_s / 1e6,
+            emu.truth.worst_second_ratio * 100.0
+        );
+    }
+    eprintln!(
+        "stel-emu: sent {} data messages, {} snapshots, {} counters, {} bytes in {:.2} s",
+        emu.truth.messages, emu.truth.records, emu.truth.samples, emu.truth.bytes, el
+    );
+    if let Some(p) = &a.truth {
+        std::fs::write(p, serde_json::to_vec_pretty(&emu.truth).unwrap_or_default()).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stel-emu: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -19,7 +19,8 @@ use std::{collections::HashMap, sync::Arc};
 
 pub use bswap::{portable as portable_bswap, select as select_bswap, BswapFn};
 pub use stats::{DecodeStats, Malformed};
-use stel_store::{batch::MAX_PARTS, BatchBuilder, CounterBatch, CounterColumn, SessionSchema};
+pub use stel_store::CounterBatch;
+use stel_store::{batch::MAX_PARTS, BatchBuilder, CounterColumn, SessionSchema};
 
 use crate::ipfix::{
     be16, be32, DecodePlan, SeqMode, TemplateError, TemplateRecord, MESSAGE_HEADER_LEN,

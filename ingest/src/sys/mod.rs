@@ -2,6 +2,7 @@
 //! [`SysError`] naming the call, so failures say what was attempted.
 
 pub mod netlink;
+pub mod signal;
 
 use std::io;
 
@@ -15,6 +16,14 @@ pub struct SysError {
 }
 
 impl SysError {
+    /// EAGAIN/EWOULDBLOCK (a receive timeout), EINTR or ENOBUFS: retry, nothing is broken.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.source.raw_os_error(),
+            Some(libc::EAGAIN | libc::EINTR | libc::ENOBUFS)
+        )
+    }
+
     pub(crate) fn last(call: &'static str) -> Self {
         Self {
             call,

@@ -1,0 +1,23 @@
+//! SIGINT/SIGTERM → a flag the loops poll, so the daemon stops reading, drains, flushes and
+//! exits 0.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Installs the handler for SIGINT and SIGTERM and returns the flag it sets.
+pub fn stop_flag() -> &'static AtomicBool {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is an `extern "C"` fn that only performs an atomic store, which is
+        // async-signal-safe; `signal` has no other preconditions.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+    &STOP
+}
