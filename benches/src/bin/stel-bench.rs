@@ -1,1 +1,117 @@
-fn main() {}
+//! stel-bench: benchmark runner. Prints progress on stderr and, as the last line on stdout,
+//! exactly one JSON object with the figures (see DESIGN.md, "Benchmark contract"). Every figure
+//! is the median of several runs and is compared with a baseline measured in the same run.
+use std::{process::ExitCode, time::Instant};
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use stel_benches as w;
+use stel_ingest::decode::{portable_bswap, select_bswap};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Runs stel's benchmarks. `--quick` finishes in under a minute on 2 cores.
+///
+/// Example: cargo run --release -p stel-benches --bin stel-bench -- decode --quick
+#[derive(Debug, Parser)]
+#[command(version, verbatim_doc_comment)]
+struct Args {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// IPFIX decode on one core: our decoder vs netflow_parser on the same design-rate messages
+    /// (64 ports × 30 stats, 4 snapshots per message).
+    Decode {
+        /// Fewer, shorter runs.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn decode(quick: bool) -> Result<serde_json::Value, String> {
+    let (runs, passes) = if quick { (7, 20) } else { (15, 40) };
+    let (template, data, emu) = w::design_messages(400);
+    let per_pass = (emu.truth.samples) as f64;
+    eprintln!("decode: {} messages, {:.1} MB, {:.2} M counters per pass; {runs} runs × {passes} passes", emu.truth.messages, data.len() as f64 / 1e6, per_pass / 1e6);
+    let (best, best_name) = select_bswap();
+    let mut results = Vec::new();
+    for (name, f) in [(best_name, best), ("portable", portable_bswap as _)] {
+        let mut d = w::design_decoder(&emu, Some(f));
+        let mut spare = Vec::new();
+        w::decode_pass(&mut d, &data, &mut spare); // warm-up: buffers allocated, caches warm
+        let mut rates = Vec::new();
+        for _ in 0..runs {
+            let t = Instant::now();
+            let mut n = 0;
+            for _ in 0..passes {
+                n += w::decode_pass(&mut d, &data, &mut spare);
+            }
+            rates.push(n as f64 / t.elapsed().as_secs_f64());
+        }
+        if d.stats().counters != emu.truth.samples * (1 + runs * passes) as u64 || d.stats().malformed_total() != 0 {
+            return Err(format!("decoder miscounted: {:?}", d.stats()));
+        }
+        let m = median(rates);
+        eprintln!("decode: stel ({name}) {:.0} M counters/s", m / 1e6);
+        results.push(m);
+        if best_name == "portable" {
+            results.push(m);
+            break;
+        }
+    }
+    // netflow_parser on a prefix of the same messages (it is ~50× slower).
+    let msg_len = data.len() / emu.truth.messages as usize;
+    let sub = &data[..msg_len * 40];
+    let want = (emu.truth.samples / emu.truth.messages) * 40;
+    let mut rates = Vec::new();
+    for _ in 0..runs.min(5) {
+        let mut p = w::netflow_parser_with_template(&template);
+        let t = Instant::now();
+        let n = w::netflow_parser_pass(&mut p, sub);
+        let el = t.elapsed().as_secs_f64();
+        if n != want {
+            return Err(format!("netflow_parser decoded {n} counters, expected {want}"));
+        }
+        rates.push(n as f64 / el);
+    }
+    let nf = median(rates);
+    eprintln!("decode: netflow_parser {:.1} M counters/s", nf / 1e6);
+    let bytes_per_counter = data.len() as f64 / per_pass;
+    Ok(json!({
+        "bench": "decode",
+        "counters_per_s": results[0].round(),
+        "bytes_per_s": (results[0] * bytes_per_counter).round(),
+        "netflow_parser_counters_per_s": nf.round(),
+        "ratio_vs_netflow_parser": (results[0] / nf * 100.0).round() / 100.0,
+        "bswap": best_name,
+        "portable_counters_per_s": results[1].round(),
+        "runs": runs,
+        "counters_per_run": per_pass * passes as f64,
+    }))
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let r = match a.bench {
+        Bench::Decode { quick } => decode(quick),
+    };
+    match r {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stel-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
