@@ -26,8 +26,12 @@ pub fn design_decoder(emu: &Emulator, bswap: Option<BswapFn>) -> Decoder {
     if let Some(f) = bswap {
         d = d.with_bswap(f);
     }
-    d.register_session(emu.session_spec(), &emu.session_config(), &mut |_: CounterBatch| {})
-        .expect("design session registers");
+    d.register_session(
+        emu.session_spec(),
+        &emu.session_config(),
+        &mut |_: CounterBatch| {},
+    )
+    .expect("design session registers");
     d
 }
 

@@ -28,7 +28,7 @@ pub fn frame(out: &mut Vec<u8>, msg_type: u16, seq: u32, payload: &[u8]) {
     out.extend_from_slice(&0u32.to_ne_bytes()); // pid
     out.extend_from_slice(&[0, 1, 0, 0]); // genl cmd, version, reserved
     out.extend_from_slice(payload);
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }

@@ -120,6 +120,10 @@ impl CounterBatch {
     ///
     /// # Errors
     /// Only if the batch is internally inconsistent.
+    #[expect(
+        clippy::needless_range_loop,
+        reason = "a tiled transpose indexes rows and columns of two layouts"
+    )]
     pub fn to_wide(&self) -> Result<RecordBatch, ArrowError> {
         const TILE_ROWS: usize = 64;
         const TILE_COLS: usize = 64;

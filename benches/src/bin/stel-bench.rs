@@ -41,7 +41,12 @@ fn decode(quick: bool) -> Result<serde_json::Value, String> {
     let (runs, passes) = if quick { (7, 20) } else { (15, 40) };
     let (template, data, emu) = w::design_messages(400);
     let per_pass = (emu.truth.samples) as f64;
-    eprintln!("decode: {} messages, {:.1} MB, {:.2} M counters per pass; {runs} runs × {passes} passes", emu.truth.messages, data.len() as f64 / 1e6, per_pass / 1e6);
+    eprintln!(
+        "decode: {} messages, {:.1} MB, {:.2} M counters per pass; {runs} runs × {passes} passes",
+        emu.truth.messages,
+        data.len() as f64 / 1e6,
+        per_pass / 1e6
+    );
     let (best, best_name) = select_bswap();
     let mut results = Vec::new();
     for (name, f) in [(best_name, best), ("portable", portable_bswap as _)] {
@@ -57,7 +62,9 @@ fn decode(quick: bool) -> Result<serde_json::Value, String> {
             }
             rates.push(n as f64 / t.elapsed().as_secs_f64());
         }
-        if d.stats().counters != emu.truth.samples * (1 + runs * passes) as u64 || d.stats().malformed_total() != 0 {
+        if d.stats().counters != emu.truth.samples * (1 + runs * passes) as u64
+            || d.stats().malformed_total() != 0
+        {
             return Err(format!("decoder miscounted: {:?}", d.stats()));
         }
         let m = median(rates);
@@ -79,7 +86,9 @@ fn decode(quick: bool) -> Result<serde_json::Value, String> {
         let n = w::netflow_parser_pass(&mut p, sub);
         let el = t.elapsed().as_secs_f64();
         if n != want {
-            return Err(format!("netflow_parser decoded {n} counters, expected {want}"));
+            return Err(format!(
+                "netflow_parser decoded {n} counters, expected {want}"
+            ));
         }
         rates.push(n as f64 / el);
     }

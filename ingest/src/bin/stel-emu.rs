@@ -129,12 +129,18 @@ fn config(a: &Args) -> Result<EmuConfig, String> {
         a.stat_names
             .iter()
             .map(|n| {
-                a.group.stat_by_name(n).ok_or_else(|| format!("`{n}` is not a {} stat", a.group))
+                a.group
+                    .stat_by_name(n)
+                    .ok_or_else(|| format!("`{n}` is not a {} stat", a.group))
             })
             .collect::<Result<_, _>>()?
     };
     if c.stats.len() < a.stats && a.stat_names.is_empty() {
-        eprintln!("stel-emu: {} has only {} stats; using them all", a.group, c.stats.len());
+        eprintln!(
+            "stel-emu: {} has only {} stats; using them all",
+            a.group,
+            c.stats.len()
+        );
     }
     c.interval_ns = a.interval;
     c.snapshots_per_message = a.snapshots_per_message;
@@ -166,7 +172,8 @@ impl Out {
             Out::Netlink(sock, group, frame) => {
                 frame.clear();
                 netlink::frame(frame, netlink::USERSOCK_MSG_TYPE, seq, ipfix);
-                sock.send_multicast(*group, frame).map_err(|e| e.to_string())
+                sock.send_multicast(*group, frame)
+                    .map_err(|e| e.to_string())
             }
             Out::File(w) => w.write_all(ipfix).map_err(|e| e.to_string()),
         }
@@ -177,12 +184,18 @@ fn run(a: Args) -> Result<(), String> {
     let stop = signal::stop_flag();
     let mut out = match (&a.netlink_group, &a.file) {
         (Some(g), _) => {
-            let s = NetlinkSocket::usersock().map_err(|e| format!("{e} (NETLINK_USERSOCK multicast needs root)"))?;
+            let s = NetlinkSocket::usersock()
+                .map_err(|e| format!("{e} (NETLINK_USERSOCK multicast needs root)"))?;
             let _ = s.set_sndbuf(8 << 20);
             Out::Netlink(s, *g, Vec::with_capacity(netlink::MAX_NETLINK_MESSAGE))
         }
-        (None, Some(p)) => Out::File(BufWriter::with_capacity(1 << 20, File::create(p).map_err(|e| format!("{}: {e}", p.display()))?)),
-        (None, None) => return Err("say where to send: --netlink-group N (root) or --file PATH".into()),
+        (None, Some(p)) => Out::File(BufWriter::with_capacity(
+            1 << 20,
+            File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        )),
+        (None, None) => {
+            return Err("say where to send: --netlink-group N (root) or --file PATH".into())
+        }
     };
     if let Some(path) = &a.replay {
         let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -191,7 +204,10 @@ fn run(a: Args) -> Result<(), String> {
         while off + 4 <= data.len() {
             let len = u16::from_be_bytes([data[off + 2], data[off + 3]]) as usize;
             if len < 16 || off + len > data.len() {
-                return Err(format!("{}: bad IPFIX message at byte {off}", path.display()));
+                return Err(format!(
+                    "{}: bad IPFIX message at byte {off}",
+                    path.display()
+                ));
             }
             out.send(&data[off..off + len], n)?;
             off += len;
@@ -206,7 +222,11 @@ fn run(a: Args) -> Result<(), String> {
         Pace::On => true,
         Pace::Off => false,
     };
-    let duration_ns = a.duration.or(if a.file.is_some() { Some(1_000_000_000) } else { None });
+    let duration_ns = a.duration.or(if a.file.is_some() {
+        Some(1_000_000_000)
+    } else {
+        None
+    });
     let mut emu = Emulator::new(cfg).map_err(|e| format!("bad configuration: {e}"))?;
     if let Some(p) = &a.session {
         let spec = emu.session_spec();
@@ -217,7 +237,8 @@ fn run(a: Args) -> Result<(), String> {
             "session_type": "ipfix", "stream_status": "enabled",
             "session_config_hex": hex(&emu.session_config()),
         });
-        std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap_or_default()).map_err(|e| format!("{}: {e}", p.display()))?;
+        std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap_or_default())
+            .map_err(|e| format!("{}: {e}", p.display()))?;
     }
     let per_msg = emu.snapshots_per_message() as u64;
     let period_ns = per_msg * emu.cfg.interval_ns;
@@ -245,7 +266,7 @@ fn run(a: Args) -> Result<(), String> {
         if stop.load(Ordering::Relaxed) || total_msgs.is_some_and(|t| k >= t) {
             break;
         }
-        if k % template_every == 0 {
+        if k.is_multiple_of(template_every) {
             buf.clear();
             emu.template_message(&mut buf);
             if let Err(e) = out.send(&buf, k as u32) {
@@ -304,7 +325,10 @@ fn run(a: Args) -> Result<(), String> {
     let el = start.elapsed().as_secs_f64();
     emu.truth.elapsed_s = el;
     emu.truth.achieved_counters_per_s = emu.truth.samples as f64 / el.max(1e-9);
-    if pace && emu.truth.achieved_counters_per_s < 0.99 * emu.truth.target_counters_per_s && el >= 1.0 {
+    if pace
+        && emu.truth.achieved_counters_per_s < 0.99 * emu.truth.target_counters_per_s
+        && el >= 1.0
+    {
         emu.truth.kept_up = false;
     }
     if pace && !emu.truth.kept_up {
@@ -320,7 +344,8 @@ fn run(a: Args) -> Result<(), String> {
         emu.truth.messages, emu.truth.records, emu.truth.samples, emu.truth.bytes, el
     );
     if let Some(p) = &a.truth {
-        std::fs::write(p, serde_json::to_vec_pretty(&emu.truth).unwrap_or_default()).map_err(|e| format!("{}: {e}", p.display()))?;
+        std::fs::write(p, serde_json::to_vec_pretty(&emu.truth).unwrap_or_default())
+            .map_err(|e| format!("{}: {e}", p.display()))?;
     }
     Ok(())
 }

@@ -85,7 +85,9 @@ impl StatusSink {
 
     /// RX/TX Mbit/s of the first few ports, from the octet counters between two status ticks.
     fn rates_line(&mut self) -> String {
-        let Some((ts, row, names)) = &self.last else { return String::new() };
+        let Some((ts, row, names)) = &self.last else {
+            return String::new();
+        };
         let mut s = String::new();
         if let Some((pts, prow)) = &self.prev {
             let dt = (*ts - *pts) as f64 / 1e9;
@@ -97,7 +99,9 @@ impl StatusSink {
                         let tx = names
                             .iter()
                             .position(|m| m == &format!("{port}.IF_OUT_OCTETS"))
-                            .map_or(0.0, |j| row[j].wrapping_sub(prow[j]) as f64 * 8.0 / dt / 1e9);
+                            .map_or(0.0, |j| {
+                                row[j].wrapping_sub(prow[j]) as f64 * 8.0 / dt / 1e9
+                            });
                         s.push_str(&format!(" {port} rx {rx:.1}/tx {tx:.1} Gb/s;"));
                         shown += 1;
                         if shown == 3 {
@@ -114,24 +118,46 @@ impl StatusSink {
 
 fn load_session(p: &PathBuf) -> Result<(SessionSpec, Vec<u8>), String> {
     let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
-    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_default().to_string();
-    let ids: Result<Vec<u16>, _> = s("object_ids").split(',').filter(|x| !x.is_empty()).map(str::parse).collect();
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(|x| x.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let ids: Result<Vec<u16>, _> = s("object_ids")
+        .split(',')
+        .filter(|x| !x.is_empty())
+        .map(str::parse)
+        .collect();
     let hex = s("session_config_hex");
-    let bytes: Result<Vec<u8>, _> = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)).collect();
+    let bytes: Result<Vec<u8>, _> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
+        .collect();
     Ok((
         SessionSpec {
             profile: s("profile"),
             group: s("group"),
             domain: v.get("domain").and_then(|d| d.as_u64()).unwrap_or(0) as u32,
-            object_names: s("object_names").split(',').filter(|x| !x.is_empty()).map(String::from).collect(),
+            object_names: s("object_names")
+                .split(',')
+                .filter(|x| !x.is_empty())
+                .map(String::from)
+                .collect(),
             object_ids: ids.map_err(|e| format!("{}: object_ids: {e}", p.display()))?,
         },
         bytes.map_err(|e| format!("{}: session_config_hex: {e}", p.display()))?,
     ))
 }
 
-fn print_status(stats: &DecodeStats, prev: &DecodeStats, dt: f64, sink: &mut StatusSink, extra: &str) {
+fn print_status(
+    stats: &DecodeStats,
+    prev: &DecodeStats,
+    dt: f64,
+    sink: &mut StatusSink,
+    extra: &str,
+) {
     eprintln!(
         "stel-ingestd: {:>7.1} M counters/s {:>6.0} msgs/s | total {} msgs, {} snapshots, lost(seq) {}, malformed {}{}{}",
         (stats.counters - prev.counters) as f64 / dt / 1e6,
@@ -159,7 +185,9 @@ fn run(a: Args) -> Result<(), String> {
     }
     let mut last_tick = Instant::now();
     let mut prev = decoder.stats().clone();
-    let done = |stop: &std::sync::atomic::AtomicBool| stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
+    let done = |stop: &std::sync::atomic::AtomicBool| {
+        stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d)
+    };
     if a.demo {
         let mut cfg = EmuConfig::design();
         cfg.ports = a.ports;
@@ -168,7 +196,11 @@ fn run(a: Args) -> Result<(), String> {
         cfg.pattern = a.pattern;
         let mut emu = Emulator::new(cfg).map_err(|e| format!("demo: {e}"))?;
         decoder
-            .register_session(emu.session_spec(), &emu.session_config(), &mut |b: CounterBatch| sink.take(&b))
+            .register_session(
+                emu.session_spec(),
+                &emu.session_config(),
+                &mut |b: CounterBatch| sink.take(&b),
+            )
             .map_err(|e| format!("demo session: {e}"))?;
         eprintln!(
             "stel-ingestd: demo: emulating {} ports × {} stats every {} ns ({:.0} M counters/s) in-process; Ctrl-C stops",
@@ -220,19 +252,23 @@ fn run(a: Args) -> Result<(), String> {
             }
         }
         drop(rx);
-        let truth = producer.join().map_err(|_| "emulator thread panicked".to_string())?;
+        let truth = producer
+            .join()
+            .map_err(|_| "emulator thread panicked".to_string())?;
         decoder.flush(&mut |b: CounterBatch| sink.take(&b));
         eprintln!(
             "stel-ingestd: demo done: emulator sent {} snapshots, decoder stored {} (the rest were in flight at stop)",
             truth.records, sink.rows
         );
     } else if let Some(group) = a.usersock_group {
-        let sock = NetlinkSocket::usersock().map_err(|e| format!("{e} (NETLINK_USERSOCK multicast needs root)"))?;
+        let sock = NetlinkSocket::usersock()
+            .map_err(|e| format!("{e} (NETLINK_USERSOCK multicast needs root)"))?;
         sock.join_group(group).map_err(|e| e.to_string())?;
         if let Err(e) = sock.set_rcvbuf(a.rcvbuf) {
             eprintln!("stel-ingestd: could not set receive buffer: {e}");
         }
-        sock.set_recv_timeout(Duration::from_millis(100)).map_err(|e| e.to_string())?;
+        sock.set_recv_timeout(Duration::from_millis(100))
+            .map_err(|e| e.to_string())?;
         eprintln!("stel-ingestd: receiving NETLINK_USERSOCK group {group} (plain recv loop); Ctrl-C stops");
         let mut buf = vec![0u8; 1 << 17];
         let mut ferr = FrameErrors::default();
@@ -262,8 +298,17 @@ fn run(a: Args) -> Result<(), String> {
             if last_tick.elapsed() >= Duration::from_secs(1) {
                 decoder.flush(&mut |b: CounterBatch| sink.take(&b));
                 let drops = sock.drops().unwrap_or(0);
-                let extra = format!(", kernel drops {drops}, truncated {truncated}, bad frames {}", ferr.bad_length);
-                print_status(decoder.stats(), &prev, last_tick.elapsed().as_secs_f64(), &mut sink, &extra);
+                let extra = format!(
+                    ", kernel drops {drops}, truncated {truncated}, bad frames {}",
+                    ferr.bad_length
+                );
+                print_status(
+                    decoder.stats(),
+                    &prev,
+                    last_tick.elapsed().as_secs_f64(),
+                    &mut sink,
+                    &extra,
+                );
                 prev = decoder.stats().clone();
                 last_tick = Instant::now();
             }
@@ -273,9 +318,15 @@ fn run(a: Args) -> Result<(), String> {
         return Err("nothing to ingest from: use --demo, or --usersock-group N with stel-emu (the SONiC genl reader comes with the kernel-path work)".into());
     }
     if a.json {
-        println!("{}", serde_json::to_string(decoder.stats()).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string(decoder.stats()).unwrap_or_default()
+        );
     }
-    eprintln!("stel-ingestd: stopped cleanly: {} snapshots decoded", sink.rows);
+    eprintln!(
+        "stel-ingestd: stopped cleanly: {} snapshots decoded",
+        sink.rows
+    );
     Ok(())
 }
 

@@ -43,10 +43,7 @@ fn round_trip_many_snapshots_messages_and_sets() {
             &mut buf,
             1,
             &t,
-            chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (1000 + r[0] * 10 + i as u64 * 0, r.as_slice())),
+            chunk.iter().map(|r| (1000 + r[0] * 10, r.as_slice())),
         );
     }
     let mut d = Decoder::new(DecodeConfig::for_test());
