@@ -209,12 +209,14 @@ fn run(a: Args) -> Result<(), String> {
         let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(64);
         let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
         let period = Duration::from_nanos(emu.snapshots_per_message() as u64 * emu.cfg.interval_ns);
+        let halt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt_producer = std::sync::Arc::clone(&halt);
         let producer = std::thread::spawn(move || {
             let start = Instant::now();
             let mut k = 0u32;
             let mut buf = Vec::new();
             emu.template_message(&mut buf);
-            loop {
+            while !halt_producer.load(Ordering::Relaxed) {
                 emu.data_message(&mut buf);
                 if tx.send(buf).is_err() {
                     return emu.truth;
@@ -227,6 +229,7 @@ fn run(a: Args) -> Result<(), String> {
                     std::thread::sleep(left);
                 }
             }
+            emu.truth
         });
         while !done(stop) {
             match rx.recv_timeout(Duration::from_millis(100)) {
@@ -251,13 +254,17 @@ fn run(a: Args) -> Result<(), String> {
                 last_tick = Instant::now();
             }
         }
-        drop(rx);
+        // Stop the producer, then drain what it already sent: nothing in flight is lost.
+        halt.store(true, Ordering::Relaxed);
+        for buf in rx.iter() {
+            decoder.decode(&buf, &mut |b: CounterBatch| sink.take(&b));
+        }
         let truth = producer
             .join()
             .map_err(|_| "emulator thread panicked".to_string())?;
         decoder.flush(&mut |b: CounterBatch| sink.take(&b));
         eprintln!(
-            "stel-ingestd: demo done: emulator sent {} snapshots, decoder stored {} (the rest were in flight at stop)",
+            "stel-ingestd: demo done: emulator sent {} snapshots, decoder decoded {}",
             truth.records, sink.rows
         );
     } else if let Some(group) = a.usersock_group {
