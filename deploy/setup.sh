@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Installs what stel needs on a fresh Debian machine (idempotent; run as root or with sudo).
-#   deploy/setup.sh          build prerequisites
-#   deploy/setup.sh --test   plus what the tests use (today the same; Redis and pyarrow join with their tests)
+#   deploy/setup.sh          build prerequisites + the eBPF toolchain (the kernel filter)
+#   deploy/setup.sh --test   plus what the tests use: redis-server, pyarrow + duckdb (independent
+#                            Parquet readers), moto (a local S3-compatible server)
+#
+# The eBPF toolchain follows the recipe measured on these machines (shared/DESIGN.md): Debian's
+# rustc-web + rust-web-src + llvm-22-dev, then bpf-linker 0.13.0 built against LLVM 22. When any
+# step fails the build still works, but it warns loudly and the daemon filters in user space.
 set -euo pipefail
 want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-pkgs=(build-essential pkg-config ca-certificates)
-# (--test adds redis-server and pyarrow once the Redis and Parquet tests land.)
+
+pkgs=(build-essential pkg-config ca-certificates rustc-web rust-web-src llvm-22-dev)
+[ "$want_test" = 1 ] && pkgs+=(redis-server python3 python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -19,5 +25,23 @@ fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found; install a Rust toolchain (rustup or Debian's rustc/cargo) first" >&2
   exit 2
+fi
+
+# bpf-linker links the kernel program (ebpf/prog). Pinned: 0.13.0 is the newest that builds with
+# these machines' toolchain against LLVM 22.
+if ! command -v bpf-linker >/dev/null 2>&1 || ! bpf-linker --version 2>/dev/null | grep -q '0\.13\.0'; then
+  echo "setup: building bpf-linker 0.13.0 against LLVM 22 (one-time, a few minutes)"
+  PATH=/usr/lib/llvm-22/bin:$PATH cargo install bpf-linker --version 0.13.0 --locked \
+    --no-default-features --features llvm-22 --quiet \
+    || echo "setup: WARNING: bpf-linker did not build; the eBPF filter will be missing (user-space filtering)" >&2
+fi
+
+if [ "$want_test" = 1 ]; then
+  py=${STEL_PYTHON:-python3}
+  if ! "$py" -c 'import pyarrow, duckdb, moto' >/dev/null 2>&1; then
+    echo "setup: installing pyarrow, duckdb, moto[server] for $py"
+    "$py" -m pip install --quiet --disable-pip-version-check pyarrow duckdb 'moto[server]' 2>/dev/null \
+      || "$py" -m pip install --quiet --disable-pip-version-check --break-system-packages pyarrow duckdb 'moto[server]'
+  fi
 fi
 echo "setup: ok"
