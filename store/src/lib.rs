@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod rate;
 pub mod sai;
 pub mod schema;
 
