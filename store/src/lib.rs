@@ -15,6 +15,8 @@ pub mod batch;
 pub mod rate;
 pub mod sai;
 pub mod schema;
+#[cfg(feature = "redis")]
+pub mod sonic;
 
 pub use batch::{BatchBuilder, CounterBatch};
 pub use schema::{CounterColumn, SessionSchema};
