@@ -1,9 +1,12 @@
-//! A raw netlink socket: NETLINK_USERSOCK for the emulator, tests and benches (and, with the
-//! kernel-path issue, NETLINK_GENERIC for switches).
+//! A raw netlink socket: NETLINK_USERSOCK for the emulator, tests and benches, NETLINK_GENERIC
+//! for switches (the `sonic_stel` family and nlctrl, see [`crate::genl`]).
 //!
 //! # Minimum kernel version
-//! NETLINK_USERSOCK multicast and NETLINK_ADD_MEMBERSHIP: 2.6.14. Root (or CAP_NET_ADMIN) is
-//! needed to bind to / send to USERSOCK multicast groups.
+//! NETLINK_USERSOCK multicast and NETLINK_ADD_MEMBERSHIP / NETLINK_DROP_MEMBERSHIP: 2.6.14.
+//! NETLINK_GENERIC: 2.6.15. NETLINK_LIST_MEMBERSHIPS: 4.2. MSG_DONTWAIT, poll(2): 2.2. Root (or
+//! CAP_NET_ADMIN) is needed to bind to / send to USERSOCK multicast groups; NETLINK_GENERIC
+//! groups can be joined unprivileged unless the family flags the group
+//! GENL_MCAST_CAP_NET_ADMIN / GENL_MCAST_CAP_SYS_ADMIN (6.7+).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -29,16 +32,32 @@ impl NetlinkSocket {
     /// # Errors
     /// `socket` or `bind` failing (e.g. no permission).
     pub fn usersock() -> Result<Self, SysError> {
+        Self::open(
+            libc::NETLINK_USERSOCK,
+            "socket(AF_NETLINK, NETLINK_USERSOCK)",
+        )
+    }
+
+    /// Opens and binds a NETLINK_GENERIC socket (port ID chosen by the kernel): the transport of
+    /// the switch's `sonic_stel` family and of nlctrl requests/notifications.
+    ///
+    /// # Errors
+    /// `socket` or `bind` failing.
+    pub fn generic() -> Result<Self, SysError> {
+        Self::open(libc::NETLINK_GENERIC, "socket(AF_NETLINK, NETLINK_GENERIC)")
+    }
+
+    fn open(protocol: i32, call: &'static str) -> Result<Self, SysError> {
         // SAFETY: plain socket(2) call; the returned fd is owned by OwnedFd below.
         let fd = unsafe {
             libc::socket(
                 libc::AF_NETLINK,
                 libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_USERSOCK,
+                protocol,
             )
         };
         if fd < 0 {
-            return Err(SysError::last("socket(AF_NETLINK, NETLINK_USERSOCK)"));
+            return Err(SysError::last(call));
         }
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -91,6 +110,67 @@ impl NetlinkSocket {
             group as i32,
             "setsockopt(NETLINK_ADD_MEMBERSHIP)",
         )
+    }
+
+    /// Leaves multicast group `group` (1-based). Leaving a group the socket is not in (e.g. one
+    /// the kernel already cleared when the family was unregistered) succeeds.
+    ///
+    /// # Errors
+    /// `setsockopt(NETLINK_DROP_MEMBERSHIP)` failing.
+    pub fn leave_group(&self, group: u32) -> Result<(), SysError> {
+        self.setsockopt_int(
+            libc::SOL_NETLINK,
+            libc::NETLINK_DROP_MEMBERSHIP,
+            group as i32,
+            "setsockopt(NETLINK_DROP_MEMBERSHIP)",
+        )
+    }
+
+    /// The multicast groups this socket is a member of, ascending (NETLINK_LIST_MEMBERSHIPS,
+    /// kernel 4.2). The kernel removes every member from a generic netlink group when its family
+    /// is unregistered, so this is how a missed remove/re-add is detected.
+    ///
+    /// # Errors
+    /// getsockopt failing.
+    pub fn memberships(&self) -> Result<Vec<u32>, SysError> {
+        // Up to 64 words (2048 groups) in one call; the kernel reports the length it needs and
+        // we retry once with that if it is larger (genl group IDs are allocated densely).
+        let mut words = vec![0u32; 64];
+        for _ in 0..2 {
+            let mut len = (words.len() * 4) as libc::socklen_t;
+            // SAFETY: `words` is a live buffer of `len` bytes; the kernel writes at most `len`
+            // bytes and stores the length it needs in `len`.
+            let rc = unsafe {
+                libc::getsockopt(
+                    self.fd.as_raw_fd(),
+                    libc::SOL_NETLINK,
+                    libc::NETLINK_LIST_MEMBERSHIPS,
+                    words.as_mut_ptr().cast(),
+                    &mut len,
+                )
+            };
+            if rc < 0 {
+                return Err(SysError::last("getsockopt(NETLINK_LIST_MEMBERSHIPS)"));
+            }
+            let needed = (len as usize).div_ceil(4);
+            if needed <= words.len() {
+                words.truncate(needed);
+                let mut out = Vec::new();
+                for (w, bits) in words.iter().enumerate() {
+                    for b in 0..32 {
+                        if bits & (1 << b) != 0 {
+                            out.push((w * 32 + b + 1) as u32);
+                        }
+                    }
+                }
+                return Ok(out);
+            }
+            words = vec![0u32; needed];
+        }
+        Err(SysError {
+            call: "getsockopt(NETLINK_LIST_MEMBERSHIPS)",
+            source: std::io::Error::other("membership list kept growing"),
+        })
     }
 
     /// Sets the receive buffer, past `rmem_max` when privileged (SO_RCVBUFFORCE), else SO_RCVBUF.
@@ -167,6 +247,81 @@ impl NetlinkSocket {
             });
         }
         Ok(())
+    }
+
+    /// Sends one request to the kernel (nl_pid 0, no groups), e.g. an nlctrl CTRL_CMD_GETFAMILY.
+    /// Generic netlink runs the handler in the sender's context, so the reply is queued on this
+    /// socket when `sendto` returns.
+    ///
+    /// # Errors
+    /// `sendto` failing.
+    pub fn send_to_kernel(&self, msg: &[u8]) -> Result<(), SysError> {
+        let sa = sockaddr(0);
+        // SAFETY: `msg` and `sa` are live for the call; the kernel copies the bytes.
+        let rc = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                msg.as_ptr().cast(),
+                msg.len(),
+                0,
+                (&sa as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of_val(&sa) as u32,
+            )
+        };
+        if rc < 0 {
+            return Err(SysError::last("sendto(netlink kernel)"));
+        }
+        Ok(())
+    }
+
+    /// Like [`recv`](Self::recv) but never blocks (MSG_DONTWAIT): `Ok(None)` when nothing is
+    /// queued.
+    ///
+    /// # Errors
+    /// `recv` failing with anything but EAGAIN (ENOBUFS included: notifications were lost).
+    pub fn try_recv(&self, buf: &mut [u8]) -> Result<Option<(usize, usize)>, SysError> {
+        // SAFETY: `buf` is a live, writable slice of the given length.
+        let rc = unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+            )
+        };
+        if rc < 0 {
+            let e = SysError::last("recv(netlink, MSG_DONTWAIT)");
+            if matches!(e.source.raw_os_error(), Some(libc::EAGAIN)) {
+                return Ok(None);
+            }
+            return Err(e);
+        }
+        let len = rc as usize;
+        Ok(Some((len.min(buf.len()), len)))
+    }
+
+    /// Waits up to `timeout` for the socket to become readable (poll(2), POLLIN). Returns false
+    /// on timeout or EINTR. A zero timeout only checks.
+    ///
+    /// # Errors
+    /// `poll` failing with anything but EINTR.
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> Result<bool, SysError> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `pfd` is one live pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = SysError::last("poll(netlink)");
+            if e.source.raw_os_error() == Some(libc::EINTR) {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        Ok(rc > 0)
     }
 
     /// Receives one datagram into `buf`. Returns (bytes copied, true length); a true length
