@@ -9,6 +9,7 @@
 
 pub mod decode;
 pub mod emu;
+pub mod filter;
 pub mod genl;
 pub mod ipfix;
 pub mod netlink;

@@ -1,20 +1,85 @@
-//! stel-ebpf-common: the names, sizes and `#[repr(C)]` layouts the stel socket filter (kernel
-//! side, `ebpf/prog`, built with the kernel-path issue) and user space share, so both sides
-//! agree by construction. No code runs here.
+//! stel-ebpf-common: the names, sizes, `#[repr(C)]` layouts **and the filter decision** the stel
+//! socket filter (kernel side, `ebpf/prog`) and user space (`stel_ingest::filter`) share, so both
+//! sides agree by construction.
+//!
+//! # The decision
+//! [`classify`] walks a netlink datagram ([`Framing::Netlink`], what the kernel filter sees: the
+//! skb starts at the first nlmsghdr) or one IPFIX payload ([`Framing::Ipfix`], what the user-space
+//! reader hands over after splitting a datagram) and returns a [`Verdict`]. The kernel program and
+//! the user-space fallback call this same generic function, each with its own byte source
+//! ([`Packet`]) and template lookup (BPF hash map / bitmap).
+//!
+//! A message is **dropped only when the walk understood every byte and found nothing but data sets
+//! of unregistered templates**. Anything else is kept:
+//! - too short to hold an IPFIX header and one set header ([`Verdict::TooShort`]);
+//! - not IPFIX: a netlink control message (type < 0x10) or an IPFIX version other than 10
+//!   ([`Verdict::NotIpfix`]);
+//! - a template (2) or options template (3) set anywhere in the walk ([`Verdict::Template`]): the
+//!   decoder must see every template;
+//! - a data set whose template ID is registered ([`Verdict::Registered`]);
+//! - malformed lengths, reserved set IDs (4..=255), a message without data sets
+//!   ([`Verdict::Malformed`]): the user-space decoder counts these, the filter must not hide them;
+//! - more headers than the bounded walk reads ([`Verdict::Unwalked`]).
+//!
+//! **Several templates in one message** (one IPFIX message with data sets of several template
+//! IDs, or several IPFIX / netlink messages in one datagram): the message is kept when *any* of
+//! its data sets is registered. A socket filter can only keep or drop a whole datagram, and cutting
+//! the registered sets out would need a copy; the user-space decoder counts the unregistered sets
+//! as unknown-template data, exactly as if no filter had run.
+//!
+//! Because the kernel filter decides per datagram while the user-space fallback decides per
+//! netlink payload, the two agree exactly on datagrams carrying one netlink message (what SONiC's
+//! genetlink path and `stel-emu` send); with several messages per datagram the kernel keeps the
+//! whole datagram if any one is kept, and the decoder counts the rest as unknown-template.
 #![no_std]
 
 /// Name of the BPF hash map of registered template IDs (key: u16 template ID, value: u8 1).
 pub const TEMPLATE_MAP: &str = "STEL_TEMPLATES";
-/// Most template IDs the map holds.
+/// Most template IDs the map holds (the user-space fallback enforces the same limit).
 pub const TEMPLATE_MAP_MAX_ENTRIES: u32 = 4096;
+/// Value stored for a registered template ID.
+pub const TEMPLATE_REGISTERED: u8 = 1;
 /// Name of the per-CPU stats array.
 pub const STATS_MAP: &str = "STEL_FILTER_STATS";
+/// Entries of the per-CPU stats array (one [`FilterStats`] per CPU at index [`STATS_INDEX`]).
+pub const STATS_MAP_ENTRIES: u32 = 1;
+/// Index of the [`FilterStats`] entry in [`STATS_MAP`].
+pub const STATS_INDEX: u32 = 0;
+/// Name of the socket filter program in the object file.
+pub const PROGRAM_NAME: &str = "stel_template_filter";
 /// Offset of the IPFIX version in the skb a netlink socket filter sees (nlmsghdr 16 + genl 4).
 pub const IPFIX_VERSION_OFFSET: u32 = 20;
 /// Offset of the first set ID (IPFIX header is 16 bytes).
 pub const FIRST_SET_ID_OFFSET: u32 = 36;
 
-/// Per-CPU filter counters.
+/// nlmsghdr length (host byte order fields).
+pub const NLMSG_HDRLEN: u32 = 16;
+/// genlmsghdr length.
+pub const GENL_HDRLEN: u32 = 4;
+/// Control netlink message types (NOOP, ERROR, DONE, OVERRUN) are below this.
+pub const NLMSG_MIN_TYPE: u16 = 0x10;
+/// IPFIX version.
+pub const IPFIX_VERSION: u16 = 10;
+/// IPFIX message header length.
+pub const IPFIX_HEADER_LEN: u32 = 16;
+/// IPFIX set header length.
+pub const SET_HEADER_LEN: u32 = 4;
+/// Set ID of a template set.
+pub const TEMPLATE_SET_ID: u16 = 2;
+/// Set ID of an options template set.
+pub const OPTIONS_TEMPLATE_SET_ID: u16 = 3;
+/// Smallest data set ID (template ID).
+pub const MIN_DATA_SET_ID: u16 = 256;
+/// Most headers (nlmsghdr, IPFIX message header or set header) one walk reads; a payload walk
+/// ([`Framing::Ipfix`]) counts its netlink header too. One netlink message with one IPFIX message
+/// of one data set (what SONiC and `stel-emu` send) takes three; 16 leaves room for 14 sets in one
+/// message, or several messages, while keeping the verifier's work small.
+pub const MAX_HEADERS: u32 = 16;
+
+/// Per-CPU filter counters (kernel) / filter counters (user-space fallback).
+///
+/// `seen = kept + dropped`; `too_short` counts the kept messages that were too short to classify
+/// (a subset of `kept`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FilterStats {
@@ -25,3 +90,230 @@ pub struct FilterStats {
 }
 
 const _: () = assert!(core::mem::size_of::<FilterStats>() == 32);
+
+// SAFETY: FilterStats is `#[repr(C)]`, four u64 and no padding (size asserted above), so every bit
+// pattern is a valid value and it can be copied to and from BPF map memory.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FilterStats {}
+
+impl FilterStats {
+    /// Counts one verdict.
+    #[inline(always)]
+    pub fn count(&mut self, v: Verdict) {
+        self.seen += 1;
+        if v.keep() {
+            self.kept += 1;
+        } else {
+            self.dropped += 1;
+        }
+        if matches!(v, Verdict::TooShort) {
+            self.too_short += 1;
+        }
+    }
+
+    /// Field-wise sum (per-CPU values → total).
+    #[inline]
+    pub fn add(&mut self, o: &FilterStats) {
+        self.seen += o.seen;
+        self.kept += o.kept;
+        self.dropped += o.dropped;
+        self.too_short += o.too_short;
+    }
+}
+
+/// What the filter decided, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Too short for an IPFIX header and one set header: kept (the decoder counts it).
+    TooShort,
+    /// A netlink control message or an IPFIX version other than 10: kept.
+    NotIpfix,
+    /// Holds a template or options template set: kept.
+    Template,
+    /// Holds a data set of a registered template: kept.
+    Registered,
+    /// Lengths that do not add up, a reserved set ID, or no data set: kept (the decoder counts it).
+    Malformed,
+    /// More headers than [`MAX_HEADERS`] without a reason to keep or a complete walk: kept.
+    Unwalked,
+    /// Every set is a data set of an unregistered template: dropped.
+    Drop,
+}
+
+impl Verdict {
+    /// Whether the message is kept.
+    #[inline(always)]
+    pub fn keep(self) -> bool {
+        !matches!(self, Verdict::Drop)
+    }
+}
+
+/// Where [`classify`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// At an nlmsghdr: a whole datagram, possibly several netlink messages (the kernel filter).
+    Netlink,
+    /// At an IPFIX message header: one netlink message's payload (user space).
+    Ipfix,
+}
+
+/// Bytes the walk reads: the skb in the kernel (`bpf_skb_load_bytes`), a slice in user space.
+pub trait Packet {
+    /// Total length.
+    fn packet_len(&self) -> u32;
+    /// Two bytes at `off`, or `None` if they are not there.
+    fn load2(&self, off: u32) -> Option<[u8; 2]>;
+    /// Four bytes at `off`, or `None` if they are not there.
+    fn load4(&self, off: u32) -> Option<[u8; 4]>;
+}
+
+impl Packet for [u8] {
+    #[inline]
+    fn packet_len(&self) -> u32 {
+        // Netlink datagrams are far below 4 GiB; saturate rather than wrap.
+        u32::try_from(<[u8]>::len(self)).unwrap_or(u32::MAX)
+    }
+
+    #[inline]
+    fn load2(&self, off: u32) -> Option<[u8; 2]> {
+        let o = off as usize;
+        match self.get(o..o.checked_add(2)?) {
+            Some(&[a, b]) => Some([a, b]),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn load4(&self, off: u32) -> Option<[u8; 4]> {
+        let o = off as usize;
+        match self.get(o..o.checked_add(4)?) {
+            Some(&[a, b, c, d]) => Some([a, b, c, d]),
+            _ => None,
+        }
+    }
+}
+
+/// Classifies a datagram or payload (see the crate docs). `registered(tid)` says whether data
+/// sets with ID `tid` (≥ 256) are wanted. Reads at most [`MAX_HEADERS`] headers; never panics;
+/// every loop is bounded by a constant (the BPF verifier needs that).
+#[inline(always)]
+pub fn classify<P, R>(p: &P, framing: Framing, registered: R) -> Verdict
+where
+    P: Packet + ?Sized,
+    R: Fn(u16) -> bool,
+{
+    let len = p.packet_len();
+    let min = match framing {
+        Framing::Netlink => NLMSG_HDRLEN,
+        Framing::Ipfix => IPFIX_HEADER_LEN + SET_HEADER_LEN,
+    };
+    if len < min {
+        return Verdict::TooShort;
+    }
+    // Walk state. `nl_end`: end of the current netlink message's bytes (unaligned); `next_nl`:
+    // where the next nlmsghdr starts; `msg_end`: end of the current IPFIX message. `pos` is the
+    // next header to read: a set header while `pos < msg_end`, an IPFIX header while
+    // `pos < nl_end`, else an nlmsghdr (or the end).
+    let (mut pos, mut nl_end, mut next_nl) = match framing {
+        Framing::Netlink => (0u32, 0u32, 0u32),
+        Framing::Ipfix => (0, len, len),
+    };
+    let mut msg_end = 0u32;
+    let mut data_sets = 0u32;
+    // The bound counts the nlmsghdr in both framings, so a payload and the one-message datagram
+    // carrying it get the same verdict.
+    let mut i = match framing {
+        Framing::Netlink => 0,
+        Framing::Ipfix => 1,
+    };
+    while i < MAX_HEADERS {
+        i += 1;
+        if pos < msg_end {
+            // A set header inside the current IPFIX message.
+            let (Some(id), Some(sl)) = (p.load2(pos), p.load2(pos + 2)) else {
+                return Verdict::Malformed;
+            };
+            let id = u16::from_be_bytes(id);
+            let sl = u16::from_be_bytes(sl) as u32;
+            if sl < SET_HEADER_LEN || sl > msg_end - pos {
+                return Verdict::Malformed;
+            }
+            if id == TEMPLATE_SET_ID || id == OPTIONS_TEMPLATE_SET_ID {
+                return Verdict::Template;
+            }
+            if id < MIN_DATA_SET_ID {
+                return Verdict::Malformed;
+            }
+            if registered(id) {
+                return Verdict::Registered;
+            }
+            data_sets += 1;
+            pos += sl;
+        } else if pos < nl_end {
+            // An IPFIX message header inside the current netlink payload (`pos == msg_end`: set
+            // lengths never run past their message).
+            if nl_end - pos < IPFIX_HEADER_LEN + SET_HEADER_LEN {
+                // Trailing bytes too short for a message with a set (a payload that is too short
+                // as a whole was caught before the walk).
+                return Verdict::Malformed;
+            }
+            let (Some(v), Some(ml)) = (p.load2(pos), p.load2(pos + 2)) else {
+                return Verdict::Malformed;
+            };
+            if u16::from_be_bytes(v) != IPFIX_VERSION {
+                return Verdict::NotIpfix;
+            }
+            let ml = u16::from_be_bytes(ml) as u32;
+            if ml < IPFIX_HEADER_LEN + SET_HEADER_LEN || ml > nl_end - pos {
+                return Verdict::Malformed;
+            }
+            msg_end = pos + ml;
+            pos += IPFIX_HEADER_LEN;
+        } else {
+            // End of the current netlink message (or of the IPFIX payload).
+            if pos != nl_end {
+                return Verdict::Malformed;
+            }
+            if next_nl >= len {
+                return if data_sets > 0 {
+                    Verdict::Drop
+                } else {
+                    Verdict::Malformed
+                };
+            }
+            // Another nlmsghdr (Framing::Netlink only: in Ipfix framing next_nl == len).
+            pos = next_nl;
+            if len - pos < NLMSG_HDRLEN {
+                return if pos == 0 {
+                    Verdict::TooShort
+                } else {
+                    Verdict::Malformed
+                };
+            }
+            let (Some(l), Some(ty)) = (p.load4(pos), p.load2(pos + 4)) else {
+                return Verdict::Malformed;
+            };
+            let l = u32::from_ne_bytes(l);
+            if l < NLMSG_HDRLEN || l > len - pos {
+                return Verdict::Malformed;
+            }
+            if u16::from_ne_bytes(ty) < NLMSG_MIN_TYPE {
+                return Verdict::NotIpfix;
+            }
+            if l < NLMSG_HDRLEN + GENL_HDRLEN + IPFIX_HEADER_LEN + SET_HEADER_LEN {
+                return Verdict::TooShort;
+            }
+            nl_end = pos + l;
+            // 4-byte alignment (NLMSG_ALIGN); saturates near u32::MAX, which ends the walk.
+            next_nl = nl_end.saturating_add(3) & !3;
+            pos += NLMSG_HDRLEN + GENL_HDRLEN;
+            msg_end = pos;
+        }
+    }
+    // The bound is reached: done if the last header read ended the datagram / payload.
+    if pos == nl_end && next_nl >= len && data_sets > 0 {
+        Verdict::Drop
+    } else {
+        Verdict::Unwalked
+    }
+}

@@ -396,3 +396,9 @@ impl NetlinkSocket {
         Ok(info[SK_MEMINFO_DROPS] as u64)
     }
 }
+
+impl std::os::fd::AsFd for NetlinkSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.fd)
+    }
+}
