@@ -12,6 +12,8 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod parquet;
+pub mod paths;
 pub mod rate;
 pub mod sai;
 pub mod schema;

@@ -1,0 +1,266 @@
+//! [`ParquetSinkConfig`]: everything the Parquet sink can be told, with production defaults.
+
+use std::{path::PathBuf, time::Duration};
+
+use ::parquet::{
+    basic::{Compression as PqCompression, Encoding, ZstdLevel},
+    file::properties::{EnabledStatistics, WriterProperties, WriterVersion},
+};
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// What [`super::ParquetSink::submit`] does when the queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenFull {
+    /// Wait up to `block_timeout_ms` for room, then shed the batch (reason `queue_timeout`).
+    /// Costs: the calling decode thread stalls for at most the timeout, which backs the socket
+    /// buffer up; history is complete unless the disk is slower than the feed for longer.
+    Block,
+    /// Shed the batch at once (reason `queue_full`). Costs: history gets holes under overload;
+    /// decode never waits.
+    DropNewest,
+}
+
+/// Counter column encoding (the `ts` column always uses DELTA_BINARY_PACKED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CounterEncoding {
+    /// Bit-packed deltas: a rising counter costs only the bits of its per-interval increase.
+    DeltaBinaryPacked,
+    /// Bytes of each value split into streams: helps the compressor on noisy gauges.
+    ByteStreamSplit,
+    /// Plain little-endian u64, left to the compressor.
+    Plain,
+}
+
+impl CounterEncoding {
+    fn parquet(self) -> Encoding {
+        match self {
+            Self::DeltaBinaryPacked => Encoding::DELTA_BINARY_PACKED,
+            Self::ByteStreamSplit => Encoding::BYTE_STREAM_SPLIT,
+            Self::Plain => Encoding::PLAIN,
+        }
+    }
+}
+
+/// Page compression codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Codec {
+    /// zstd at `compression_level` (1..=22).
+    Zstd,
+    /// LZ4 (raw; `compression_level` ignored).
+    Lz4,
+    /// No compression.
+    None,
+}
+
+/// Writes counter batches under
+/// `dir/profile=<p>/group=<g>/date=<yyyy-mm-dd>/hour=<hh>/part-<first_ns>-<seq>.parquet`
+/// (see [`crate::paths`]), one file per session at a time, from its own thread.
+///
+/// Defaults are production values measured on the emulator's counters (store/PERSISTENCE.md);
+/// [`ParquetSinkConfig::for_test`] gives small, fast ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ParquetSinkConfig {
+    /// Root directory of the history (created if missing).
+    pub dir: PathBuf,
+    /// Batches the queue between the decoders and the writer holds.
+    pub queue_batches: usize,
+    /// What `submit` does when the queue is full.
+    pub when_full: WhenFull,
+    /// Longest `submit` waits for room with `when_full = "block"`, in ms.
+    pub block_timeout_ms: u64,
+    /// A file is published once its encoded size reaches this many bytes.
+    pub max_file_bytes: u64,
+    /// A file is published at the latest this many ms after it was opened. This bounds what a
+    /// SIGKILL or power loss can take (plus what sits in the queue).
+    pub flush_interval_ms: u64,
+    /// Rows (snapshots) per row group.
+    pub row_group_rows: usize,
+    /// Rows per data page.
+    pub page_rows: usize,
+    /// Encoding of the counter columns.
+    pub encoding: CounterEncoding,
+    /// Compression codec.
+    pub compression: Codec,
+    /// Compression level (zstd: 1..=22).
+    pub compression_level: i32,
+    /// Memory the sink may hold, in bytes: queued batches plus rows being encoded. When a batch
+    /// would exceed it, `submit` sheds it (reason `memory_budget`); when the writer's buffered row
+    /// groups exceed half of it, they are flushed early. The seed's sizing formula is
+    /// `cache × chunk × 8 B × objects × stats` ([`ParquetSinkConfig::seed_budget`]).
+    pub memory_budget_bytes: u64,
+    /// Delete the oldest files while the history is larger than this (0 = no limit).
+    pub retention_max_bytes: u64,
+    /// Delete files published longer ago than this many seconds (0 = no limit).
+    pub retention_max_age_s: u64,
+    /// After a write error (disk full, I/O error), wait this many ms before writing again;
+    /// batches arriving meanwhile are counted as not written.
+    pub retry_interval_ms: u64,
+    /// Switch identity written into every file; the host name when unset.
+    pub switch_name: Option<String>,
+}
+
+impl Default for ParquetSinkConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("/var/lib/stel"),
+            queue_batches: 1024,
+            when_full: WhenFull::Block,
+            block_timeout_ms: 50,
+            max_file_bytes: 256 << 20,
+            flush_interval_ms: 10_000,
+            row_group_rows: 16_384,
+            page_rows: 8_192,
+            encoding: CounterEncoding::DeltaBinaryPacked,
+            compression: Codec::Zstd,
+            compression_level: 1,
+            memory_budget_bytes: 1 << 30,
+            retention_max_bytes: 0,
+            retention_max_age_s: 0,
+            retry_interval_ms: 1_000,
+            switch_name: None,
+        }
+    }
+}
+
+impl ParquetSinkConfig {
+    /// Small and fast: for tests under `dir`.
+    pub fn for_test(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            queue_batches: 64,
+            block_timeout_ms: 5_000,
+            max_file_bytes: 4 << 20,
+            flush_interval_ms: 60_000,
+            row_group_rows: 1_024,
+            page_rows: 512,
+            memory_budget_bytes: 256 << 20,
+            retry_interval_ms: 50,
+            switch_name: Some("test-switch".into()),
+            ..Self::default()
+        }
+    }
+
+    /// The seed's memory formula: `cache` batches of `chunk` snapshots of `objects × stats`
+    /// 8-byte counters.
+    pub fn seed_budget(cache: u64, chunk: u64, objects: u64, stats: u64) -> u64 {
+        cache
+            .saturating_mul(chunk)
+            .saturating_mul(8)
+            .saturating_mul(objects)
+            .saturating_mul(stats)
+    }
+
+    /// Every problem with this config, in one go.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        if self.dir.as_os_str().is_empty() {
+            problems.push("dir is empty".to_string());
+        }
+        if self.queue_batches == 0 {
+            problems.push("queue_batches must be at least 1".into());
+        }
+        if self.row_group_rows == 0 {
+            problems.push("row_group_rows must be at least 1".into());
+        }
+        if self.page_rows == 0 {
+            problems.push("page_rows must be at least 1".into());
+        }
+        if self.max_file_bytes == 0 {
+            problems.push("max_file_bytes must be at least 1".into());
+        }
+        if self.flush_interval_ms == 0 {
+            problems.push("flush_interval_ms must be at least 1".into());
+        }
+        if self.memory_budget_bytes == 0 {
+            problems.push("memory_budget_bytes must be at least 1".into());
+        }
+        if self.compression == Codec::Zstd && ZstdLevel::try_new(self.compression_level).is_err() {
+            problems.push(format!(
+                "compression_level {} is not a zstd level (1..=22)",
+                self.compression_level
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    pub(crate) fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_interval_ms)
+    }
+
+    /// Parquet writer properties for counter files.
+    pub fn writer_properties(&self) -> WriterProperties {
+        let compression = match self.compression {
+            Codec::Zstd => {
+                PqCompression::ZSTD(ZstdLevel::try_new(self.compression_level).unwrap_or_default())
+            }
+            Codec::Lz4 => PqCompression::LZ4_RAW,
+            Codec::None => PqCompression::UNCOMPRESSED,
+        };
+        WriterProperties::builder()
+            .set_writer_version(WriterVersion::PARQUET_2_0)
+            .set_dictionary_enabled(false)
+            .set_encoding(self.encoding.parquet())
+            .set_column_encoding(
+                crate::schema::TS_COLUMN.into(),
+                Encoding::DELTA_BINARY_PACKED,
+            )
+            .set_compression(compression)
+            .set_max_row_group_row_count(Some(self.row_group_rows))
+            .set_data_page_row_count_limit(self.page_rows)
+            .set_write_batch_size(self.page_rows.min(8_192))
+            // Chunk min/max let readers prune row groups by time and value; page-level
+            // statistics and indexes cost a lot per column × page for little more.
+            .set_statistics_enabled(EnabledStatistics::Chunk)
+            .set_offset_index_disabled(true)
+            .set_created_by(concat!("stel ", env!("CARGO_PKG_VERSION")).to_string())
+            .build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_rejected_and_defaults_filled() {
+        let c: ParquetSinkConfig =
+            serde_json::from_str(r#"{"dir":"/d","when_full":"drop_newest"}"#).unwrap();
+        assert_eq!(c.when_full, WhenFull::DropNewest);
+        assert_eq!(
+            c.row_group_rows,
+            ParquetSinkConfig::default().row_group_rows
+        );
+        let e = serde_json::from_str::<ParquetSinkConfig>(r#"{"dirr":"/d"}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `dirr`"), "{e}");
+    }
+
+    #[test]
+    fn validation_lists_every_problem() {
+        let c = ParquetSinkConfig {
+            queue_batches: 0,
+            compression_level: 40,
+            ..ParquetSinkConfig::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.problems.len(), 2, "{e}");
+        assert!(e.to_string().contains("compression_level 40"), "{e}");
+        ParquetSinkConfig::default().validate().unwrap();
+        ParquetSinkConfig::for_test("/tmp/x").validate().unwrap();
+    }
+
+    #[test]
+    fn seed_budget_formula() {
+        // 4 cached chunks of 128 snapshots of 64 ports × 30 stats.
+        assert_eq!(ParquetSinkConfig::seed_budget(4, 128, 64, 30), 7_864_320);
+    }
+}

@@ -1,0 +1,795 @@
+//! The writer thread's state: one open part per session, atomic publish, recovery, retention.
+//!
+//! Lives entirely on the sink's thread; nothing here is shared except the counters.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fs::{self, File},
+    io::{self, BufWriter},
+    path::{Path, PathBuf},
+    sync::{atomic::Ordering::Relaxed, Arc},
+    time::{Duration, Instant, SystemTime},
+};
+
+use ::parquet::{
+    arrow::ArrowWriter,
+    file::{
+        metadata::{KeyValue, ParquetMetaDataReader},
+        properties::WriterProperties,
+    },
+};
+use arrow_array::{Array, RecordBatch};
+use serde::Serialize;
+
+use super::{keys, sink::Counters, ParquetSinkConfig};
+use crate::{
+    batch::CounterBatch,
+    paths::{classify, LayoutEntry, PartName, PartPaths, SessionDir, UtcHour},
+    schema::SessionSchema,
+};
+
+/// What the sink found under its root at start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecoveryReport {
+    /// Published parts found (they count towards retention).
+    pub published_files: u64,
+    pub published_bytes: u64,
+    /// Temporary parts left by a writer that was killed (removed).
+    pub stale_temp_files: u64,
+    pub stale_temp_bytes: u64,
+    /// Published parts whose footer could not be read (left in place, logged).
+    pub unreadable_files: u64,
+    /// Per session, sorted by (profile, group).
+    pub sessions: Vec<SessionRecovery>,
+}
+
+/// One session's state at start: where its durable history ends and what was lost.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SessionRecovery {
+    pub profile: String,
+    pub group: String,
+    /// Last timestamp in the newest published part (`stel.last_ns`), if any.
+    pub last_durable_ns: Option<i64>,
+    /// Temporary parts removed for this session.
+    pub stale_temp_files: u64,
+    pub stale_temp_bytes: u64,
+    /// First timestamp of the oldest removed temporary part: rows from here until the previous
+    /// run stopped were never published. `None` when no temporary part was left (the loss, if
+    /// any, was only what sat in the queue: it starts after `last_durable_ns`).
+    pub lost_from_ns: Option<i64>,
+}
+
+/// Why an open part was published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rotation {
+    /// The session's schema (templates, generation) changed.
+    Schema,
+    /// The next rows belong to another hour partition.
+    Hour,
+    /// The part reached `max_file_bytes`.
+    Size,
+    /// The part is `flush_interval_ms` old.
+    Age,
+    /// The sink is shutting down.
+    Shutdown,
+}
+
+/// Logs at most once per `every`, counting what it suppressed.
+#[derive(Debug)]
+pub(crate) struct LogLimiter {
+    every: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    pub(crate) fn new(every: Duration) -> Self {
+        Self {
+            every,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(suppressed since the last log)` when this one may log.
+    pub(crate) fn allow(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|l| now.duration_since(l) < self.every)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+struct OpenPart {
+    paths: PartPaths,
+    schema: Arc<SessionSchema>,
+    writer: ArrowWriter<BufWriter<File>>,
+    opened: Instant,
+    hour_start_ns: i64,
+    hour_end_ns: i64,
+    first_ns: i64,
+    last_ns: i64,
+    rows: u64,
+    samples: u64,
+    missing: u64,
+}
+
+impl std::fmt::Debug for OpenPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenPart")
+            .field("paths", &self.paths)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct FileInfo {
+    bytes: u64,
+    published: SystemTime,
+}
+
+/// Why writing stopped for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blocked {
+    DiskFull,
+    IoError,
+}
+
+/// The writer thread's state.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    cfg: ParquetSinkConfig,
+    props: WriterProperties,
+    switch: String,
+    c: Arc<Counters>,
+    parts: HashMap<(String, String), OpenPart>,
+    seq: u32,
+    /// Published files by (first_ns, path): the retention order, oldest first.
+    files: BTreeMap<(u64, PathBuf), FileInfo>,
+    history_bytes: u64,
+    blocked: Option<(Blocked, Instant)>,
+    /// An error episode is open until a part is published again.
+    in_episode: bool,
+    last_retention_scan: Instant,
+    log_err: LogLimiter,
+    log_drop: LogLimiter,
+}
+
+/// The io::Error inside a parquet/arrow error chain, if any.
+fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return Some(io.kind());
+        }
+        cur = e.source();
+    }
+    None
+}
+
+fn is_disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
+    io_kind(e) == Some(io::ErrorKind::StorageFull)
+        || io_kind(e) == Some(io::ErrorKind::QuotaExceeded)
+        || e.to_string().contains("No space left on device")
+}
+
+/// Host name for the `stel.switch` key when the config does not name the switch.
+pub(crate) fn host_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|p| fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Footer key-value metadata that does not change while a part is open.
+fn static_kv(schema: &SessionSchema, switch: &str) -> Vec<KeyValue> {
+    let mut objects = BTreeMap::new();
+    let mut sai = BTreeMap::new();
+    for c in &schema.columns {
+        objects.insert(c.label.to_string(), c.object.clone());
+        sai.insert(c.key.short_name(), c.key.full_name());
+    }
+    let json = |m: &BTreeMap<String, String>| serde_json::to_string(m).unwrap_or_default();
+    let kv = |k: &str, v: String| KeyValue::new(k.to_string(), v);
+    vec![
+        kv(keys::PROFILE, schema.profile.clone()),
+        kv(keys::GROUP, schema.group.clone()),
+        kv(keys::DOMAIN, schema.domain.to_string()),
+        kv(
+            keys::TEMPLATE_IDS,
+            schema
+                .template_ids
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        kv(keys::GENERATION, schema.generation.to_string()),
+        kv(keys::VERSION, env!("CARGO_PKG_VERSION").to_string()),
+        kv(keys::SWITCH, switch.to_string()),
+        kv(keys::OBJECTS, json(&objects)),
+        kv(keys::SAI_NAMES, json(&sai)),
+    ]
+}
+
+/// Reads `key` from a Parquet file's footer.
+pub fn read_footer_kv(path: &Path, key: &str) -> Result<Option<String>, String> {
+    let f = File::open(path).map_err(|e| e.to_string())?;
+    let md = ParquetMetaDataReader::new()
+        .parse_and_finish(&f)
+        .map_err(|e| e.to_string())?;
+    Ok(md
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kvs| kvs.iter().find(|kv| kv.key == key))
+        .and_then(|kv| kv.value.clone()))
+}
+
+impl Writer {
+    pub(crate) fn new(cfg: ParquetSinkConfig, c: Arc<Counters>) -> Self {
+        let switch = cfg.switch_name.clone().unwrap_or_else(host_name);
+        Self {
+            props: cfg.writer_properties(),
+            cfg,
+            switch,
+            c,
+            parts: HashMap::new(),
+            seq: 0,
+            files: BTreeMap::new(),
+            history_bytes: 0,
+            blocked: None,
+            in_episode: false,
+            last_retention_scan: Instant::now(),
+            log_err: LogLimiter::new(Duration::from_secs(10)),
+            log_drop: LogLimiter::new(Duration::from_secs(10)),
+        }
+    }
+
+    /// Walks the root: removes stale temporary parts, indexes published ones for retention and
+    /// reads where each session's durable history ends. Errors reading single entries are
+    /// logged and counted, never fatal.
+    pub(crate) fn recover(&mut self) -> RecoveryReport {
+        let root = self.cfg.dir.clone();
+        let mut report = RecoveryReport::default();
+        let mut sessions: BTreeMap<
+            (String, String),
+            (SessionRecovery, Option<(PartName, PathBuf)>),
+        > = BTreeMap::new();
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "Cannot list history directory.");
+                    continue;
+                }
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Ok(ft) = entry.file_type() else { continue };
+                if ft.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let Ok(md) = entry.metadata() else { continue };
+                match classify(&root, &path) {
+                    LayoutEntry::Temp {
+                        profile,
+                        group,
+                        name,
+                    } => {
+                        let s = &mut sessions
+                            .entry((profile.clone(), group.clone()))
+                            .or_insert_with(|| {
+                                (
+                                    SessionRecovery {
+                                        profile,
+                                        group,
+                                        ..Default::default()
+                                    },
+                                    None,
+                                )
+                            })
+                            .0;
+                        match fs::remove_file(&path) {
+                            Ok(()) => {
+                                s.stale_temp_files += 1;
+                                s.stale_temp_bytes += md.len();
+                                let first = name.first_ns as i64;
+                                s.lost_from_ns =
+                                    Some(s.lost_from_ns.map_or(first, |f| f.min(first)));
+                                report.stale_temp_files += 1;
+                                report.stale_temp_bytes += md.len();
+                            }
+                            Err(e) => {
+                                tracing::warn!(path = %path.display(), error = %e, "Cannot remove stale temporary part.");
+                            }
+                        }
+                    }
+                    LayoutEntry::Part {
+                        profile,
+                        group,
+                        name,
+                    } => {
+                        report.published_files += 1;
+                        report.published_bytes += md.len();
+                        self.history_bytes += md.len();
+                        self.files.insert(
+                            (name.first_ns, path.clone()),
+                            FileInfo {
+                                bytes: md.len(),
+                                published: md.modified().unwrap_or_else(|_| SystemTime::now()),
+                            },
+                        );
+                        let e = sessions
+                            .entry((profile.clone(), group.clone()))
+                            .or_insert_with(|| {
+                                (
+                                    SessionRecovery {
+                                        profile,
+                                        group,
+                                        ..Default::default()
+                                    },
+                                    None,
+                                )
+                            });
+                        if e.1.as_ref().is_none_or(|(n, _)| name > *n) {
+                            e.1 = Some((name, path));
+                        }
+                    }
+                    LayoutEntry::Other => {}
+                }
+            }
+        }
+        for (_, (mut s, newest)) in sessions {
+            if let Some((_, path)) = newest {
+                match read_footer_kv(&path, keys::LAST_NS) {
+                    Ok(v) => s.last_durable_ns = v.and_then(|v| v.parse().ok()),
+                    Err(e) => {
+                        report.unreadable_files += 1;
+                        tracing::warn!(path = %path.display(), error = %e, "Cannot read the footer of a published part.");
+                    }
+                }
+            }
+            report.sessions.push(s);
+        }
+        self.c
+            .stale_temp_files_removed
+            .store(report.stale_temp_files, Relaxed);
+        self.c
+            .stale_temp_bytes_removed
+            .store(report.stale_temp_bytes, Relaxed);
+        self.c.history_bytes.store(self.history_bytes, Relaxed);
+        self.enforce_retention(true);
+        report
+    }
+
+    /// Writes one batch: split at hour boundaries, each piece into its session's open part.
+    pub(crate) fn write_batch(&mut self, batch: &CounterBatch) {
+        let rows = batch.rows();
+        if rows == 0 {
+            return;
+        }
+        let samples = batch.samples() as u64;
+        if let Some((why, until)) = self.blocked {
+            if Instant::now() < until {
+                self.count_lost(why, samples);
+                if let Some(n) = self.log_drop.allow() {
+                    tracing::warn!(
+                        samples,
+                        suppressed = n,
+                        reason = ?why,
+                        "Parquet writes paused after a write error; batch not written."
+                    );
+                }
+                return;
+            }
+            self.blocked = None;
+        }
+        let wide = match batch.to_wide() {
+            Ok(w) => w,
+            Err(e) => {
+                self.c.encode_errors.fetch_add(1, Relaxed);
+                self.c.lost_encode_samples.fetch_add(samples, Relaxed);
+                if let Some(n) = self.log_err.allow() {
+                    tracing::error!(error = %e, suppressed = n, "Cannot build the wide batch; batch not written.");
+                }
+                return;
+            }
+        };
+        let width = batch.schema.width() as u64;
+        let mut start = 0;
+        let mut ok = true;
+        while start < rows {
+            let t0 = batch.ts[start];
+            let h0 = UtcHour::next_start_ns(t0);
+            let lo = h0 - 3_600_000_000_000;
+            let mut end = start + 1;
+            while end < rows && batch.ts[end] >= lo && batch.ts[end] < h0 {
+                end += 1;
+            }
+            let piece = wide.slice(start, end - start);
+            let first = t0;
+            let last = batch.ts[start..end].iter().copied().max().unwrap_or(t0);
+            ok &= self.write_piece(&batch.schema, &piece, first, last, width);
+            start = end;
+        }
+        if ok {
+            self.c.batches_written.fetch_add(1, Relaxed);
+        }
+        self.update_memory();
+    }
+
+    fn count_lost(&self, why: Blocked, samples: u64) {
+        match why {
+            Blocked::DiskFull => self.c.lost_disk_full_samples.fetch_add(samples, Relaxed),
+            Blocked::IoError => self.c.lost_write_error_samples.fetch_add(samples, Relaxed),
+        };
+    }
+
+    fn update_memory(&self) {
+        let mem: usize = self.parts.values().map(|p| p.writer.memory_size()).sum();
+        self.c.writer_bytes.store(mem as u64, Relaxed);
+        self.c.writer_bytes_peak.fetch_max(mem as u64, Relaxed);
+    }
+
+    /// Returns false when the piece was not written (counted as lost).
+    fn write_piece(
+        &mut self,
+        schema: &Arc<SessionSchema>,
+        piece: &RecordBatch,
+        first: i64,
+        last: i64,
+        width: u64,
+    ) -> bool {
+        let key = (schema.profile.clone(), schema.group.clone());
+        let rows = piece.num_rows() as u64;
+        let samples = rows * width;
+        if let Some(p) = self.parts.get(&key) {
+            let rotation = if !Arc::ptr_eq(&p.schema, schema) && *p.schema != **schema {
+                Some(Rotation::Schema)
+            } else if first < p.hour_start_ns || first >= p.hour_end_ns {
+                Some(Rotation::Hour)
+            } else {
+                None
+            };
+            if let Some(r) = rotation {
+                self.publish(&key, r);
+            }
+        }
+        if !self.parts.contains_key(&key) {
+            match self.open_part(schema, first) {
+                Ok(p) => {
+                    self.parts.insert(key.clone(), p);
+                }
+                Err(e) => {
+                    self.failed(None, samples, e.as_ref(), "open");
+                    return false;
+                }
+            }
+        }
+        let Some(p) = self.parts.get_mut(&key) else {
+            return false;
+        };
+        if let Err(e) = p.writer.write(piece) {
+            let p = self.parts.remove(&key);
+            self.failed(p, samples, &e, "write");
+            return false;
+        }
+        p.rows += rows;
+        p.samples += samples;
+        p.missing += piece
+            .columns()
+            .iter()
+            .map(|c| c.null_count() as u64)
+            .sum::<u64>();
+        p.first_ns = p.first_ns.min(first);
+        p.last_ns = p.last_ns.max(last);
+        // Memory budget: the writer may hold at most half of it in buffered row groups.
+        let budget_half = (self.cfg.memory_budget_bytes / 2) as usize;
+        if p.writer.memory_size() > budget_half {
+            self.c.budget_row_group_flushes.fetch_add(1, Relaxed);
+            if let Err(e) = p.writer.flush() {
+                let p = self.parts.remove(&key);
+                self.failed(p, 0, &e, "flush");
+                return false;
+            }
+        }
+        let size = (p.writer.bytes_written() + p.writer.in_progress_size()) as u64;
+        if size >= self.cfg.max_file_bytes {
+            self.publish(&key, Rotation::Size);
+        }
+        true
+    }
+
+    fn open_part(
+        &mut self,
+        schema: &Arc<SessionSchema>,
+        first_ns: i64,
+    ) -> Result<OpenPart, Box<dyn std::error::Error + Send + Sync>> {
+        let partition =
+            SessionDir::new(&self.cfg.dir, &schema.profile, &schema.group).partition(first_ns);
+        fs::create_dir_all(partition.as_path())?;
+        let (paths, file) = loop {
+            let paths = partition.part(PartName::new(first_ns, self.seq));
+            self.seq = (self.seq + 1) % (crate::paths::MAX_SEQ + 1);
+            if paths.published.exists() {
+                continue;
+            }
+            match File::create_new(&paths.temp) {
+                Ok(f) => break (paths, f),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let props = self
+            .props
+            .clone()
+            .into_builder()
+            .set_key_value_metadata(Some(static_kv(schema, &self.switch)))
+            .build();
+        let writer = match ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            schema.wide_arrow_schema(),
+            Some(props),
+        ) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = fs::remove_file(&paths.temp);
+                return Err(e.into());
+            }
+        };
+        let hour_end_ns = UtcHour::next_start_ns(first_ns);
+        Ok(OpenPart {
+            paths,
+            schema: Arc::clone(schema),
+            writer,
+            opened: Instant::now(),
+            hour_start_ns: hour_end_ns - 3_600_000_000_000,
+            hour_end_ns,
+            first_ns,
+            last_ns: first_ns,
+            rows: 0,
+            samples: 0,
+            missing: 0,
+        })
+    }
+
+    /// A write/open/publish failed: abandon the part (its samples are lost), pause writing for
+    /// `retry_interval_ms`, count and log.
+    fn failed(
+        &mut self,
+        part: Option<OpenPart>,
+        extra_samples: u64,
+        e: &(dyn std::error::Error + 'static),
+        stage: &'static str,
+    ) {
+        let disk_full = is_disk_full(e);
+        let why = if disk_full {
+            Blocked::DiskFull
+        } else {
+            Blocked::IoError
+        };
+        let mut lost = extra_samples;
+        let mut path = None;
+        if let Some(p) = part {
+            lost += p.samples;
+            drop(p.writer);
+            let _ = fs::remove_file(&p.paths.temp);
+            path = Some(p.paths.temp);
+        }
+        self.count_lost(why, lost);
+        self.c.write_errors.fetch_add(1, Relaxed);
+        if disk_full {
+            self.c.disk_full_errors.fetch_add(1, Relaxed);
+        }
+        if !self.in_episode {
+            self.in_episode = true;
+            if disk_full {
+                self.c.disk_full_episodes.fetch_add(1, Relaxed);
+            } else {
+                self.c.io_error_episodes.fetch_add(1, Relaxed);
+            }
+        }
+        self.blocked = Some((
+            why,
+            Instant::now() + Duration::from_millis(self.cfg.retry_interval_ms),
+        ));
+        if let Some(n) = self.log_err.allow() {
+            tracing::error!(
+                stage,
+                disk_full,
+                lost_samples = lost,
+                path = ?path,
+                error = %e,
+                suppressed = n,
+                "Parquet write failed; samples not written, retrying after the retry interval."
+            );
+        }
+        // Free the space an abandoned part held at once; if retention can help, let it.
+        if disk_full {
+            self.enforce_retention(false);
+        }
+    }
+
+    /// Closes, fsyncs and publishes the session's open part.
+    fn publish(&mut self, key: &(String, String), why: Rotation) {
+        let Some(mut p) = self.parts.remove(key) else {
+            return;
+        };
+        let kv = |k: &str, v: String| KeyValue::new(k.to_string(), v);
+        p.writer
+            .append_key_value_metadata(kv(keys::FIRST_NS, p.first_ns.to_string()));
+        p.writer
+            .append_key_value_metadata(kv(keys::LAST_NS, p.last_ns.to_string()));
+        p.writer
+            .append_key_value_metadata(kv(keys::ROWS, p.rows.to_string()));
+        p.writer
+            .append_key_value_metadata(kv(keys::SAMPLES, p.samples.to_string()));
+        p.writer
+            .append_key_value_metadata(kv(keys::MISSING_SAMPLES, p.missing.to_string()));
+        let (paths, rows, samples, missing) = (p.paths.clone(), p.rows, p.samples, p.missing);
+        let result = (|| -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+            let buf = p.writer.into_inner()?;
+            let file = buf.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            let bytes = file.metadata()?.len();
+            drop(file);
+            fs::rename(&paths.temp, &paths.published)?;
+            if let Some(dir) = paths.published.parent() {
+                fsync_dir(dir)?;
+            }
+            Ok(bytes)
+        })();
+        match result {
+            Ok(bytes) => {
+                let c = &self.c;
+                c.files_published.fetch_add(1, Relaxed);
+                c.bytes_published.fetch_add(bytes, Relaxed);
+                c.rows_written.fetch_add(rows, Relaxed);
+                c.samples_written.fetch_add(samples, Relaxed);
+                c.missing_samples_written.fetch_add(missing, Relaxed);
+                match why {
+                    Rotation::Schema => c.rotations_schema.fetch_add(1, Relaxed),
+                    Rotation::Hour => c.rotations_hour.fetch_add(1, Relaxed),
+                    Rotation::Size => c.rotations_size.fetch_add(1, Relaxed),
+                    Rotation::Age => c.rotations_age.fetch_add(1, Relaxed),
+                    Rotation::Shutdown => 0,
+                };
+                if self.in_episode {
+                    self.in_episode = false;
+                    c.recoveries.fetch_add(1, Relaxed);
+                    tracing::info!(path = %paths.published.display(), "Parquet writes recovered.");
+                }
+                tracing::debug!(path = %paths.published.display(), rows, bytes, reason = ?why, "Published a Parquet part.");
+                self.history_bytes += bytes;
+                self.files.insert(
+                    (paths.name.first_ns, paths.published.clone()),
+                    FileInfo {
+                        bytes,
+                        published: SystemTime::now(),
+                    },
+                );
+                self.c.history_bytes.store(self.history_bytes, Relaxed);
+                self.enforce_retention(false);
+            }
+            Err(e) => {
+                // The part is gone with its temp file: its samples are the loss.
+                let _ = fs::remove_file(&paths.temp);
+                self.failed(None, samples, e.as_ref(), "publish");
+            }
+        }
+        self.update_memory();
+    }
+
+    /// Periodic work: publish parts older than the flush interval, age-based retention.
+    pub(crate) fn tick(&mut self) {
+        let now = Instant::now();
+        let max_age = self.cfg.flush_interval();
+        let due: Vec<(String, String)> = self
+            .parts
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.opened) >= max_age)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            self.publish(&k, Rotation::Age);
+        }
+        if now.duration_since(self.last_retention_scan) >= Duration::from_secs(1) {
+            self.last_retention_scan = now;
+            self.enforce_retention(true);
+        }
+    }
+
+    /// How long the writer thread may sleep before [`Writer::tick`] has work.
+    pub(crate) fn next_deadline(&self) -> Duration {
+        let now = Instant::now();
+        let max_age = self.cfg.flush_interval();
+        self.parts
+            .values()
+            .map(|p| (p.opened + max_age).saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1))
+    }
+
+    /// Publishes every open part.
+    pub(crate) fn close_all(&mut self) {
+        let keys: Vec<_> = self.parts.keys().cloned().collect();
+        for k in keys {
+            self.publish(&k, Rotation::Shutdown);
+        }
+    }
+
+    /// Deletes the oldest published files while over `retention_max_bytes`, and (when `age`)
+    /// files published longer than `retention_max_age_s` ago.
+    fn enforce_retention(&mut self, age: bool) {
+        let mut doomed = Vec::new();
+        if self.cfg.retention_max_bytes > 0 {
+            let mut total = self.history_bytes;
+            for (k, info) in &self.files {
+                if total <= self.cfg.retention_max_bytes {
+                    break;
+                }
+                total -= info.bytes;
+                doomed.push(k.clone());
+            }
+        }
+        if age && self.cfg.retention_max_age_s > 0 {
+            let limit = Duration::from_secs(self.cfg.retention_max_age_s);
+            let now = SystemTime::now();
+            for (k, info) in &self.files {
+                if now.duration_since(info.published).unwrap_or_default() > limit
+                    && !doomed.contains(k)
+                {
+                    doomed.push(k.clone());
+                }
+            }
+        }
+        for k in doomed {
+            let Some(info) = self.files.remove(&k) else {
+                continue;
+            };
+            match fs::remove_file(&k.1) {
+                Ok(()) => {
+                    self.history_bytes -= info.bytes;
+                    self.c.retention_files_deleted.fetch_add(1, Relaxed);
+                    self.c
+                        .retention_bytes_deleted
+                        .fetch_add(info.bytes, Relaxed);
+                    // Drop the hour and date directories once empty; ignore "not empty".
+                    let hour = k.1.parent();
+                    if let Some(h) = hour {
+                        if fs::remove_dir(h).is_ok() {
+                            if let Some(d) = h.parent() {
+                                let _ = fs::remove_dir(d);
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.history_bytes -= info.bytes;
+                }
+                Err(e) => {
+                    self.c.retention_errors.fetch_add(1, Relaxed);
+                    tracing::warn!(path = %k.1.display(), error = %e, "Cannot delete a file for retention.");
+                    self.files.insert(k, info);
+                }
+            }
+        }
+        self.c.history_bytes.store(self.history_bytes, Relaxed);
+    }
+}

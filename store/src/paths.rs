@@ -1,0 +1,409 @@
+//! The on-disk layout of the Parquet history: the only place that formats (or parses) a path.
+//!
+//! ```text
+//! <root>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/part-<first_ns:020>-<seq:06>.parquet
+//! <root>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/.part-<first_ns:020>-<seq:06>.parquet.tmp
+//! ```
+//!
+//! * Partition values follow Hive's `key=value` convention, so DuckDB (`hive_partitioning`),
+//!   pyarrow (`partitioning="hive"`), Spark and DataFusion see `profile`, `group`, `date` and
+//!   `hour` as columns and prune on them.
+//! * `date`/`hour` are UTC and come from the **first** timestamp of the file; the sink splits
+//!   batches at hour boundaries, so every row of a file lies in its partition's hour.
+//! * `first_ns` is zero-padded to 20 digits (the width of `u64::MAX`) and `seq` to 6, so a
+//!   lexical listing of a partition is time order, oldest first.
+//! * Files being written are hidden: a leading dot and a `.tmp` suffix, in the same directory as
+//!   the final file (so the publishing `rename` never crosses a filesystem). DuckDB, pyarrow and
+//!   DataFusion all skip names starting with `.` or `_` when they list a directory.
+//! * Profile and group values are escaped with [`escape_value`]: every byte outside
+//!   `[A-Za-z0-9_-]` becomes `%XX` (upper-case hex), so a value can never contain `/`, be `..`,
+//!   start with a dot or contain `=`. pyarrow's Hive partitioning (`segment_encoding="uri"`, its
+//!   default) and DuckDB decode the escapes back.
+
+use std::path::{Path, PathBuf};
+
+/// The Hive value written for an empty profile or group (Hive's own spelling).
+pub const EMPTY_VALUE: &str = "__HIVE_DEFAULT_PARTITION__";
+
+const NS_PER_HOUR: i64 = 3_600_000_000_000;
+
+/// Escapes a partition value: keeps `[A-Za-z0-9_-]`, percent-encodes every other byte of its
+/// UTF-8 form as `%XX`. An empty value becomes [`EMPTY_VALUE`].
+pub fn escape_value(v: &str) -> String {
+    if v.is_empty() {
+        return EMPTY_VALUE.to_string();
+    }
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// Reverses [`escape_value`]. `None` for a malformed escape or non-UTF-8 result.
+pub fn unescape_value(v: &str) -> Option<String> {
+    if v == EMPTY_VALUE {
+        return Some(String::new());
+    }
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = v.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A UTC civil hour: the `date=`/`hour=` partition of a timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UtcHour {
+    pub year: i32,
+    pub month: u32,
+    pub day: u32,
+    pub hour: u32,
+}
+
+impl UtcHour {
+    /// The hour containing `ts_ns` (ns since the Unix epoch; negative values are before 1970).
+    pub fn of_ns(ts_ns: i64) -> Self {
+        let hours = ts_ns.div_euclid(NS_PER_HOUR);
+        let days = hours.div_euclid(24);
+        let hour = hours.rem_euclid(24) as u32;
+        let (year, month, day) = civil_from_days(days);
+        Self {
+            year,
+            month,
+            day,
+            hour,
+        }
+    }
+
+    /// First ns of the next hour: where the sink splits a batch that crosses it.
+    pub fn next_start_ns(ts_ns: i64) -> i64 {
+        (ts_ns.div_euclid(NS_PER_HOUR) + 1).saturating_mul(NS_PER_HOUR)
+    }
+
+    /// `date=YYYY-MM-DD`
+    pub fn date_segment(&self) -> String {
+        format!("date={:04}-{:02}-{:02}", self.year, self.month, self.day)
+    }
+
+    /// `hour=HH`
+    pub fn hour_segment(&self) -> String {
+        format!("hour={:02}", self.hour)
+    }
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i32, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    ((if m <= 2 { y + 1 } else { y }) as i32, m, d)
+}
+
+/// One session's directory: `<root>/profile=<p>/group=<g>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionDir(PathBuf);
+
+impl SessionDir {
+    pub fn new(root: &Path, profile: &str, group: &str) -> Self {
+        Self(
+            root.join(format!("profile={}", escape_value(profile)))
+                .join(format!("group={}", escape_value(group))),
+        )
+    }
+
+    pub fn as_path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The hour partition holding `ts_ns`.
+    pub fn partition(&self, ts_ns: i64) -> PartitionDir {
+        let h = UtcHour::of_ns(ts_ns);
+        PartitionDir(self.0.join(h.date_segment()).join(h.hour_segment()))
+    }
+}
+
+/// An hour partition: `<session dir>/date=YYYY-MM-DD/hour=HH`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PartitionDir(PathBuf);
+
+impl PartitionDir {
+    pub fn as_path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The final and temporary paths of part `name` in this partition.
+    pub fn part(&self, name: PartName) -> PartPaths {
+        PartPaths {
+            published: self.0.join(name.file_name()),
+            temp: self.0.join(name.temp_file_name()),
+            name,
+        }
+    }
+}
+
+/// The name of one Parquet part: first timestamp and a sequence number that tells apart parts
+/// starting at the same ns (a schema change mid-batch, a restart replaying the same time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartName {
+    /// First timestamp (ns since the epoch). Negative timestamps are written as 0.
+    pub first_ns: u64,
+    /// 0..=999_999; wraps.
+    pub seq: u32,
+}
+
+/// Largest `seq` (6 digits).
+pub const MAX_SEQ: u32 = 999_999;
+
+impl PartName {
+    pub fn new(first_ns: i64, seq: u32) -> Self {
+        Self {
+            first_ns: first_ns.max(0) as u64,
+            seq: seq % (MAX_SEQ + 1),
+        }
+    }
+
+    /// `part-<first_ns:020>-<seq:06>.parquet`
+    pub fn file_name(&self) -> String {
+        format!("part-{:020}-{:06}.parquet", self.first_ns, self.seq)
+    }
+
+    /// `.part-<first_ns:020>-<seq:06>.parquet.tmp`
+    pub fn temp_file_name(&self) -> String {
+        format!(".{}.tmp", self.file_name())
+    }
+
+    /// Parses a published name (`part-….parquet`).
+    pub fn parse(file_name: &str) -> Option<Self> {
+        let rest = file_name.strip_prefix("part-")?.strip_suffix(".parquet")?;
+        let (ns, seq) = rest.split_once('-')?;
+        if ns.len() != 20 || seq.len() != 6 {
+            return None;
+        }
+        if !ns.bytes().chain(seq.bytes()).all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(Self {
+            first_ns: ns.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+
+    /// Parses a temporary name (`.part-….parquet.tmp`).
+    pub fn parse_temp(file_name: &str) -> Option<Self> {
+        Self::parse(file_name.strip_prefix('.')?.strip_suffix(".tmp")?)
+    }
+}
+
+/// Where a part is written (`temp`) and where it is published (`published`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartPaths {
+    pub name: PartName,
+    pub temp: PathBuf,
+    pub published: PathBuf,
+}
+
+/// What a path under the root is, as far as the layout is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayoutEntry {
+    /// A published part.
+    Part {
+        profile: String,
+        group: String,
+        name: PartName,
+    },
+    /// A temporary part left by a writer that did not finish.
+    Temp {
+        profile: String,
+        group: String,
+        name: PartName,
+    },
+    /// Anything else (not ours; never touched).
+    Other,
+}
+
+/// Classifies `path` (a file under `root`): a published part, a stale temporary part or other.
+pub fn classify(root: &Path, path: &Path) -> LayoutEntry {
+    let Ok(rel) = path.strip_prefix(root) else {
+        return LayoutEntry::Other;
+    };
+    let parts: Vec<&str> = rel.iter().filter_map(|s| s.to_str()).collect();
+    let [p, g, d, h, file] = parts.as_slice() else {
+        return LayoutEntry::Other;
+    };
+    let (Some(p), Some(g)) = (p.strip_prefix("profile="), g.strip_prefix("group=")) else {
+        return LayoutEntry::Other;
+    };
+    if !d.starts_with("date=") || !h.starts_with("hour=") {
+        return LayoutEntry::Other;
+    }
+    let (Some(profile), Some(group)) = (unescape_value(p), unescape_value(g)) else {
+        return LayoutEntry::Other;
+    };
+    if let Some(name) = PartName::parse(file) {
+        LayoutEntry::Part {
+            profile,
+            group,
+            name,
+        }
+    } else if let Some(name) = PartName::parse_temp(file) {
+        LayoutEntry::Temp {
+            profile,
+            group,
+            name,
+        }
+    } else {
+        LayoutEntry::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: i64 = 1_700_000_000_123_456_789; // 2023-11-14T22:13:20.123456789Z
+
+    #[test]
+    fn part_paths_exact() {
+        let s = SessionDir::new(Path::new("/var/lib/stel"), "stel_demo", "PORT");
+        let p = s.partition(T).part(PartName::new(T, 7));
+        assert_eq!(
+            p.published.to_str().unwrap(),
+            "/var/lib/stel/profile=stel_demo/group=PORT/date=2023-11-14/hour=22/\
+             part-01700000000123456789-000007.parquet"
+        );
+        assert_eq!(
+            p.temp.to_str().unwrap(),
+            "/var/lib/stel/profile=stel_demo/group=PORT/date=2023-11-14/hour=22/\
+             .part-01700000000123456789-000007.parquet.tmp"
+        );
+    }
+
+    #[test]
+    fn names_sort_in_time_order_and_parse_back() {
+        let a = PartName::new(999, 1).file_name();
+        let b = PartName::new(1000, 0).file_name();
+        assert_eq!(a, "part-00000000000000000999-000001.parquet");
+        assert!(a < b);
+        assert_eq!(PartName::parse(&b), Some(PartName::new(1000, 0)));
+        assert_eq!(
+            PartName::parse_temp(&PartName::new(5, 2).temp_file_name()),
+            Some(PartName::new(5, 2))
+        );
+        assert_eq!(PartName::parse("part-1-2.parquet"), None);
+        assert_eq!(
+            PartName::parse(".part-00000000000000000999-000001.parquet.tmp"),
+            None
+        );
+        assert_eq!(PartName::new(-5, 1_000_001), PartName::new(0, 1));
+        assert_eq!(
+            PartName::new(i64::MAX, MAX_SEQ).file_name(),
+            "part-09223372036854775807-999999.parquet"
+        );
+    }
+
+    #[test]
+    fn escaping_is_safe_and_reversible() {
+        for (raw, esc) in [
+            ("stel_demo", "stel_demo"),
+            ("..", "%2E%2E"),
+            ("a/b", "a%2Fb"),
+            ("x=y z", "x%3Dy%20z"),
+            (".hidden", "%2Ehidden"),
+            ("Ethernet0|3", "Ethernet0%7C3"),
+            ("é", "%C3%A9"),
+            ("", EMPTY_VALUE),
+        ] {
+            assert_eq!(escape_value(raw), esc, "{raw}");
+            assert_eq!(unescape_value(esc).as_deref(), Some(raw));
+        }
+        let s = SessionDir::new(Path::new("/r"), "../../etc", "a/b");
+        assert_eq!(
+            s.as_path().to_str().unwrap(),
+            "/r/profile=%2E%2E%2F%2E%2E%2Fetc/group=a%2Fb"
+        );
+        assert_eq!(unescape_value("%G1"), None);
+        assert_eq!(unescape_value("%4"), None);
+    }
+
+    #[test]
+    fn civil_hours() {
+        assert_eq!(
+            UtcHour::of_ns(0),
+            UtcHour {
+                year: 1970,
+                month: 1,
+                day: 1,
+                hour: 0
+            }
+        );
+        assert_eq!(
+            UtcHour::of_ns(-1),
+            UtcHour {
+                year: 1969,
+                month: 12,
+                day: 31,
+                hour: 23
+            }
+        );
+        // 2024-02-29T23:59:59.999999999Z then the next hour is March 1st.
+        let leap = 1_709_251_199_999_999_999;
+        assert_eq!(UtcHour::of_ns(leap).date_segment(), "date=2024-02-29");
+        assert_eq!(UtcHour::of_ns(leap).hour_segment(), "hour=23");
+        let next = UtcHour::next_start_ns(leap);
+        assert_eq!(next, leap + 1);
+        assert_eq!(UtcHour::of_ns(next).date_segment(), "date=2024-03-01");
+        assert_eq!(UtcHour::of_ns(next).hour_segment(), "hour=00");
+        assert_eq!(UtcHour::next_start_ns(next), next + NS_PER_HOUR);
+    }
+
+    #[test]
+    fn classify_layout_entries() {
+        let root = Path::new("/r");
+        let s = SessionDir::new(root, "p/1", "PORT");
+        let part = s.partition(T).part(PartName::new(T, 3));
+        assert_eq!(
+            classify(root, &part.published),
+            LayoutEntry::Part {
+                profile: "p/1".into(),
+                group: "PORT".into(),
+                name: PartName::new(T, 3)
+            }
+        );
+        assert!(matches!(
+            classify(root, &part.temp),
+            LayoutEntry::Temp { .. }
+        ));
+        assert_eq!(
+            classify(root, &s.as_path().join("notes.txt")),
+            LayoutEntry::Other
+        );
+        assert_eq!(
+            classify(root, Path::new("/elsewhere/x.parquet")),
+            LayoutEntry::Other
+        );
+    }
+}
