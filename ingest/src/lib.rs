@@ -13,4 +13,5 @@ pub mod filter;
 pub mod genl;
 pub mod ipfix;
 pub mod netlink;
+pub mod sources;
 pub mod sys;

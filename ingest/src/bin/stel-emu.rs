@@ -97,6 +97,11 @@ struct Args {
     /// HFT profile name for the session file.
     #[arg(long, default_value = "stel_demo")]
     profile: String,
+    /// Publish a SONiC-shaped Redis for this session at this URL (e.g. unix:///var/run/redis/redis.sock
+    /// or redis://127.0.0.1:6379): the STATE_DB session, CONFIG_DB profile/group, PORT_TABLE speeds
+    /// and the COUNTERS_DB name maps with OIDs (see stel_ingest::sources::fixture).
+    #[arg(long)]
+    redis: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -239,6 +244,19 @@ fn run(a: Args) -> Result<(), String> {
         });
         std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap_or_default())
             .map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(url) = &a.redis {
+        let opts = stel_ingest::sources::fixture::FixtureOptions {
+            speed_mbps: (a.speed_gbps * 1000.0).round() as u32,
+            ..Default::default()
+        };
+        let r = stel_ingest::sources::fixture::publish(url, &emu, &opts)
+            .map_err(|e| format!("--redis {url}: {e}"))?;
+        eprintln!(
+            "stel-emu: published {} and {} name-map entries to {url}",
+            r.session_key,
+            r.oids.len()
+        );
     }
     let per_msg = emu.snapshots_per_message() as u64;
     let period_ns = per_msg * emu.cfg.interval_ns;
