@@ -475,3 +475,93 @@ fn redis_killed_and_restarted_mid_stream_converges() {
     );
     sink.shutdown();
 }
+
+/// Not a pass/fail test (no timing thresholds in `cargo test`): prints the writer's lag and
+/// pipeline throughput at the design rate (64 ports × 30 stats every 10 µs = 192 M counters/s,
+/// delivered as 8 MiB batches of 546 snapshots every 5.46 ms). Run:
+/// `cargo test --release -p stel-store --features redis --test redis -- --ignored --nocapture`
+#[test]
+#[ignore = "measurement; run by hand"]
+fn measure_lag_and_throughput_at_design_rate() {
+    use std::time::{Duration, Instant};
+    let r = TestRedis::start();
+    let mut c = r.connect(2);
+    let ports: Vec<String> = (0..64).map(|p| format!("Ethernet{}", 4 * p)).collect();
+    for (i, p) in ports.iter().enumerate() {
+        let _: () = c
+            .hset(
+                "COUNTERS_PORT_NAME_MAP",
+                p,
+                format!("oid:0x1{:012x}", i + 1),
+            )
+            .unwrap();
+    }
+    let names: Vec<&str> = ports.iter().map(String::as_str).collect();
+    let stats: Vec<&str> = ObjectType::Port.stats()[..30]
+        .iter()
+        .map(|s| s.short)
+        .collect();
+    let s = schema(ObjectType::Port, "PORT", &names, &stats);
+    let (rows, period) = (546usize, Duration::from_micros(5460));
+    let w = s.width();
+    // A few distinct batches cycled, every value different from the previous batch's.
+    let mk = |k: u64| {
+        Arc::new(CounterBatch {
+            schema: Arc::clone(&s),
+            ts: (0..rows as i64)
+                .map(|i| (k as i64 * rows as i64 + i) * 10_000)
+                .collect(),
+            values: (0..rows * w).map(|i| k * 1_000_000 + i as u64).collect(),
+            part_masks: Vec::new(),
+        })
+    };
+    let batches: Vec<_> = (0..8).map(mk).collect();
+    for flush_us in [1_000u64, 5_000, 10_000] {
+        let mut cfg = CountersDbConfig::for_test(r.url());
+        cfg.flush_interval_us = flush_us;
+        let sink = CountersDbSink::start(cfg).unwrap();
+        TestRedis::wait_for(10, "connected", || sink.stats().connected.then_some(()));
+        let start = Instant::now();
+        let mut n = 0u32;
+        while start.elapsed() < Duration::from_secs(5) {
+            let _ = sink.submit(Arc::clone(&batches[n as usize % batches.len()]));
+            n += 1;
+            if n == 20 {
+                sink.reset_lag();
+            }
+            let due = start + period * n;
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
+        let el = start.elapsed().as_secs_f64();
+        let st = sink.stats();
+        println!(
+            "flush_interval {flush_us} us: lag p50 {:.2} ms p99 {:.2} ms max {:.2} ms ({} batches); \
+             {:.0} fields/s written, {} rounds, shed {}",
+            st.lag_p50_ms, st.lag_p99_ms, st.lag_max_ms, st.lag_samples,
+            st.fields_written as f64 / el, st.write_rounds, st.batches_shed_queue_full
+        );
+        sink.shutdown();
+    }
+    // Raw pipeline throughput: one round of 1920 × N changed fields, back to back.
+    let mut cfg = CountersDbConfig::for_test(r.url());
+    cfg.flush_interval_us = 0;
+    let sink = CountersDbSink::start(cfg).unwrap();
+    TestRedis::wait_for(10, "connected", || sink.stats().connected.then_some(()));
+    let start = Instant::now();
+    let mut k = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        if sink.submit(Arc::clone(&batches[k % batches.len()])).is_ok() {
+            k += 1;
+        }
+        std::thread::yield_now();
+    }
+    let st = sink.stats();
+    println!(
+        "back to back: {:.0} HSET fields/s over {} rounds ({:.2} ms/round of {} fields)",
+        st.fields_written as f64 / start.elapsed().as_secs_f64(),
+        st.write_rounds,
+        start.elapsed().as_secs_f64() * 1e3 / st.write_rounds as f64,
+        w
+    );
+    sink.shutdown();
+}

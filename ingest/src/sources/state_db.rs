@@ -425,7 +425,11 @@ fn split_list(s: &str) -> Vec<String> {
 fn config_bytes(raw: &[u8]) -> Vec<u8> {
     let is_ipfix = raw.len() >= 2 && u16::from_be_bytes([raw[0], raw[1]]) == VERSION;
     let t = raw.trim_ascii();
-    if !is_ipfix && !t.is_empty() && t.len() % 2 == 0 && t.iter().all(u8::is_ascii_hexdigit) {
+    if !is_ipfix
+        && !t.is_empty()
+        && t.len().is_multiple_of(2)
+        && t.iter().all(u8::is_ascii_hexdigit)
+    {
         let hex = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
         return t.chunks(2).map(|p| hex(p[0]) << 4 | hex(p[1])).collect();
     }
