@@ -7,11 +7,16 @@
 //!
 //! `decode` does no I/O so benchmarks and fuzzers drive it with plain byte slices.
 
+pub mod config;
+pub mod daemon;
 pub mod decode;
 pub mod emu;
 pub mod filter;
 pub mod genl;
 pub mod ipfix;
 pub mod netlink;
+pub mod pipeline;
+pub mod reader;
+pub mod sinks;
 pub mod sources;
 pub mod sys;

@@ -1,48 +1,105 @@
-//! stel-ingestd: receives HFT IPFIX, decodes it into Arrow counter batches, reports live status.
-//!
-//! What works today: `--demo` (the emulator in-process at the design rate, no SONiC or root
-//! needed) and `--usersock-group N` (a plain recv loop on NETLINK_USERSOCK, fed by `stel-emu`).
-//! The io_uring reader, the genl family and the eBPF filter, Parquet and COUNTERS_DB sinks come
-//! with their issues; until then batches go to a counting sink that prints live port rates.
+//! stel-ingestd: receives SONiC high-frequency-telemetry IPFIX over netlink, filters it in the
+//! kernel (eBPF), decodes it on every core into Arrow counter batches and hands them to sinks.
+//! See `stel_ingest::daemon` for the wiring and `deploy/stel-ingestd.toml` for every setting.
 use std::{
-    path::PathBuf,
+    io::Write,
+    os::fd::AsFd,
+    path::{Path, PathBuf},
     process::ExitCode,
-    sync::{atomic::Ordering, mpsc},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
     time::{Duration, Instant},
 };
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use stel_ingest::{
-    decode::{CounterBatch, DecodeConfig, DecodeStats, Decoder, SessionSpec},
-    emu::{self, EmuConfig, Emulator, Pattern},
-    netlink::{self, FrameErrors},
-    sys::{netlink::NetlinkSocket, signal},
+    config::{DaemonConfig, SessionFile, SourceKind},
+    daemon::{Daemon, DaemonStatus},
+    decode::CounterBatch,
+    emu::{self, EmuConfig, Emulator, GroundTruth, Pattern},
+    ipfix::SeqMode,
+    netlink,
+    pipeline::Sink,
+    reader::ReaderKind,
+    sinks::{CountersDb, ParquetHistory},
+    sources::state_db::{SessionAcker, SessionEvent, StateDbWatcher},
+    sys::{self, signal},
 };
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Ingests SONiC high-frequency-telemetry counters (IPFIX over netlink) at line rate.
+/// Ingests SONiC high-frequency-telemetry counters (IPFIX over generic netlink) at line rate.
+///
+/// By default it follows the switch's generic netlink family (names from
+/// /etc/sonic/constants.yml, default sonic_stel / ipfix), waiting for it if it is not there yet.
+/// It needs root (CAP_NET_ADMIN, CAP_BPF) at start and drops every capability once the socket
+/// and the eBPF filter are set up.
 ///
 /// Examples:
-///   stel-ingestd --demo                           # built-in switch emulator, live port rates
+///   stel-ingestd --demo                         # built-in emulator (64 ports × 30 stats / 10 µs)
 ///   stel-ingestd --demo --pattern microburst --duration 10s
-///   stel-emu --netlink-group 1 --session s.json & stel-ingestd --usersock-group 1 --session s.json
+///   stel-ingestd --config /etc/stel/stel-ingestd.toml
+///   stel-emu --netlink-group 1 --session s.json &
+///   stel-ingestd --usersock-group 1 --session s.json
+///   stel-ingestd status                         # every counter of the running daemon
 #[derive(Debug, Parser)]
-#[command(version, verbatim_doc_comment)]
+#[command(version, verbatim_doc_comment, args_conflicts_with_subcommands = true)]
 struct Args {
-    /// Run the switch emulator in-process (64 ports × 30 stats every 10 µs by default).
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Configuration file (TOML; see deploy/stel-ingestd.toml). Flags override it.
+    #[arg(long, short = 'c', env = "STEL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Run the switch emulator in-process (no root, no SONiC needed).
     #[arg(long, conflicts_with = "usersock_group")]
     demo: bool,
     /// Receive from this NETLINK_USERSOCK multicast group (what `stel-emu --netlink-group` sends).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
     usersock_group: Option<u32>,
-    /// Session file written by `stel-emu --session` (object names for the template's labels).
+    /// SONiC constants.yml with the genl family/group names.
     #[arg(long)]
-    session: Option<PathBuf>,
+    constants: Option<PathBuf>,
+    /// Session file(s) written by `stel-emu --session` (registered at start).
+    #[arg(long)]
+    session: Vec<PathBuf>,
+    /// Receive loop: auto (io_uring, else recvmsg), io_uring, recvmsg.
+    #[arg(long, value_enum)]
+    reader: Option<ReaderKind>,
+    /// Decoder threads (0 = one per CPU).
+    #[arg(long)]
+    decoders: Option<usize>,
+    /// Do not load the eBPF filter; filter in user space.
+    #[arg(long)]
+    no_ebpf: bool,
+    /// Sequence numbering of the exporter: per_message (HFT HLD) or rfc7011.
+    #[arg(long, value_parser = parse_seq_mode)]
+    seq_mode: Option<SeqMode>,
+    /// Socket receive buffer, bytes.
+    #[arg(long)]
+    rcvbuf: Option<usize>,
+    /// Status file (JSON of every counter, rewritten each second).
+    #[arg(long)]
+    status_file: Option<PathBuf>,
+    /// Parquet history root (default: ./stel-data with --demo, else [parquet] dir or
+    /// /var/lib/stel).
+    #[arg(long, env = "STEL_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Do not write Parquet history.
+    #[arg(long)]
+    no_history: bool,
+    /// SONiC Redis (e.g. unix:///var/run/redis/redis.sock): watch STATE_DB for sessions and
+    /// write COUNTERS_DB + RATES.
+    #[arg(long)]
+    redis: Option<String>,
     /// Stop after this long (e.g. 30s); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = emu::parse_duration_ns)]
     duration: Option<u64>,
+    /// Print the final counters as JSON on stdout.
+    #[arg(long)]
+    json: bool,
     /// Demo: ports to emulate.
     #[arg(long, default_value_t = 64)]
     ports: usize,
@@ -55,290 +112,456 @@ struct Args {
     /// Demo: load pattern.
     #[arg(long, value_enum, default_value_t = Pattern::Microburst)]
     pattern: Pattern,
-    /// Receive buffer for the netlink socket, bytes.
-    #[arg(long, default_value_t = 256 << 20)]
-    rcvbuf: usize,
-    /// Print the final counters as JSON on stdout.
-    #[arg(long)]
-    json: bool,
 }
 
-/// Keeps what the live status line needs: totals and the latest snapshot per session.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the running daemon's counters (its status file).
+    Status {
+        /// Status file to read (default: /run/stel/status.json, else ./stel-data/status.json).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+}
+
+fn parse_seq_mode(s: &str) -> Result<SeqMode, String> {
+    match s {
+        "per_message" | "per-message" => Ok(SeqMode::PerMessage),
+        "rfc7011" => Ok(SeqMode::Rfc7011),
+        _ => Err(format!("{s}: expected per_message or rfc7011")),
+    }
+}
+
+/// The newest snapshot: timestamp, values, column names.
+type Snapshot = (i64, Vec<u64>, Arc<Vec<String>>);
+
+/// The live status sink: totals and the latest snapshot, for the one-line port rates.
 #[derive(Debug, Default)]
 struct StatusSink {
-    rows: u64,
-    last: Option<(i64, Vec<u64>, Vec<String>)>,
+    rows: AtomicU64,
+    last: Mutex<Option<Snapshot>>,
+}
+
+impl Sink for StatusSink {
+    fn name(&self) -> &'static str {
+        "status"
+    }
+    fn submit(&self, b: &Arc<CounterBatch>) {
+        self.rows.fetch_add(b.rows() as u64, Ordering::Relaxed);
+        let Some(i) = b.rows().checked_sub(1) else {
+            return;
+        };
+        if let Ok(mut g) = self.last.lock() {
+            let names = match g.take() {
+                Some((_, _, n)) if n.len() == b.schema.width() => n,
+                _ => Arc::new(b.schema.columns.iter().map(|c| c.wide_name()).collect()),
+            };
+            let mut row = Vec::new();
+            row.extend_from_slice(b.row(i));
+            *g = Some((b.ts[i], row, names));
+        }
+    }
+    fn stats_json(&self) -> serde_json::Value {
+        serde_json::json!({ "rows": self.rows.load(Ordering::Relaxed) })
+    }
+}
+
+/// RX/TX Gbit/s of the first ports between two status ticks.
+#[derive(Debug, Default)]
+struct Rates {
     prev: Option<(i64, Vec<u64>)>,
 }
 
-impl StatusSink {
-    fn take(&mut self, b: &CounterBatch) {
-        self.rows += b.rows() as u64;
-        if let Some(i) = b.rows().checked_sub(1) {
-            let names = match self.last.take() {
-                Some((_, _, n)) if n.len() == b.schema.width() => n,
-                _ => b.schema.columns.iter().map(|c| c.wide_name()).collect(),
-            };
-            self.last = Some((b.ts[i], b.row(i).to_vec(), names));
-        }
-    }
-
-    /// RX/TX Mbit/s of the first few ports, from the octet counters between two status ticks.
-    fn rates_line(&mut self) -> String {
-        let Some((ts, row, names)) = &self.last else {
+impl Rates {
+    fn line(&mut self, sink: &StatusSink) -> String {
+        let Some((ts, row, names)) = sink.last.lock().ok().and_then(|g| g.clone()) else {
             return String::new();
         };
         let mut s = String::new();
         if let Some((pts, prow)) = &self.prev {
-            let dt = (*ts - *pts) as f64 / 1e9;
+            let dt = (ts - *pts) as f64 / 1e9;
             if dt > 0.0 && prow.len() == row.len() {
-                let mut shown = 0;
+                let gbps = |i: usize| row[i].wrapping_sub(prow[i]) as f64 * 8.0 / dt / 1e9;
                 for (i, n) in names.iter().enumerate() {
                     if let Some(port) = n.strip_suffix(".IF_IN_OCTETS") {
-                        let rx = (row[i].wrapping_sub(prow[i])) as f64 * 8.0 / dt / 1e9;
                         let tx = names
                             .iter()
                             .position(|m| m == &format!("{port}.IF_OUT_OCTETS"))
-                            .map_or(0.0, |j| {
-                                row[j].wrapping_sub(prow[j]) as f64 * 8.0 / dt / 1e9
-                            });
-                        s.push_str(&format!(" {port} rx {rx:.1}/tx {tx:.1} Gb/s;"));
-                        shown += 1;
-                        if shown == 3 {
+                            .map_or(0.0, gbps);
+                        s.push_str(&format!(" {port} rx {:.1}/tx {tx:.1} Gb/s;", gbps(i)));
+                        if s.matches(';').count() == 3 {
                             break;
                         }
                     }
                 }
             }
         }
-        self.prev = Some((*ts, row.clone()));
+        self.prev = Some((ts, row));
         s
     }
 }
 
-fn load_session(p: &PathBuf) -> Result<(SessionSpec, Vec<u8>), String> {
-    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
-    let s = |k: &str| {
-        v.get(k)
-            .and_then(|x| x.as_str())
-            .unwrap_or_default()
-            .to_string()
-    };
-    let ids: Result<Vec<u16>, _> = s("object_ids")
-        .split(',')
-        .filter(|x| !x.is_empty())
-        .map(str::parse)
-        .collect();
-    let hex = s("session_config_hex");
-    let bytes: Result<Vec<u8>, _> = (0..hex.len() / 2)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
-        .collect();
-    Ok((
-        SessionSpec {
-            profile: s("profile"),
-            group: s("group"),
-            domain: v.get("domain").and_then(|d| d.as_u64()).unwrap_or(0) as u32,
-            object_names: s("object_names")
-                .split(',')
-                .filter(|x| !x.is_empty())
-                .map(String::from)
-                .collect(),
-            object_ids: ids.map_err(|e| format!("{}: object_ids: {e}", p.display()))?,
-        },
-        bytes.map_err(|e| format!("{}: session_config_hex: {e}", p.display()))?,
-    ))
-}
-
-fn print_status(
-    stats: &DecodeStats,
-    prev: &DecodeStats,
-    dt: f64,
-    sink: &mut StatusSink,
-    extra: &str,
-) {
-    eprintln!(
-        "stel-ingestd: {:>7.1} M counters/s {:>6.0} msgs/s | total {} msgs, {} snapshots, lost(seq) {}, malformed {}{}{}",
-        (stats.counters - prev.counters) as f64 / dt / 1e6,
-        (stats.messages - prev.messages) as f64 / dt,
-        stats.messages,
-        stats.records,
-        stats.seq_lost_messages + stats.seq_lost_records,
-        stats.malformed_total(),
-        extra,
-        sink.rates_line()
-    );
-}
-
-fn run(a: Args) -> Result<(), String> {
-    let stop = signal::stop_flag();
-    let deadline = a.duration.map(|d| Instant::now() + Duration::from_nanos(d));
-    let mut decoder = Decoder::new(DecodeConfig::default());
-    let mut sink = StatusSink::default();
-    let mut recycle = Vec::new();
-    if let Some(p) = &a.session {
-        let (spec, cfg) = load_session(p)?;
-        decoder
-            .register_session(spec, &cfg, &mut |b: CounterBatch| sink.take(&b))
-            .map_err(|e| format!("{}: {e}", p.display()))?;
+fn write_status(path: &Path, st: &DaemonStatus) {
+    if path.as_os_str().is_empty() {
+        return;
     }
-    let mut last_tick = Instant::now();
-    let mut prev = decoder.stats().clone();
-    let done = |stop: &std::sync::atomic::AtomicBool| {
-        stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d)
-    };
-    if a.demo {
-        let mut cfg = EmuConfig::design();
-        cfg.ports = a.ports;
-        cfg.stats = emu::default_stats(cfg.group, a.stats);
-        cfg.interval_ns = a.interval;
-        cfg.pattern = a.pattern;
-        let mut emu = Emulator::new(cfg).map_err(|e| format!("demo: {e}"))?;
-        decoder
-            .register_session(
-                emu.session_spec(),
-                &emu.session_config(),
-                &mut |b: CounterBatch| sink.take(&b),
-            )
-            .map_err(|e| format!("demo session: {e}"))?;
-        eprintln!(
-            "stel-ingestd: demo: emulating {} ports × {} stats every {} ns ({:.0} M counters/s) in-process; Ctrl-C stops",
-            a.ports, a.stats, a.interval, emu.cfg.counters_per_s() / 1e6
-        );
-        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(64);
-        let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
-        let period = Duration::from_nanos(emu.snapshots_per_message() as u64 * emu.cfg.interval_ns);
-        let halt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let halt_producer = std::sync::Arc::clone(&halt);
-        let producer = std::thread::spawn(move || {
+    let tmp = path.with_extension("json.tmp");
+    let ok = path
+        .parent()
+        .is_none_or(|d| std::fs::create_dir_all(d).is_ok())
+        && std::fs::File::create(&tmp)
+            .and_then(|mut f| f.write_all(&serde_json::to_vec_pretty(st).unwrap_or_default()))
+            .is_ok()
+        && std::fs::rename(&tmp, path).is_ok();
+    if !ok {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(path = %path.display(), "Could not write the status file.");
+        }
+    }
+}
+
+fn status_line(st: &DaemonStatus, prev: &DaemonStatus, dt: f64, rates: &str) -> String {
+    let d = &st.pipeline.decode;
+    let p = &st.pipeline.dispatch;
+    format!(
+        "stel-ingestd: {:>6.1} M counters/s {:>7.1} MB/s | {} msgs, {} snapshots | lost: kernel {} seq {} shed {} trunc {} | filtered {} malformed {}{}",
+        (d.counters - prev.pipeline.decode.counters) as f64 / dt / 1e6,
+        (st.recv.bytes - prev.recv.bytes) as f64 / dt / 1e6,
+        d.messages,
+        d.records,
+        st.kernel_drops,
+        d.seq_lost_messages + d.seq_lost_records,
+        p.shed_decoder_full,
+        st.recv.truncated,
+        st.filter.dropped + p.filtered,
+        d.malformed_total(),
+        rates
+    )
+}
+
+/// Routes a STATE_DB session change to the decoders and the filter, and acknowledges it.
+fn apply_session_event(daemon: &mut Daemon, acker: &SessionAcker, ev: SessionEvent) {
+    match ev {
+        SessionEvent::Register {
+            key,
+            spec,
+            session_config,
+            config_version,
+            ..
+        } => match daemon.register(spec, session_config) {
+            Ok(()) => acker.applied(&key, config_version),
+            Err(e) => acker.rejected(&key, &e),
+        },
+        SessionEvent::Unregister { profile, group, .. } => daemon.unregister(&profile, &group),
+    }
+}
+
+/// The demo's switch: the design rate, or what the demo flags ask for.
+fn demo_emulator(a: &Args) -> Result<Emulator, String> {
+    let mut cfg = EmuConfig::design();
+    cfg.ports = a.ports;
+    cfg.stats = emu::default_stats(cfg.group, a.stats);
+    cfg.interval_ns = a.interval;
+    cfg.pattern = a.pattern;
+    Emulator::new(cfg).map_err(|e| format!("demo: {e}"))
+}
+
+/// The demo's emulator thread: frames messages like a switch and sends them over the local
+/// socket pair (blocking when the daemon is behind: the demo never loses data).
+fn spawn_demo(
+    mut producer: Emulator,
+    tx: std::os::fd::OwnedFd,
+    halt: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<(GroundTruth, u64)>, String> {
+    let _ = sys::set_sndbuf(tx.as_fd(), 8 << 20);
+    std::thread::Builder::new()
+        .name("stel-demo-emu".into())
+        .spawn(move || {
+            let period = Duration::from_nanos(
+                producer.snapshots_per_message() as u64 * producer.cfg.interval_ns,
+            );
+            let (mut ipfix, mut frame) = (Vec::new(), Vec::new());
+            let mut sent = 0u64;
             let start = Instant::now();
             let mut k = 0u32;
-            let mut buf = Vec::new();
-            emu.template_message(&mut buf);
-            while !halt_producer.load(Ordering::Relaxed) {
-                emu.data_message(&mut buf);
-                if tx.send(buf).is_err() {
-                    return emu.truth;
+            producer.template_message(&mut ipfix);
+            loop {
+                frame.clear();
+                netlink::frame(&mut frame, netlink::USERSOCK_MSG_TYPE, k, &ipfix);
+                if sys::send(tx.as_fd(), &frame).is_err() {
+                    break;
                 }
-                buf = back_rx.try_recv().unwrap_or_default();
-                buf.clear();
+                sent += 1;
+                if halt.load(Ordering::Relaxed) {
+                    break;
+                }
+                ipfix.clear();
+                producer.data_message(&mut ipfix);
                 k += 1;
                 let due = start + period * k;
                 if let Some(left) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(left);
                 }
             }
-            emu.truth
-        });
-        while !done(stop) {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(buf) => {
-                    decoder.decode(&buf, &mut |b: CounterBatch| {
-                        sink.take(&b);
-                        recycle.push(b);
-                    });
-                    for b in recycle.drain(..) {
-                        decoder.recycle(b);
-                    }
-                    let _ = back_tx.send(buf);
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-            if last_tick.elapsed() >= Duration::from_secs(1) {
-                decoder.flush(&mut |b: CounterBatch| sink.take(&b));
-                let dt = last_tick.elapsed().as_secs_f64();
-                print_status(decoder.stats(), &prev, dt, &mut sink, "");
-                prev = decoder.stats().clone();
-                last_tick = Instant::now();
-            }
+            (producer.truth, sent)
+        })
+        .map_err(|e| e.to_string())
+}
+
+fn config_from(a: &Args) -> Result<DaemonConfig, String> {
+    let mut cfg = match &a.config {
+        Some(p) => DaemonConfig::load(p).map_err(|e| e.to_string())?,
+        None => DaemonConfig::default(),
+    };
+    if a.demo {
+        cfg.source.kind = SourceKind::Demo;
+    }
+    if let Some(g) = a.usersock_group {
+        cfg.source.kind = SourceKind::Usersock;
+        cfg.source.usersock_group = g;
+    }
+    if let Some(c) = &a.constants {
+        cfg.source.constants = c.clone();
+    }
+    if let Some(r) = a.reader {
+        cfg.reader.kind = r;
+    }
+    if let Some(d) = a.decoders {
+        cfg.pipeline.decoders = d;
+    }
+    if a.no_ebpf {
+        cfg.filter.ebpf = false;
+    }
+    if let Some(m) = a.seq_mode {
+        cfg.pipeline.decode.seq_mode = m;
+    }
+    if let Some(b) = a.rcvbuf {
+        cfg.source.rcvbuf_bytes = b;
+    }
+    if let Some(f) = &a.status_file {
+        cfg.status.file = f.clone();
+    } else if a.config.is_none() && !a.demo && euid_is_root() {
+        cfg.status.file = PathBuf::from("/run/stel/status.json");
+    }
+    if a.no_history {
+        cfg.history.enabled = false;
+    }
+    if cfg.history.enabled {
+        let p = cfg.parquet.get_or_insert_with(Default::default);
+        if let Some(d) = &a.data_dir {
+            p.dir = d.clone();
+        } else if a.demo && a.config.is_none() {
+            p.dir = PathBuf::from("stel-data");
         }
-        // Stop the producer, then drain what it already sent: nothing in flight is lost.
-        halt.store(true, Ordering::Relaxed);
-        for buf in rx.iter() {
-            decoder.decode(&buf, &mut |b: CounterBatch| sink.take(&b));
-        }
-        let truth = producer
-            .join()
-            .map_err(|_| "emulator thread panicked".to_string())?;
-        decoder.flush(&mut |b: CounterBatch| sink.take(&b));
-        eprintln!(
-            "stel-ingestd: demo done: emulator sent {} snapshots, decoder decoded {}",
-            truth.records, sink.rows
-        );
-    } else if let Some(group) = a.usersock_group {
-        let sock = NetlinkSocket::usersock()
-            .map_err(|e| format!("{e} (NETLINK_USERSOCK multicast needs root)"))?;
-        sock.join_group(group).map_err(|e| e.to_string())?;
-        if let Err(e) = sock.set_rcvbuf(a.rcvbuf) {
-            eprintln!("stel-ingestd: could not set receive buffer: {e}");
-        }
-        sock.set_recv_timeout(Duration::from_millis(100))
-            .map_err(|e| e.to_string())?;
-        eprintln!("stel-ingestd: receiving NETLINK_USERSOCK group {group} (plain recv loop); Ctrl-C stops");
-        let mut buf = vec![0u8; 1 << 17];
-        let mut ferr = FrameErrors::default();
-        let mut truncated = 0u64;
-        while !done(stop) {
-            match sock.recv(&mut buf) {
-                Ok((n, real)) => {
-                    if real > n {
-                        truncated += 1; // never decode a spliced datagram
-                    } else {
-                        netlink::for_each_payload(&buf[..n], &mut ferr, |p| {
-                            decoder.decode(p, &mut |b: CounterBatch| {
-                                sink.take(&b);
-                                recycle.push(b);
-                            });
-                        });
-                        for b in recycle.drain(..) {
-                            decoder.recycle(b);
-                        }
-                    }
-                }
-                // Timeout / interrupted: loop to check for shutdown. ENOBUFS only marks a drop
-                // episode; the drops themselves are read from SO_MEMINFO.
-                Err(e) if e.is_transient() => {}
-                Err(e) => return Err(e.to_string()),
-            }
-            if last_tick.elapsed() >= Duration::from_secs(1) {
-                decoder.flush(&mut |b: CounterBatch| sink.take(&b));
-                let drops = sock.drops().unwrap_or(0);
-                let extra = format!(
-                    ", kernel drops {drops}, truncated {truncated}, bad frames {}",
-                    ferr.bad_length
-                );
-                print_status(
-                    decoder.stats(),
-                    &prev,
-                    last_tick.elapsed().as_secs_f64(),
-                    &mut sink,
-                    &extra,
-                );
-                prev = decoder.stats().clone();
-                last_tick = Instant::now();
-            }
-        }
-        decoder.flush(&mut |b: CounterBatch| sink.take(&b));
+    }
+    if let Some(url) = &a.redis {
+        cfg.counters_db.get_or_insert_with(Default::default).url = url.clone();
+        cfg.state_db.get_or_insert_with(Default::default).url = url.clone();
+    }
+    cfg.sessions
+        .extend(a.session.iter().map(|p| SessionFile { path: p.clone() }));
+    Ok(cfg)
+}
+
+fn euid_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|v| v == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn run(a: Args) -> Result<(), String> {
+    let stop = signal::stop_flag();
+    let cfg = config_from(&a)?;
+    let demo = cfg.source.kind == SourceKind::Demo;
+    let (local_rx, local_tx) = if demo {
+        let (r, t) = sys::local_datagram_pair().map_err(|e| e.to_string())?;
+        (Some(r), Some(t))
     } else {
-        return Err("nothing to ingest from: use --demo, or --usersock-group N with stel-emu (the SONiC genl reader comes with the kernel-path work)".into());
+        (None, None)
+    };
+    let status_file = cfg.status.file.clone();
+    let interval = Duration::from_millis(cfg.status.interval_ms.max(100));
+    let sessions = cfg.sessions.clone();
+    let parquet_cfg = cfg.parquet.clone().filter(|_| cfg.history.enabled);
+    let counters_cfg = cfg.counters_db.clone();
+    let state_db_cfg = cfg.state_db.clone();
+
+    // Privileged set-up, then drop every capability before any thread exists.
+    let mut daemon = Daemon::setup(cfg, local_rx)?;
+    daemon
+        .drop_privileges()
+        .map_err(|e| format!("dropping capabilities: {e}"))?;
+
+    let status_sink = Arc::new(StatusSink::default());
+    let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&status_sink) as Arc<dyn Sink>];
+    let history = match parquet_cfg {
+        Some(c) => {
+            let dir = c.dir.clone();
+            let h = ParquetHistory::start(c)?;
+            eprintln!(
+                "stel-ingestd: writing Parquet history under {}",
+                dir.display()
+            );
+            sinks.push(Arc::clone(&h) as Arc<dyn Sink>);
+            Some(h)
+        }
+        None => None,
+    };
+    let counters = match counters_cfg {
+        Some(c) => {
+            let url = c.url.clone();
+            let s = CountersDb::start(c)?;
+            eprintln!("stel-ingestd: writing COUNTERS_DB and RATES to {url}");
+            sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
+            Some(s)
+        }
+        None => None,
+    };
+    daemon.start(sinks);
+    let state_db = match state_db_cfg {
+        Some(c) => {
+            let url = c.url.clone();
+            let (w, rx) = StateDbWatcher::start(c).map_err(|e| format!("STATE_DB ({url}): {e}"))?;
+            eprintln!("stel-ingestd: watching STATE_DB sessions at {url}");
+            Some((w, rx))
+        }
+        None => None,
+    };
+    for s in &sessions {
+        let (spec, config) = s.load()?;
+        daemon
+            .register(spec, config)
+            .map_err(|e| format!("{}: {e}", s.path.display()))?;
+    }
+    let halt = Arc::new(AtomicBool::new(false));
+    let mut producer = None;
+    if let Some(tx) = local_tx {
+        let emu = demo_emulator(&a)?;
+        // Registered before the first message leaves: the filter keeps only registered data.
+        daemon.register(emu.session_spec(), emu.session_config())?;
+        let h = spawn_demo(demo_emulator(&a)?, tx, Arc::clone(&halt))?;
+        eprintln!(
+            "stel-ingestd: demo: emulating {} ports × {} stats every {} ns ({:.0} M counters/s) through the daemon's reader; Ctrl-C stops",
+            a.ports, a.stats, a.interval, emu.cfg.counters_per_s() / 1e6
+        );
+        producer = Some(h);
+    }
+    if let Some(g) = daemon.genl_status() {
+        eprintln!("stel-ingestd: {g}");
+    }
+
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_nanos(d));
+    let mut rates = Rates::default();
+    let mut prev = daemon.status();
+    let mut last_tick = Instant::now();
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        daemon.step()?;
+        if let Some((w, rx)) = &state_db {
+            while let Ok(ev) = rx.try_recv() {
+                apply_session_event(&mut daemon, &w.acker(), ev);
+            }
+        }
+        if last_tick.elapsed() >= interval {
+            let st = daemon.status();
+            let dt = last_tick.elapsed().as_secs_f64();
+            let mut line = status_line(&st, &prev, dt, &rates.line(&status_sink));
+            if let Some(g) = daemon.genl_status().filter(|g| g.starts_with("waiting")) {
+                line.push_str(&format!(" | {g}"));
+            }
+            eprintln!("{line}");
+            write_status(&status_file, &st);
+            prev = st;
+            last_tick = Instant::now();
+        }
+    }
+
+    // Stop reading new data, drain what is in flight, flush, exit 0.
+    halt.store(true, Ordering::Relaxed);
+    let (truth, sent) = match producer.take() {
+        Some(h) => {
+            let (t, s) = h.join().map_err(|_| "emulator thread panicked")?;
+            (Some(t), s)
+        }
+        None => (None, 0),
+    };
+    let drained = move |r: &sys::uring::RecvStats| r.datagrams + r.truncated >= sent;
+    let st = daemon.finish(
+        truth
+            .as_ref()
+            .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
+        Duration::from_secs(5),
+    );
+    if let Some((w, _)) = state_db {
+        w.shutdown();
+    }
+    if let Some(h) = history {
+        match h.shutdown() {
+            Ok(s) => eprintln!(
+                "stel-ingestd: history: {} files published, {} samples written",
+                s.files_published, s.samples_written
+            ),
+            Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
+        }
+    }
+    if let Some(c) = counters {
+        c.shutdown();
+    }
+    write_status(&status_file, &st);
+    if let Some(t) = truth {
+        eprintln!(
+            "stel-ingestd: demo done: emulator sent {} snapshots ({} counters), decoder decoded {} ({} counters)",
+            t.records, t.samples, st.pipeline.decode.records, st.pipeline.decode.counters
+        );
     }
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string(decoder.stats()).unwrap_or_default()
-        );
+        println!("{}", serde_json::to_string(&st).unwrap_or_default());
     }
     eprintln!(
-        "stel-ingestd: stopped cleanly: {} snapshots decoded",
-        sink.rows
+        "stel-ingestd: stopped cleanly: {} snapshots decoded, reader {}, filter {}",
+        st.pipeline.decode.records, st.reader, st.filter.kind
     );
     Ok(())
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let a = Args::parse();
+    if let Some(Command::Status { file }) = &a.command {
+        let file = file.clone().unwrap_or_else(|| {
+            let run = PathBuf::from("/run/stel/status.json");
+            if run.exists() {
+                run
+            } else {
+                PathBuf::from("stel-data/status.json")
+            }
+        });
+        return match std::fs::read_to_string(&file) {
+            Ok(s) => {
+                println!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "stel-ingestd: {}: {e} (is the daemon running? its [status] file setting decides the path)",
+                    file.display()
+                );
+                ExitCode::from(2)
+            }
+        };
+    }
+    match run(a) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("stel-ingestd: {e}");

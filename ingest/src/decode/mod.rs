@@ -242,6 +242,33 @@ impl Decoder {
         }
     }
 
+    /// Forgets the expected sequence numbers of every domain: the exporter restarted (genl
+    /// family re-registered), so its numbering starts over and the next message is not a gap.
+    pub fn reset_sequences(&mut self) {
+        self.seq.clear();
+    }
+
+    /// Unregisters the session named `profile`/`group` (what STATE_DB knows it by). Returns
+    /// whether such a session was registered.
+    pub fn unregister_named<S: BatchSink>(
+        &mut self,
+        profile: &str,
+        group: &str,
+        sink: &mut S,
+    ) -> bool {
+        let found = self.sessions.iter().position(|s| {
+            s.live
+                && s.spec
+                    .as_ref()
+                    .is_some_and(|sp| sp.profile == profile && sp.group == group)
+        });
+        if let Some(s) = found {
+            self.close_session(s, sink);
+            self.slots.retain(|_, slot| slot.session != s);
+        }
+        found.is_some()
+    }
+
     fn new_session(
         &mut self,
         spec: Option<SessionSpec>,
@@ -716,6 +743,18 @@ impl Decoder {
 }
 
 /// Parses a `session_config`: one or more IPFIX messages; returns their template records in order.
+/// The template IDs a `session_config` (one or more IPFIX template messages) defines, in order:
+/// what the control plane registers in the template filter.
+///
+/// # Errors
+/// The bytes are not a sequence of valid template messages.
+pub fn session_template_ids(session_config: &[u8]) -> Result<Vec<u16>, SessionError> {
+    Ok(parse_template_messages(session_config)?
+        .iter()
+        .map(|r| r.template_id)
+        .collect())
+}
+
 fn parse_template_messages(mut b: &[u8]) -> Result<Vec<TemplateRecord>, SessionError> {
     let mut out = Vec::new();
     while !b.is_empty() {

@@ -1,8 +1,11 @@
 //! The only place in `stel-ingest` that calls the kernel directly. Each wrapper returns
 //! [`SysError`] naming the call, so failures say what was attempted.
 
+pub mod caps;
 pub mod netlink;
 pub mod signal;
+pub mod slots;
+pub mod uring;
 
 use std::io;
 
@@ -30,4 +33,148 @@ impl SysError {
             source: io::Error::last_os_error(),
         }
     }
+}
+
+/// A connected pair of local datagram sockets (AF_UNIX, SOCK_DGRAM): the in-process transport
+/// of `stel-ingestd --demo`, so the demo runs the daemon's real reader without root.
+///
+/// # Errors
+/// `socketpair` failing.
+pub fn local_datagram_pair() -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd), SysError> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a live array of two ints the kernel fills on success.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc < 0 {
+        return Err(SysError::last("socketpair(AF_UNIX, SOCK_DGRAM)"));
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}
+
+fn setsockopt_int(
+    fd: std::os::fd::BorrowedFd<'_>,
+    level: i32,
+    opt: i32,
+    v: i32,
+    call: &'static str,
+) -> Result<(), SysError> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: passes a pointer to a live i32 and its size.
+    let rc = unsafe { libc::setsockopt(fd.as_raw_fd(), level, opt, (&v as *const i32).cast(), 4) };
+    if rc < 0 {
+        return Err(SysError::last(call));
+    }
+    Ok(())
+}
+
+/// Sets a socket's send buffer (SO_SNDBUFFORCE when privileged, else SO_SNDBUF).
+///
+/// # Errors
+/// Both setsockopt calls failing.
+pub fn set_sndbuf(fd: std::os::fd::BorrowedFd<'_>, bytes: usize) -> Result<(), SysError> {
+    let v = bytes.min(i32::MAX as usize) as i32;
+    setsockopt_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUFFORCE,
+        v,
+        "setsockopt(SO_SNDBUFFORCE)",
+    )
+    .or_else(|_| {
+        setsockopt_int(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            v,
+            "setsockopt(SO_SNDBUF)",
+        )
+    })
+}
+
+/// Sets a socket's receive timeout (SO_RCVTIMEO).
+///
+/// # Errors
+/// setsockopt failing.
+pub fn set_recv_timeout(
+    fd: std::os::fd::BorrowedFd<'_>,
+    d: std::time::Duration,
+) -> Result<(), SysError> {
+    use std::os::fd::AsRawFd;
+    let tv = libc::timeval {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_usec: d.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: passes a pointer to a live timeval and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of_val(&tv) as u32,
+        )
+    };
+    if rc < 0 {
+        return Err(SysError::last("setsockopt(SO_RCVTIMEO)"));
+    }
+    Ok(())
+}
+
+/// Sends one datagram on a connected socket, blocking while the peer's queue is full.
+///
+/// # Errors
+/// `send` failing (EINTR is retried).
+pub fn send(fd: std::os::fd::BorrowedFd<'_>, datagram: &[u8]) -> Result<(), SysError> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: `datagram` is live for the call; the kernel copies it.
+        let rc = unsafe { libc::send(fd.as_raw_fd(), datagram.as_ptr().cast(), datagram.len(), 0) };
+        if rc >= 0 {
+            return Ok(());
+        }
+        let e = SysError::last("send(datagram)");
+        if e.source.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Datagrams the kernel dropped on a socket because its receive buffer was full
+/// (`getsockopt(SO_MEMINFO)`, entry SK_MEMINFO_DROPS): the true loss count. ENOBUFS from
+/// `recv` only marks that some happened.
+///
+/// # Errors
+/// getsockopt failing.
+pub fn meminfo_drops(fd: std::os::fd::BorrowedFd<'_>) -> Result<u64, SysError> {
+    use std::os::fd::AsRawFd;
+    const SK_MEMINFO_DROPS: usize = 8;
+    let mut info = [0u32; 16];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` is a live buffer of `len` bytes; the kernel writes at most `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(SysError::last("getsockopt(SO_MEMINFO)"));
+    }
+    Ok(info[SK_MEMINFO_DROPS] as u64)
 }

@@ -377,23 +377,7 @@ impl NetlinkSocket {
     /// # Errors
     /// getsockopt failing.
     pub fn drops(&self) -> Result<u64, SysError> {
-        const SK_MEMINFO_DROPS: usize = 8;
-        let mut info = [0u32; 16];
-        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
-        // SAFETY: `info` is a live buffer of `len` bytes; the kernel writes at most `len`.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_MEMINFO,
-                info.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        if rc < 0 {
-            return Err(SysError::last("getsockopt(SO_MEMINFO)"));
-        }
-        Ok(info[SK_MEMINFO_DROPS] as u64)
+        super::meminfo_drops(std::os::fd::AsFd::as_fd(self))
     }
 }
 
