@@ -153,7 +153,8 @@ fn daemon_decodes_exactly_what_was_sent_and_the_kernel_drops_the_rest() {
         let mut cfg = EmuConfig::design();
         cfg.ports = 16;
         let mut emu = Emulator::new(cfg.clone()).unwrap();
-        d.register(emu.session_spec(), emu.session_config()).unwrap();
+        d.register(emu.session_spec(), emu.session_config())
+            .unwrap();
         // A second exporter (domain 7, template 300) nobody subscribed to.
         cfg.template_id = 300;
         cfg.domain = 7;
@@ -182,8 +183,16 @@ fn daemon_decodes_exactly_what_was_sent_and_the_kernel_drops_the_rest() {
             d.step().unwrap();
         }
         let st = d.finish(None, Duration::from_secs(2));
-        assert_eq!(sink.0.load(Ordering::Relaxed), emu.truth.records, "{kind:?}");
-        assert_eq!(sink.1.load(Ordering::Relaxed), emu.truth.samples, "{kind:?}");
+        assert_eq!(
+            sink.0.load(Ordering::Relaxed),
+            emu.truth.records,
+            "{kind:?}"
+        );
+        assert_eq!(
+            sink.1.load(Ordering::Relaxed),
+            emu.truth.samples,
+            "{kind:?}"
+        );
         assert_eq!(st.pipeline.decode.seq_lost_messages, 0);
         assert_eq!(st.kernel_drops, 0);
         if st.filter.kind == "kernel" {
@@ -228,7 +237,13 @@ fn stel_ingestd_drops_every_capability_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let status = dir.path().join("status.json");
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .args(["--usersock-group", "16", "--no-history", "--json", "--status-file"])
+        .args([
+            "--usersock-group",
+            "16",
+            "--no-history",
+            "--json",
+            "--status-file",
+        ])
         .arg(&status)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -119,7 +119,11 @@ fn register_ack_disable_enable_delete() {
     assert_quiet(&r, &rx, &w);
     assert!(!c.exists::<_, bool>(HFT_KEY).unwrap());
     let st = w.stats();
-    assert_eq!((st.registers, st.unregisters, st.bad_entries), (2, 2, 0), "{st:?}");
+    assert_eq!(
+        (st.registers, st.unregisters, st.bad_entries),
+        (2, 2, 0),
+        "{st:?}"
+    );
     w.shutdown();
 }
 
