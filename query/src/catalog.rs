@@ -1,0 +1,497 @@
+//! The Parquet tree as DataFusion tables.
+//!
+//! The daemon writes `<root>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/part-<first_ns>-<seq>.parquet`
+//! (temp files are `.part-*.parquet.tmp` and never match). Each session (profile × group) becomes
+//! one listing table named `<profile>_<group>` (lower case, non-alphanumerics → `_`) with the
+//! Hive partition columns `date` and `hour`; its schema is the union of its files' schemas, so
+//! files written before a template change simply read as null in the columns they lack.
+//!
+//! Time filters are always given twice: as `date`/`hour` predicates (whole directories are pruned
+//! before a file is opened) and as `ts` predicates (row groups whose `ts` statistics miss the
+//! window are skipped, and the page index prunes inside a row group).
+//!
+//! The root is a local directory or `s3://bucket/prefix`; [`Catalog`] also keeps an
+//! [`ObjectStore`] rooted at it for listing and for `export`.
+
+use std::{path::PathBuf, sync::Arc};
+
+use arrow_schema::{DataType, SchemaRef};
+use datafusion::{
+    common::{Column as DfColumn, ScalarValue},
+    datasource::{
+        file_format::parquet::ParquetFormat,
+        listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
+    },
+    execution::SendableRecordBatchStream,
+    logical_expr::{col, lit, Expr},
+    prelude::{SessionConfig, SessionContext},
+};
+use object_store::{aws::AmazonS3Builder, local::LocalFileSystem, path::Path, ObjectStore};
+use url::Url;
+
+use crate::{
+    error::{Error, Result},
+    settings::{fmt_ts, TimeRange},
+};
+
+/// One counter column of a session's wide table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    /// The Parquet column name, `<object>.<STAT>`.
+    pub name: String,
+    /// `Ethernet0`, `Ethernet0|3`, `egress_lossless_pool`.
+    pub object: String,
+    /// Short SAI stat name, `IF_IN_OCTETS`.
+    pub stat: String,
+}
+
+impl Column {
+    /// Splits `<object>.<STAT>` at the last `.` (stat short names never contain one).
+    pub fn parse(name: &str) -> Option<Self> {
+        let (object, stat) = name.rsplit_once('.')?;
+        Some(Self {
+            name: name.to_string(),
+            object: object.to_string(),
+            stat: stat.to_string(),
+        })
+    }
+}
+
+/// One HFT session's history: a table of the wide layout.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub profile: String,
+    pub group: String,
+    /// SQL table name.
+    pub table: String,
+    /// Root-relative directory `profile=<p>/group=<g>`.
+    pub dir: String,
+    pub schema: SchemaRef,
+    pub columns: Vec<Column>,
+}
+
+impl Session {
+    /// Distinct object names, in column order.
+    pub fn objects(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in &self.columns {
+            if out.last() != Some(&c.object) && !out.contains(&c.object) {
+                out.push(c.object.clone());
+            }
+        }
+        out
+    }
+
+    /// The column for `object` × `stat`, if the session has it.
+    pub fn column(&self, object: &str, stat: &str) -> Option<&Column> {
+        self.columns
+            .iter()
+            .find(|c| c.object == object && c.stat == stat)
+    }
+}
+
+/// SQL-safe table name for a session.
+pub fn table_name(profile: &str, group: &str) -> String {
+    format!("{profile}_{group}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Where the data lives.
+#[derive(Debug, Clone)]
+pub struct Location {
+    /// URL of the root directory, with a trailing `/` (`file:///var/lib/stel/`, `s3://b/p/`).
+    pub url: Url,
+    /// A store whose paths are relative to `prefix`.
+    pub store: Arc<dyn ObjectStore>,
+    /// The root inside `store`.
+    pub prefix: Path,
+}
+
+impl Location {
+    /// Parses a directory or `s3://bucket/prefix`.
+    ///
+    /// # Errors
+    /// A missing local directory, an unusable URL or S3 settings.
+    pub fn parse(s: &str, create: bool) -> Result<Self> {
+        if let Some(rest) = s.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(Error::Usage(format!(
+                    "`{s}` has no bucket; use s3://<bucket>/<prefix>"
+                )));
+            }
+            let store = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .build()
+                .map_err(|e| {
+                    Error::Usage(format!(
+                        "cannot use {s}: {e} (set AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION; AWS_ALLOW_HTTP=true for http endpoints)"
+                    ))
+                })?;
+            let prefix = prefix.trim_matches('/');
+            let url = Url::parse(&format!(
+                "s3://{bucket}/{}{}",
+                prefix,
+                if prefix.is_empty() { "" } else { "/" }
+            ))
+            .map_err(|e| Error::Usage(format!("`{s}`: {e}")))?;
+            return Ok(Self {
+                url,
+                store: Arc::new(store),
+                prefix: Path::from(prefix),
+            });
+        }
+        let path = PathBuf::from(s);
+        if create {
+            std::fs::create_dir_all(&path)
+                .map_err(|e| Error::Usage(format!("cannot create {s}: {e}")))?;
+        }
+        let dir = path.canonicalize().map_err(|_| {
+            Error::NotFound(format!(
+                "no data directory {s} (pass --data-dir <dir|s3://bucket/prefix> or set STEL_DATA_DIR; the daemon writes to ./stel-data by default)"
+            ))
+        })?;
+        let url = Url::from_directory_path(&dir)
+            .map_err(|()| Error::Usage(format!("{} is not an absolute path", dir.display())))?;
+        let store = LocalFileSystem::new_with_prefix(&dir)?;
+        Ok(Self {
+            url,
+            store: Arc::new(store),
+            prefix: Path::default(),
+        })
+    }
+
+    /// The object-store URL DataFusion registers the store under (`s3://bucket`, `file://`).
+    pub fn store_url(&self) -> Url {
+        let mut u = self.url.clone();
+        u.set_path("");
+        u
+    }
+
+    /// `prefix/rel` as a store path.
+    pub fn path(&self, rel: &str) -> Path {
+        let mut p = self.prefix.clone();
+        for part in rel.split('/').filter(|s| !s.is_empty()) {
+            p = p.join(part);
+        }
+        p
+    }
+
+    /// The `key=value` subdirectories of `rel`, values sorted.
+    ///
+    /// # Errors
+    /// Listing failures.
+    pub async fn subdirs_pub(&self, rel: &str, key: &str) -> Result<Vec<String>> {
+        self.subdirs(rel, key).await
+    }
+
+    async fn subdirs(&self, rel: &str, key: &str) -> Result<Vec<String>> {
+        let p = self.path(rel);
+        let list = self.store.list_with_delimiter(Some(&p)).await?;
+        let mut out: Vec<String> = list
+            .common_prefixes
+            .iter()
+            .filter_map(|c| c.filename().map(str::to_string))
+            .filter_map(|f| f.strip_prefix(&format!("{key}=")).map(str::to_string))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// The registered tables of one data location.
+pub struct Catalog {
+    pub ctx: SessionContext,
+    pub location: Location,
+    pub sessions: Vec<Session>,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("location", &self.location.url.as_str())
+            .field("sessions", &self.sessions)
+            .finish_non_exhaustive()
+    }
+}
+
+fn partition_cols() -> Vec<(String, DataType)> {
+    vec![
+        ("date".to_string(), DataType::Utf8),
+        ("hour".to_string(), DataType::Utf8),
+    ]
+}
+
+/// A session context tuned for scans of wide counter files.
+pub fn session_context() -> SessionContext {
+    let mut cfg = SessionConfig::new()
+        .with_target_partitions(
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+        )
+        .with_batch_size(16384)
+        .with_information_schema(true);
+    let opts = cfg.options_mut();
+    opts.execution.collect_statistics = true;
+    opts.execution.parquet.pushdown_filters = false;
+    opts.execution.parquet.pruning = true;
+    opts.execution.parquet.enable_page_index = true;
+    SessionContext::new_with_config(cfg)
+}
+
+impl Catalog {
+    /// Opens a data location and registers one table per session found in it.
+    ///
+    /// # Errors
+    /// An unusable location, or one that holds no session at all.
+    pub async fn open(data: &str) -> Result<Self> {
+        let location = Location::parse(data, false)?;
+        let ctx = session_context();
+        ctx.register_object_store(&location.store_url(), location.store_for_df()?);
+        let mut sessions = Vec::new();
+        for profile in location.subdirs("", "profile").await? {
+            for group in location
+                .subdirs(&format!("profile={profile}"), "group")
+                .await?
+            {
+                let dir = format!("profile={profile}/group={group}");
+                let Some(s) = Self::register(&ctx, &location, &profile, &group, &dir).await? else {
+                    continue;
+                };
+                sessions.push(s);
+            }
+        }
+        if sessions.is_empty() {
+            return Err(Error::NotFound(format!(
+                "no Parquet files under {} (expected profile=<p>/group=<g>/date=…/hour=…/part-*.parquet; is stel-ingestd writing with its Parquet sink, or is --data-dir wrong?)",
+                location.url
+            )));
+        }
+        Ok(Self {
+            ctx,
+            location,
+            sessions,
+        })
+    }
+
+    async fn register(
+        ctx: &SessionContext,
+        location: &Location,
+        profile: &str,
+        group: &str,
+        dir: &str,
+    ) -> Result<Option<Session>> {
+        let url = ListingTableUrl::parse(format!("{}{dir}/", location.url))?;
+        let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
+            .with_file_extension(".parquet")
+            .with_table_partition_cols(partition_cols());
+        let schema = match opts.infer_schema(&ctx.state(), &url).await {
+            Ok(s) => s,
+            // A session directory with no published file yet.
+            Err(datafusion::error::DataFusionError::Plan(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let columns = schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() != "ts")
+            .filter_map(|f| Column::parse(f.name()))
+            .collect();
+        let config = ListingTableConfig::new(url)
+            .with_listing_options(opts)
+            .with_schema(Arc::clone(&schema));
+        let table = table_name(profile, group);
+        ctx.register_table(&table, Arc::new(ListingTable::try_new(config)?))?;
+        Ok(Some(Session {
+            profile: profile.to_string(),
+            group: group.to_string(),
+            table,
+            dir: dir.to_string(),
+            schema,
+            columns,
+        }))
+    }
+
+    /// The session for `profile` (optional when there is one) and `group`.
+    ///
+    /// # Errors
+    /// No such session; the message lists the ones that exist.
+    pub fn session(&self, profile: Option<&str>, group: &str) -> Result<&Session> {
+        let found: Vec<&Session> = self
+            .sessions
+            .iter()
+            .filter(|s| s.group.eq_ignore_ascii_case(group))
+            .filter(|s| profile.is_none_or(|p| s.profile == p))
+            .collect();
+        match found.as_slice() {
+            [one] => Ok(one),
+            [] => Err(Error::NotFound(format!(
+                "no {group} session{} under {}; sessions: {} (pick one with --profile)",
+                profile
+                    .map(|p| format!(" for profile {p}"))
+                    .unwrap_or_default(),
+                self.location.url,
+                self.list()
+            ))),
+            many => Err(Error::Usage(format!(
+                "{} profiles have a {group} session ({}); pick one with --profile",
+                many.len(),
+                many.iter()
+                    .map(|s| s.profile.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// `profile/group` of every session, for messages.
+    pub fn list(&self) -> String {
+        self.sessions
+            .iter()
+            .map(|s| format!("{}/{}", s.profile, s.group))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// First and last sample time of a session (from Parquet statistics; cheap).
+    ///
+    /// # Errors
+    /// Engine failures.
+    pub async fn extent(&self, s: &Session) -> Result<Option<(i64, i64)>> {
+        let df = self
+            .ctx
+            .sql(&format!(
+                "SELECT CAST(min(ts) AS BIGINT), CAST(max(ts) AS BIGINT) FROM \"{}\"",
+                s.table
+            ))
+            .await?;
+        let batches = df.collect().await?;
+        let Some(b) = batches.first().filter(|b| b.num_rows() > 0) else {
+            return Ok(None);
+        };
+        let get = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .and_then(|a| (!a.is_null(0)).then(|| a.value(0)))
+        };
+        use arrow_array::Array;
+        Ok(get(0).zip(get(1)))
+    }
+
+    /// Error for a window with no data: says which range exists.
+    pub async fn empty_window(&self, s: &Session, r: &TimeRange) -> Error {
+        match self.extent(s).await {
+            Ok(Some((a, b))) => Error::NotFound(format!(
+                "no samples of {}/{} in {r}; data exists for {}..{} (use --from/--to or --last inside that range)",
+                s.profile,
+                s.group,
+                fmt_ts(a),
+                fmt_ts(b)
+            )),
+            _ => Error::NotFound(format!("no samples of {}/{} at all", s.profile, s.group)),
+        }
+    }
+
+    /// Streams `ts` plus `columns` of `s` within `r`, one stream per partition.
+    ///
+    /// # Errors
+    /// Engine failures.
+    pub async fn scan(
+        &self,
+        s: &Session,
+        columns: &[String],
+        r: &TimeRange,
+    ) -> Result<Vec<SendableRecordBatchStream>> {
+        let mut sel: Vec<Expr> = vec![col("ts")];
+        sel.extend(
+            columns
+                .iter()
+                .map(|c| Expr::Column(DfColumn::new_unqualified(c))),
+        );
+        let df = self
+            .ctx
+            .table(s.table.as_str())
+            .await?
+            .filter(time_filter(r))?
+            .select(sel)?;
+        Ok(df.execute_stream_partitioned().await?)
+    }
+}
+
+impl Location {
+    /// The store DataFusion reads through: for local data the plain filesystem (DataFusion's
+    /// URLs are absolute paths), for S3 the bucket's store.
+    pub fn store_for_df(&self) -> Result<Arc<dyn ObjectStore>> {
+        if self.url.scheme() == "file" {
+            Ok(Arc::new(LocalFileSystem::new()))
+        } else {
+            Ok(Arc::clone(&self.store))
+        }
+    }
+}
+
+fn ts_lit(ns: i64) -> Expr {
+    lit(ScalarValue::TimestampNanosecond(
+        Some(ns),
+        Some("UTC".into()),
+    ))
+}
+
+/// `date`/`hour` partition predicates plus `ts` predicates for `[from, to)`.
+pub fn time_filter(r: &TimeRange) -> Expr {
+    let part = |ns: i64| {
+        let t = chrono::DateTime::from_timestamp_nanos(ns);
+        (t.format("%Y-%m-%d").to_string(), t.format("%H").to_string())
+    };
+    let (d0, h0) = part(r.from_ns);
+    let (d1, h1) = part(r.to_ns - 1);
+    let lower = col("date")
+        .gt(lit(d0.clone()))
+        .or(col("date").eq(lit(d0)).and(col("hour").gt_eq(lit(h0))));
+    let upper = col("date")
+        .lt(lit(d1.clone()))
+        .or(col("date").eq(lit(d1)).and(col("hour").lt_eq(lit(h1))));
+    lower
+        .and(upper)
+        .and(col("ts").gt_eq(ts_lit(r.from_ns)))
+        .and(col("ts").lt(ts_lit(r.to_ns)))
+}
+
+/// SQL text of [`time_filter`], for engines given SQL (the DuckDB baseline, `sql` help).
+pub fn time_filter_sql(r: &TimeRange) -> String {
+    format!(
+        "ts >= '{}' AND ts < '{}'",
+        fmt_ts_sql(r.from_ns),
+        fmt_ts_sql(r.to_ns)
+    )
+}
+
+fn fmt_ts_sql(ns: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(ns)
+        .format("%Y-%m-%d %H:%M:%S%.9f+00")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_names_split_at_the_last_dot() {
+        let c = Column::parse("Ethernet0|3.WATERMARK_BYTES").unwrap();
+        assert_eq!(c.object, "Ethernet0|3");
+        assert_eq!(c.stat, "WATERMARK_BYTES");
+        assert_eq!(table_name("stel_demo", "PORT"), "stel_demo_port");
+        assert_eq!(table_name("a-b", "QUEUE"), "a_b_queue");
+    }
+}

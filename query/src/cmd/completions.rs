@@ -1,0 +1,22 @@
+//! `stel-query completions <shell>`: shell completion scripts from the same clap definition.
+
+use std::process::ExitCode;
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+
+use crate::error::Result;
+
+/// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    pub shell: Shell,
+}
+
+/// # Errors
+/// Never (writing to stdout failures aside).
+pub fn run(a: Args) -> Result<ExitCode> {
+    let mut cmd = super::Cli::command();
+    clap_complete::generate(a.shell, &mut cmd, "stel-query", &mut std::io::stdout());
+    Ok(ExitCode::SUCCESS)
+}

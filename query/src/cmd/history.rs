@@ -1,0 +1,238 @@
+//! `stel-query history`: raw or bucketed (min/max/avg/last) values of chosen objects × stats.
+
+use std::{process::ExitCode, time::Instant};
+
+use arrow_array::{cast::AsArray, types::TimestampNanosecondType, Array};
+use datafusion::{
+    common::Column as DfColumn,
+    logical_expr::{col, Expr},
+};
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::{
+    catalog::{time_filter, Catalog},
+    engine::{scan_buckets, Aggs, Grid, Progress},
+    error::{Error, Result},
+    output::{Cell, Format, Printer},
+    plot,
+    settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs},
+};
+
+/// Values of chosen objects × stats: every snapshot, or per interval (min/max/avg/last).
+///
+/// Examples:
+///   stel-query history -o Ethernet0 -s IF_IN_OCTETS --last 100us
+///   stel-query history --group QUEUE -o 'Ethernet0|3' -s CURR_OCCUPANCY_BYTES -r 1ms --agg max,avg --plot
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub time: TimeArgs,
+    #[arg(long, short = 'p')]
+    pub profile: Option<String>,
+    /// Session group: PORT, QUEUE, INGRESS_PRIORITY_GROUP, BUFFER_POOL.
+    #[arg(long, short = 'g', default_value = "PORT")]
+    pub group: String,
+    /// Objects (comma-separated); default all.
+    #[arg(long, short = 'o', value_delimiter = ',')]
+    pub object: Vec<String>,
+    /// Stats, short or full SAI names (comma-separated); default all.
+    #[arg(long, short = 's', value_delimiter = ',')]
+    pub stat: Vec<String>,
+    /// Bucket width (e.g. 100us, 1s); without it every snapshot is printed.
+    #[arg(long, short = 'r')]
+    pub resolution: Option<String>,
+    /// Aggregates per bucket.
+    #[arg(long, value_delimiter = ',', default_value = "min,max,avg,last")]
+    pub agg: Vec<Agg>,
+    /// Most snapshots printed without --resolution.
+    #[arg(long, default_value_t = 10_000)]
+    pub limit: usize,
+    /// Draw the values (avg per bucket, or raw) in the terminal.
+    #[arg(long)]
+    pub plot: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Agg {
+    Min,
+    Max,
+    Avg,
+    Last,
+}
+
+/// # Errors
+/// See [`Error`].
+pub async fn run(a: Args) -> Result<ExitCode> {
+    let started = Instant::now();
+    let set = a.common.resolve();
+    let cat = Catalog::open(&set.data).await?;
+    let (s, r) = super::open_session(&cat, a.profile.as_deref(), &a.group, &a.time).await?;
+    let objects = super::pick_objects(s, &a.object)?;
+    let stats = super::pick_stats(s, &a.stat)?;
+    let cols: Vec<(String, String, String)> = objects
+        .iter()
+        .flat_map(|o| stats.iter().map(move |st| (o.clone(), st.clone())))
+        .filter_map(|(o, st)| s.column(&o, &st).map(|c| (c.name.clone(), o, st)))
+        .collect();
+    if cols.is_empty() {
+        return Err(Error::NotFound(format!(
+            "{}/{} has none of {} × {}",
+            s.profile,
+            s.group,
+            objects.join(","),
+            stats.join(",")
+        )));
+    }
+    let names: Vec<String> = cols.iter().map(|c| c.0.clone()).collect();
+    let mut p = Printer::new(set.format);
+    let want_plot = a.plot && set.format == Format::Table;
+    let mut series: Vec<plot::Series> = cols
+        .iter()
+        .take(8)
+        .map(|(_, o, st)| (format!("{o}.{st}"), Vec::new()))
+        .collect();
+    let progress = Progress::new("history");
+    let scanned;
+    match a.resolution.as_deref() {
+        None => {
+            p.begin(
+                &["TIME", "OBJECT", "STAT", "VALUE"],
+                json!({"command": "history", "profile": s.profile, "group": s.group,
+                       "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns), "raw": true, "limit": a.limit}),
+            )?;
+            let mut sel = vec![col("ts")];
+            sel.extend(
+                names
+                    .iter()
+                    .map(|n| Expr::Column(DfColumn::new_unqualified(n))),
+            );
+            let df = cat
+                .ctx
+                .table(s.table.as_str())
+                .await?
+                .filter(time_filter(&r))?
+                .select(sel)?
+                .sort(vec![col("ts").sort(true, false)])?
+                .limit(0, Some(a.limit))?;
+            let mut stream = df.execute_stream().await?;
+            let mut n = 0u64;
+            while let Some(b) = stream.next().await {
+                let b = b?;
+                n += b.num_rows() as u64;
+                let ts = b.column(0).as_primitive::<TimestampNanosecondType>();
+                for i in 0..b.num_rows() {
+                    for (c, (_, o, st)) in cols.iter().enumerate() {
+                        let a = b
+                            .column(c + 1)
+                            .as_primitive::<arrow_array::types::UInt64Type>();
+                        let v = (!a.is_null(i)).then(|| a.value(i));
+                        if want_plot && c < 8 {
+                            series[c]
+                                .1
+                                .push((ts.value(i), v.map_or(f64::NAN, |v| v as f64)));
+                        }
+                        p.row(vec![
+                            Cell::time(ts.value(i)),
+                            Cell::str(o.clone()),
+                            Cell::str(st.clone()),
+                            v.map_or_else(Cell::na, Cell::u64),
+                        ])?;
+                    }
+                }
+            }
+            scanned = n;
+        }
+        Some(res) => {
+            let width = if res == "stream" {
+                super::rates::stream_interval(&cat, s, &r).await?
+            } else {
+                parse_duration_ns(res)?
+            };
+            let mut header = vec!["TIME", "OBJECT", "STAT"];
+            for g in &a.agg {
+                header.push(match g {
+                    Agg::Min => "MIN",
+                    Agg::Max => "MAX",
+                    Agg::Avg => "AVG",
+                    Agg::Last => "LAST",
+                });
+            }
+            p.begin(
+                &header,
+                json!({"command": "history", "profile": s.profile, "group": s.group,
+                       "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns), "resolution_ns": width}),
+            )?;
+            let grid = Grid::new(&r, Some(width));
+            scanned = scan_buckets(
+                &cat,
+                s,
+                &names,
+                &r,
+                grid,
+                Aggs { stats: true },
+                &progress,
+                |b| {
+                    for i in 0..b.n {
+                        if b.last_ts[i] == i64::MIN {
+                            continue;
+                        }
+                        for (c, (_, o, st)) in cols.iter().enumerate() {
+                            let k = i * b.cols + c;
+                            let cnt = b.count[k];
+                            let mut cells = vec![
+                                Cell::time(b.start(i)),
+                                Cell::str(o.clone()),
+                                Cell::str(st.clone()),
+                            ];
+                            for g in &a.agg {
+                                cells.push(match (g, cnt) {
+                                    (_, 0) => Cell::na(),
+                                    (Agg::Min, _) => Cell::u64(b.min[k]),
+                                    (Agg::Max, _) => Cell::u64(b.max[k]),
+                                    (Agg::Avg, _) => {
+                                        let v = b.sum[k] / cnt as f64;
+                                        Cell::f64(v, format!("{v:.2}"))
+                                    }
+                                    (Agg::Last, _) => b.last(i, c).map_or_else(Cell::na, Cell::u64),
+                                });
+                            }
+                            if want_plot && c < 8 && cnt > 0 {
+                                series[c].1.push((b.start(i), b.sum[k] / cnt as f64));
+                            }
+                            p.row(cells)?;
+                        }
+                    }
+                    Ok(())
+                },
+            )
+            .await?;
+        }
+    }
+    progress.finish();
+    if p.rows() == 0 {
+        return Err(cat.empty_window(s, &r).await);
+    }
+    if want_plot {
+        p.text(&format!(
+            "\n{}",
+            plot::chart(
+                if a.resolution.is_some() {
+                    "avg per interval"
+                } else {
+                    "value"
+                },
+                &series,
+                72,
+                16,
+                &|v| crate::output::human_count(v)
+            )
+        ))?;
+    }
+    p.summary(json!({"rows": p.rows(), "snapshots_scanned": scanned,
+                     "elapsed_s": started.elapsed().as_secs_f64()}))?;
+    Ok(super::exit_for(p.rows()))
+}

@@ -1,0 +1,200 @@
+//! One module per subcommand, each with its `Args` (what was typed) and a `run` that resolves
+//! them into settings and returns the exit code.
+
+pub mod bursts;
+pub mod completions;
+pub mod export;
+pub mod history;
+pub mod inspect;
+pub mod rates;
+pub mod sql;
+pub mod stat;
+pub mod top;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::{
+    catalog::{Catalog, Session},
+    error::{Error, Result},
+    output::Format,
+};
+
+/// Questions about stel's counter history: rates, history, microbursts, live counters, SQL.
+///
+/// Data comes from the Parquet tree stel-ingestd writes (--data-dir, STEL_DATA_DIR), a local
+/// directory or s3://bucket/prefix. Every command prints a table by default, --json for JSON
+/// Lines ({"type":"begin"|"row"|"summary","data":{…}}) and --csv where it makes sense.
+/// Exit codes: 0 rows printed, 1 no rows, 2 error.
+#[derive(Debug, Parser)]
+#[command(
+    name = "stel-query",
+    version,
+    verbatim_doc_comment,
+    after_help = "Examples:
+  stel-query rates                                   # portstat-style rates over the last minute of data
+  stel-query rates --last 10s -r 1s -i Ethernet0 --ema --plot
+  stel-query history -o Ethernet0 -s IF_IN_OCTETS,IF_IN_DISCARDS -r 100ms --agg min,max,last
+  stel-query top --by drops -n 5 --since 10m
+  stel-query bursts --threshold 90 --min-duration 30us --last 1s
+  stel-query inspect stel_demo --table --duration 10s
+  stel-query sql \"SELECT object, max(value) FROM counters WHERE stat = 'IF_IN_OCTETS' GROUP BY object\"
+  stel-query export s3://lake/stel --from 2024-05-01T00:00:00Z --to 2024-05-01T01:00:00Z
+  stel-query completions bash > /etc/bash_completion.d/stel-query"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    Rates(rates::Args),
+    History(history::Args),
+    Top(top::Args),
+    Bursts(bursts::Args),
+    Inspect(inspect::Args),
+    Sql(sql::Args),
+    Export(export::Args),
+    Stat(stat::Args),
+    Completions(completions::Args),
+    /// Benchmark the rates query against DuckDB over the same files (used by `stel-bench query`).
+    #[command(hide = true)]
+    Bench(crate::bench::Args),
+}
+
+impl Cmd {
+    /// The output format asked for (errors are JSON when it is JSON).
+    pub fn format(&self) -> Format {
+        let c = match self {
+            Cmd::Rates(a) => &a.common,
+            Cmd::History(a) => &a.common,
+            Cmd::Top(a) => &a.common,
+            Cmd::Bursts(a) => &a.common,
+            Cmd::Sql(a) => &a.common,
+            Cmd::Export(a) => &a.common,
+            Cmd::Inspect(a) => return if a.json { Format::Json } else { Format::Table },
+            Cmd::Stat(a) => return if a.json { Format::Json } else { Format::Table },
+            Cmd::Completions(_) | Cmd::Bench(_) => return Format::Table,
+        };
+        c.resolve().format
+    }
+
+    /// Runs the command on a multi-threaded runtime (DataFusion's scans run on it).
+    ///
+    /// # Errors
+    /// Whatever the command fails with.
+    pub fn run(self) -> Result<ExitCode> {
+        match self {
+            Cmd::Stat(a) => return stat::run(a),
+            Cmd::Completions(a) => return completions::run(a),
+            _ => {}
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            match self {
+                Cmd::Rates(a) => rates::run(a).await,
+                Cmd::History(a) => history::run(a).await,
+                Cmd::Top(a) => top::run(a).await,
+                Cmd::Bursts(a) => bursts::run(a).await,
+                Cmd::Inspect(a) => inspect::run(a).await,
+                Cmd::Sql(a) => sql::run(a).await,
+                Cmd::Export(a) => export::run(a).await,
+                Cmd::Bench(a) => crate::bench::run(a).await,
+                Cmd::Stat(_) | Cmd::Completions(_) => unreachable!("handled above"),
+            }
+        })
+    }
+}
+
+/// 0 when rows were printed, 1 when none.
+pub fn exit_for(rows: u64) -> ExitCode {
+    if rows > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// The objects of `s` named in `wanted` (all when empty).
+///
+/// # Errors
+/// A name the session does not have; the message lists some that exist.
+pub fn pick_objects(s: &Session, wanted: &[String]) -> Result<Vec<String>> {
+    let all = s.objects();
+    if wanted.is_empty() {
+        return Ok(all);
+    }
+    for w in wanted {
+        if !all.contains(w) {
+            let some: Vec<&str> = all.iter().take(8).map(String::as_str).collect();
+            return Err(Error::NotFound(format!(
+                "{}/{} has no object {w}; it has {} objects: {}{}",
+                s.profile,
+                s.group,
+                all.len(),
+                some.join(", "),
+                if all.len() > 8 { ", …" } else { "" }
+            )));
+        }
+    }
+    Ok(wanted.to_vec())
+}
+
+/// The stats of `s` named in `wanted` (all when empty).
+///
+/// # Errors
+/// A stat the session does not carry.
+pub fn pick_stats(s: &Session, wanted: &[String]) -> Result<Vec<String>> {
+    let mut all: Vec<String> = Vec::new();
+    for c in &s.columns {
+        if !all.contains(&c.stat) {
+            all.push(c.stat.clone());
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(all);
+    }
+    let mut out = Vec::new();
+    for w in wanted {
+        let w = short_stat(w);
+        if !all.contains(&w) {
+            return Err(Error::NotFound(format!(
+                "{}/{} does not carry {w}; it carries {}",
+                s.profile,
+                s.group,
+                all.join(", ")
+            )));
+        }
+        out.push(w);
+    }
+    Ok(out)
+}
+
+/// `SAI_PORT_STAT_IF_IN_OCTETS` → `IF_IN_OCTETS`; short names pass through.
+pub fn short_stat(s: &str) -> String {
+    if let Some((_, st)) = stel_store::sai::stat_by_full_name(s) {
+        return st.short.to_string();
+    }
+    s.to_string()
+}
+
+/// Opens the catalog and resolves the session and window, with the "what exists" error for an
+/// empty window.
+///
+/// # Errors
+/// No data, no session, bad flags.
+pub async fn open_session<'a>(
+    cat: &'a Catalog,
+    profile: Option<&str>,
+    group: &str,
+    time: &crate::settings::TimeArgs,
+) -> Result<(&'a Session, crate::settings::TimeRange)> {
+    let s = cat.session(profile, group)?;
+    let extent = cat.extent(s).await?;
+    let r = time.resolve(extent)?;
+    Ok((s, r))
+}

@@ -1,0 +1,349 @@
+//! `stel-query rates`: RX/TX BPS, PPS and utilisation per port (or router interface), the way
+//! SONiC computes them, over a window at a chosen resolution.
+
+use std::{process::ExitCode, time::Instant};
+
+use serde_json::json;
+
+use crate::{
+    catalog::{Catalog, Session},
+    engine::{scan_buckets, Aggs, Grid, Progress},
+    error::{Error, Result},
+    output::{Cell, Format, Printer},
+    plot,
+    rates::{self, fmt_bps, fmt_ok, fmt_pps, fmt_util, RateState, RateStats, Rates},
+    settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs, TimeRange},
+};
+
+/// RX/TX BPS, PPS and UTIL per port (portstat -R's columns and units).
+///
+/// Without --resolution the whole window is one interval (like two `portstat` runs at its ends);
+/// with it, one row per interval and port. --ema smooths like SONiC (α = 2/(N+1)).
+///
+/// Examples:
+///   stel-query rates
+///   stel-query rates --last 10s -r 1s -i Ethernet0,Ethernet4 --ema
+///   stel-query rates --from 2024-05-01T12:00:00Z --to 2024-05-01T12:00:01Z -r stream --json
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub time: TimeArgs,
+    /// HFT profile (needed when several profiles have the group).
+    #[arg(long, short = 'p')]
+    pub profile: Option<String>,
+    /// Router interfaces (ROUTER_INTERFACE group, rif_rates.lua) instead of ports.
+    #[arg(long)]
+    pub rif: bool,
+    /// Only these interfaces (comma-separated names, e.g. Ethernet0,Ethernet4).
+    #[arg(long, short = 'i', value_delimiter = ',')]
+    pub interface: Vec<String>,
+    /// Interval per row: a duration (10us … 5m) or `stream` for every snapshot.
+    #[arg(long, short = 'r')]
+    pub resolution: Option<String>,
+    /// Smooth with SONiC's EMA over N intervals (α = 2/(N+1); N = 10 when no value is given).
+    #[arg(long, num_args = 0..=1, default_missing_value = "10", value_name = "N")]
+    pub ema: Option<u32>,
+    /// Port speed for UTIL (the stream does not carry it): 100G, 25G, or Mb/s like SONiC.
+    #[arg(long, default_value = "100G")]
+    pub speed: String,
+    /// Draw RX_BPS over time in the terminal (table output only).
+    #[arg(long)]
+    pub plot: bool,
+}
+
+/// Column indices of one object's rate inputs in the scanned projection.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub object: String,
+    /// RX octets, TX octets, RX packet parts, TX packet parts.
+    pub rx_octets: Option<usize>,
+    pub tx_octets: Option<usize>,
+    pub rx_pkts: Vec<usize>,
+    pub tx_pkts: Vec<usize>,
+}
+
+impl Inputs {
+    /// The four rate quantities from one row of last values.
+    pub fn quantities(&self, get: impl Fn(usize) -> Option<u64>) -> rates::Inputs {
+        let sum = |idx: &[usize]| -> Option<u64> {
+            let mut acc: Option<u64> = None;
+            for (k, i) in idx.iter().enumerate() {
+                match get(*i) {
+                    Some(v) => acc = Some(acc.unwrap_or(0) + v),
+                    // The first part (unicast) is required, the rest count as 0 when absent.
+                    None if k == 0 => return None,
+                    None => {}
+                }
+            }
+            acc
+        };
+        [
+            self.rx_octets.and_then(&get),
+            self.tx_octets.and_then(&get),
+            sum(&self.rx_pkts),
+            sum(&self.tx_pkts),
+        ]
+    }
+}
+
+/// The projection (column names) and per-object inputs for `objects` of `s`.
+pub fn plan_inputs(s: &Session, objects: &[String], st: &RateStats) -> (Vec<String>, Vec<Inputs>) {
+    let mut cols: Vec<String> = Vec::new();
+    let mut idx = |object: &str, stat: &str| -> Option<usize> {
+        let c = s.column(object, stat)?;
+        Some(match cols.iter().position(|n| *n == c.name) {
+            Some(i) => i,
+            None => {
+                cols.push(c.name.clone());
+                cols.len() - 1
+            }
+        })
+    };
+    let mut out = Vec::new();
+    for o in objects {
+        let rx_octets = idx(o, st.rx_octets);
+        let tx_octets = idx(o, st.tx_octets);
+        let rx_pkts: Vec<usize> = st.rx_pkts.iter().filter_map(|p| idx(o, p)).collect();
+        let tx_pkts: Vec<usize> = st.tx_pkts.iter().filter_map(|p| idx(o, p)).collect();
+        // The unicast part must be first when present, else the packet rate is N/A.
+        let first_ok = |parts: &[&str]| s.column(o, parts[0]).is_some();
+        out.push(Inputs {
+            object: o.clone(),
+            rx_octets,
+            tx_octets,
+            rx_pkts: if first_ok(st.rx_pkts) {
+                rx_pkts
+            } else {
+                Vec::new()
+            },
+            tx_pkts: if first_ok(st.tx_pkts) {
+                tx_pkts
+            } else {
+                Vec::new()
+            },
+        });
+    }
+    (cols, out)
+}
+
+/// A resolution flag: `None` = the whole window, `stream` = the data's own interval.
+///
+/// # Errors
+/// An unparsable duration, or no data to measure the stream interval from.
+pub async fn resolve_resolution(
+    cat: &Catalog,
+    s: &Session,
+    r: &TimeRange,
+    res: Option<&str>,
+) -> Result<Option<i64>> {
+    match res {
+        None => Ok(None),
+        Some("stream") | Some("native") => Ok(Some(stream_interval(cat, s, r).await?)),
+        Some(d) => Ok(Some(parse_duration_ns(d)?)),
+    }
+}
+
+/// The session's snapshot interval, measured from the first rows of the window.
+///
+/// # Errors
+/// Fewer than two rows in the window.
+pub async fn stream_interval(cat: &Catalog, s: &Session, r: &TimeRange) -> Result<i64> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::TimestampNanosecondType;
+    let df = cat
+        .ctx
+        .table(s.table.as_str())
+        .await?
+        .filter(crate::catalog::time_filter(r))?
+        .select(vec![datafusion::logical_expr::col("ts")])?
+        .limit(0, Some(4096))?;
+    let mut ts: Vec<i64> = Vec::new();
+    for b in df.collect().await? {
+        ts.extend(
+            b.column(0)
+                .as_primitive::<TimestampNanosecondType>()
+                .values()
+                .iter(),
+        );
+    }
+    ts.sort_unstable();
+    ts.windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|d| *d > 0)
+        .min()
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "fewer than two snapshots of {}/{} in {r}; cannot tell the stream's interval",
+                s.profile, s.group
+            ))
+        })
+}
+
+/// One output row of `rates`.
+#[derive(Debug, Clone)]
+pub struct RateRow {
+    pub t_ns: i64,
+    pub object: String,
+    pub rates: Rates,
+}
+
+/// Runs the rates scan, calling `each` per completed (interval, object) in time order.
+/// Returns rows scanned.
+///
+/// # Errors
+/// Engine failures or an error from `each`.
+#[expect(clippy::too_many_arguments, reason = "the resolved query, spelled out")]
+pub async fn compute(
+    cat: &Catalog,
+    s: &Session,
+    objects: &[String],
+    st: &RateStats,
+    r: &TimeRange,
+    width_ns: Option<i64>,
+    alpha: Option<f64>,
+    progress: &Progress,
+    mut each: impl FnMut(RateRow) -> Result<()>,
+) -> Result<(u64, usize)> {
+    let (cols, inputs) = plan_inputs(s, objects, st);
+    if cols.is_empty() {
+        return Err(Error::NotFound(format!(
+            "{}/{} carries none of the rate inputs ({}, {}, {})",
+            s.profile,
+            s.group,
+            st.rx_octets,
+            st.tx_octets,
+            st.rx_pkts.join(", ")
+        )));
+    }
+    let grid = Grid::new(r, width_ns);
+    let mut states: Vec<RateState> = vec![RateState::default(); inputs.len()];
+    let mut seeded = false;
+    let rows = scan_buckets(cat, s, &cols, r, grid, Aggs::default(), progress, |b| {
+        if !seeded {
+            if let Some((t, v, ok)) = &b.first {
+                for (inp, stt) in inputs.iter().zip(states.iter_mut()) {
+                    let q = inp.quantities(|i| ok[i].then(|| v[i]));
+                    stt.poll(*t, q, alpha);
+                }
+                seeded = true;
+            }
+        }
+        for i in 0..b.n {
+            let t = b.last_ts[i];
+            if t == i64::MIN {
+                continue;
+            }
+            for (inp, stt) in inputs.iter().zip(states.iter_mut()) {
+                let q = inp.quantities(|c| b.last(i, c));
+                if let Some(rates) = stt.poll(t, q, alpha) {
+                    each(RateRow {
+                        t_ns: t,
+                        object: inp.object.clone(),
+                        rates,
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    Ok((rows, cols.len()))
+}
+
+/// # Errors
+/// See [`Error`]; an empty window is `NotFound` and names the range that exists.
+pub async fn run(a: Args) -> Result<ExitCode> {
+    let started = Instant::now();
+    let set = a.common.resolve();
+    let speed = rates::parse_speed_mbps(&a.speed).map_err(Error::Usage)?;
+    let cat = Catalog::open(&set.data).await?;
+    let group = if a.rif { "ROUTER_INTERFACE" } else { "PORT" };
+    let (s, r) = super::open_session(&cat, a.profile.as_deref(), group, &a.time).await?;
+    let objects = super::pick_objects(s, &a.interface)?;
+    let st = if a.rif { rates::RIF } else { rates::PORT };
+    let width = resolve_resolution(&cat, s, &r, a.resolution.as_deref()).await?;
+    let alpha = a.ema.map(|n| rates::alpha(n.max(1)));
+    let mut p = Printer::new(set.format);
+    let per_interval = width.is_some();
+    let mut header = vec![];
+    if per_interval {
+        header.push("TIME");
+    }
+    header.extend([
+        "IFACE", "RX_OK", "RX_BPS", "RX_PPS", "RX_UTIL", "TX_OK", "TX_BPS", "TX_PPS", "TX_UTIL",
+    ]);
+    p.begin(
+        &header,
+        json!({
+            "command": "rates", "profile": s.profile, "group": s.group,
+            "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns),
+            "resolution_ns": width, "alpha": alpha, "speed_mbps": speed,
+            "units": {"rx_bps": "bytes/s", "rx_pps": "packets/s", "rx_util": "%"},
+        }),
+    )?;
+    let progress = Progress::new("rates");
+    let mut series: Vec<plot::Series> = Vec::new();
+    let want_plot = a.plot && set.format == Format::Table;
+    let (rows, ncols) = compute(&cat, s, &objects, &st, &r, width, alpha, &progress, |row| {
+        let x = &row.rates;
+        let rx_util = Rates::util(x.rx_bps, Some(speed));
+        let tx_util = Rates::util(x.tx_bps, Some(speed));
+        let mut cells = Vec::with_capacity(10);
+        if per_interval {
+            cells.push(Cell::time(row.t_ns));
+        }
+        cells.extend([
+            Cell::str(row.object.clone()),
+            x.rx_ok.map_or_else(Cell::na, |v| Cell {
+                json: json!(v),
+                text: fmt_ok(v),
+            }),
+            Cell::opt_f64(x.rx_bps, fmt_bps),
+            Cell::opt_f64(x.rx_pps, fmt_pps),
+            Cell::opt_f64(rx_util, fmt_util),
+            x.tx_ok.map_or_else(Cell::na, |v| Cell {
+                json: json!(v),
+                text: fmt_ok(v),
+            }),
+            Cell::opt_f64(x.tx_bps, fmt_bps),
+            Cell::opt_f64(x.tx_pps, fmt_pps),
+            Cell::opt_f64(tx_util, fmt_util),
+        ]);
+        if want_plot {
+            match series.iter_mut().find(|(n, _)| *n == row.object) {
+                Some((_, v)) => v.push((row.t_ns, x.rx_bps.unwrap_or(f64::NAN))),
+                None => series.push((
+                    row.object.clone(),
+                    vec![(row.t_ns, x.rx_bps.unwrap_or(f64::NAN))],
+                )),
+            }
+        }
+        p.row(cells)
+    })
+    .await?;
+    progress.finish();
+    if rows == 0 {
+        return Err(cat.empty_window(s, &r).await);
+    }
+    if want_plot {
+        // The eight busiest interfaces, so the chart stays readable.
+        series.sort_by(|a, b| {
+            let peak = |s: &plot::Series| s.1.iter().map(|p| p.1).fold(0.0, f64::max);
+            peak(b).total_cmp(&peak(a))
+        });
+        series.truncate(8);
+        p.text(&format!(
+            "\n{}",
+            plot::chart("RX_BPS", &series, 72, 16, &|v| fmt_bps(v))
+        ))?;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    p.summary(json!({
+        "rows": p.rows(), "snapshots_scanned": rows, "samples_scanned": rows * ncols as u64,
+        "elapsed_s": elapsed,
+    }))?;
+    Ok(super::exit_for(p.rows()))
+}

@@ -1,0 +1,132 @@
+//! `stel-query sql "<query>"`: any SQL over the registered tables.
+//!
+//! Tables: one wide table per session, `<profile>_<group>` (e.g. `stel_demo_port`: `ts`, one
+//! `"<object>.<STAT>"` column per counter, partition columns `date`, `hour`), and the long view
+//! `counters(ts, profile, "group", object, stat, value)` over all of them. Filters on
+//! `object`/`stat` in the long view prune whole branches at planning time, and `ts` filters reach
+//! the Parquet statistics in both.
+
+use std::{process::ExitCode, time::Instant};
+
+use arrow_array::Array;
+use arrow_schema::DataType;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::{
+    catalog::Catalog,
+    error::Result,
+    output::{Cell, Printer},
+};
+
+/// Run SQL over the history (DataFusion dialect).
+///
+/// Tables: `<profile>_<group>` per session (wide: ts + "<object>.<STAT>" columns, partitions
+/// date/hour) and the long view counters(ts, profile, "group", object, stat, value).
+/// `SHOW TABLES` lists them.
+///
+/// Examples:
+///   stel-query sql 'SHOW TABLES'
+///   stel-query sql 'SELECT max(ts), count(*) FROM stel_demo_port'
+///   stel-query sql "SELECT object, max(value) - min(value) AS octets FROM counters WHERE stat = 'IF_IN_OCTETS' GROUP BY object ORDER BY 2 DESC LIMIT 5"
+///   stel-query sql 'SELECT date_bin(INTERVAL 1 second, ts) AS s, max("Ethernet0.IF_IN_OCTETS") FROM stel_demo_port GROUP BY 1 ORDER BY 1' --csv
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: crate::settings::CommonArgs,
+    /// The query.
+    pub query: String,
+}
+
+/// The long view's SQL: one `UNION ALL` branch per (session, counter column).
+pub fn long_view_sql(cat: &Catalog) -> Option<String> {
+    let q = |s: &str| s.replace('\'', "''");
+    let mut parts = Vec::new();
+    for s in &cat.sessions {
+        for c in &s.columns {
+            parts.push(format!(
+                "SELECT ts, '{}' AS profile, '{}' AS \"group\", '{}' AS object, '{}' AS stat, \"{}\" AS value FROM \"{}\"",
+                q(&s.profile),
+                q(&s.group),
+                q(&c.object),
+                q(&c.stat),
+                c.name.replace('"', "\"\""),
+                s.table
+            ));
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(" UNION ALL "))
+}
+
+/// Registers the long view `counters`.
+///
+/// # Errors
+/// Planning failures.
+pub async fn register_long_view(cat: &Catalog) -> Result<()> {
+    if let Some(sql) = long_view_sql(cat) {
+        let plan = cat.ctx.sql(&sql).await?.into_unoptimized_plan();
+        let view = datafusion::catalog::view::ViewTable::new(plan, Some(sql));
+        cat.ctx
+            .register_table("counters", std::sync::Arc::new(view))?;
+    }
+    Ok(())
+}
+
+fn cell(a: &dyn Array, f: &ArrayFormatter<'_>, i: usize) -> Cell {
+    if a.is_null(i) {
+        return Cell::na();
+    }
+    let text = f.value(i).to_string();
+    let json = match a.data_type() {
+        t if t.is_numeric() => {
+            serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text.clone()))
+        }
+        DataType::Boolean => Value::Bool(text == "true"),
+        _ => Value::String(text.clone()),
+    };
+    Cell { json, text }
+}
+
+/// # Errors
+/// Planning or execution failures (the engine's message says what is wrong with the SQL).
+pub async fn run(a: Args) -> Result<ExitCode> {
+    let started = Instant::now();
+    let set = a.common.resolve();
+    let cat = Catalog::open(&set.data).await?;
+    if a.query.to_ascii_lowercase().contains("counters") {
+        register_long_view(&cat).await?;
+    }
+    let df = cat.ctx.sql(&a.query).await?;
+    let schema = df.schema().as_arrow().clone();
+    let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let mut p = Printer::new(set.format);
+    p.begin(
+        &header,
+        json!({"command": "sql", "query": a.query,
+               "tables": cat.sessions.iter().map(|s| &s.table).collect::<Vec<_>>(),
+               "columns": header}),
+    )?;
+    let mut stream = df.execute_stream().await?;
+    let opts = FormatOptions::default().with_null("N/A");
+    while let Some(b) = stream.next().await {
+        let b = b?;
+        let fmts: Vec<ArrayFormatter<'_>> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
+            .collect::<std::result::Result<_, _>>()?;
+        for i in 0..b.num_rows() {
+            let cells = b
+                .columns()
+                .iter()
+                .zip(&fmts)
+                .map(|(c, f)| cell(c.as_ref(), f, i))
+                .collect();
+            p.row(cells)?;
+        }
+    }
+    p.summary(json!({"rows": p.rows(), "elapsed_s": started.elapsed().as_secs_f64()}))?;
+    Ok(super::exit_for(p.rows()))
+}

@@ -1,0 +1,392 @@
+//! The vectorised aggregation every time-series command runs: per time bucket and column, the
+//! last value (and optionally min/max/sum/count), plus the first row of the window.
+//!
+//! DataFusion does the I/O (partition pruning, row-group and page pruning on `ts`, projection,
+//! decode, the exact `ts` filter) and hands back one record-batch stream per partition; this
+//! module consumes the streams in parallel. Because counters are snapshots, "the value at the end
+//! of a bucket" is one row — so for each batch it finds the runs of rows that share a bucket
+//! (one pass over `ts`) and copies the run's last row (one gather per run), instead of touching
+//! every value the way a SQL `arg_max` aggregate must. Min/max/sum are per-value loops and only
+//! run when asked for.
+//!
+//! Bucket state is dense (`buckets × columns`). Windows whose dense state would exceed
+//! [`MAX_CELLS`] are processed in consecutive chunks, in time order, so output can stream and
+//! memory stays bounded at any resolution.
+
+use std::time::Instant;
+
+use arrow_array::{
+    cast::AsArray,
+    types::{TimestampNanosecondType, UInt64Type},
+    Array, RecordBatch,
+};
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::{
+    catalog::{Catalog, Session},
+    error::{Error, Result},
+    settings::TimeRange,
+};
+
+/// Most `bucket × column` cells one chunk keeps (per partition).
+pub const MAX_CELLS: usize = 4 << 20;
+
+/// Which aggregates to keep besides `last`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Aggs {
+    /// min, max, sum and count per bucket and column.
+    pub stats: bool,
+}
+
+/// Buckets of one chunk: `[origin + i·width, origin + (i+1)·width)` for `i < n`.
+#[derive(Debug, Clone)]
+pub struct Buckets {
+    pub origin_ns: i64,
+    pub width_ns: i64,
+    pub n: usize,
+    pub cols: usize,
+    /// Per bucket: time of its last row (`i64::MIN`: no row).
+    pub last_ts: Vec<i64>,
+    /// `n × cols`: the last row's values; `valid` says which are non-null.
+    pub last: Vec<u64>,
+    pub valid: Vec<bool>,
+    pub min: Vec<u64>,
+    pub max: Vec<u64>,
+    pub sum: Vec<f64>,
+    pub count: Vec<u64>,
+    /// The chunk's first row (time, values, validity), if any.
+    pub first: Option<(i64, Vec<u64>, Vec<bool>)>,
+    /// Rows scanned.
+    pub rows: u64,
+}
+
+impl Buckets {
+    fn new(origin_ns: i64, width_ns: i64, n: usize, cols: usize, aggs: Aggs) -> Self {
+        let cells = n * cols;
+        let s = if aggs.stats { cells } else { 0 };
+        Self {
+            origin_ns,
+            width_ns,
+            n,
+            cols,
+            last_ts: vec![i64::MIN; n],
+            last: vec![0; cells],
+            valid: vec![false; cells],
+            min: vec![u64::MAX; s],
+            max: vec![0; s],
+            sum: vec![0.0; s],
+            count: vec![0; s],
+            first: None,
+            rows: 0,
+        }
+    }
+
+    /// Start of bucket `i`.
+    pub fn start(&self, i: usize) -> i64 {
+        self.origin_ns + i as i64 * self.width_ns
+    }
+
+    /// Last value of column `c` in bucket `i`.
+    pub fn last(&self, i: usize, c: usize) -> Option<u64> {
+        let k = i * self.cols + c;
+        self.valid[k].then(|| self.last[k])
+    }
+
+    fn add_batch(&mut self, b: &RecordBatch, aggs: Aggs) {
+        let ts = b.column(0).as_primitive::<TimestampNanosecondType>();
+        let ts = ts.values();
+        if ts.is_empty() {
+            return;
+        }
+        self.rows += ts.len() as u64;
+        let cols: Vec<&arrow_array::PrimitiveArray<UInt64Type>> = (1..b.num_columns())
+            .map(|i| b.column(i).as_primitive::<UInt64Type>())
+            .collect();
+        // First row of the chunk.
+        let (mut fi, mut fts) = (0, ts[0]);
+        for (i, t) in ts.iter().enumerate() {
+            if *t < fts {
+                (fi, fts) = (i, *t);
+            }
+        }
+        if self.first.as_ref().is_none_or(|(t, _, _)| fts < *t) {
+            let v = cols.iter().map(|c| c.values()[fi]).collect();
+            let ok = cols.iter().map(|c| c.is_valid(fi)).collect();
+            self.first = Some((fts, v, ok));
+        }
+        let w = self.width_ns;
+        let bucket = |t: i64| ((t - self.origin_ns) / w) as usize;
+        let mut start = 0;
+        while start < ts.len() {
+            let b0 = bucket(ts[start]);
+            let mut end = start + 1;
+            let (mut li, mut lts) = (start, ts[start]);
+            while end < ts.len() && bucket(ts[end]) == b0 {
+                if ts[end] >= lts {
+                    (li, lts) = (end, ts[end]);
+                }
+                end += 1;
+            }
+            if b0 < self.n {
+                if lts >= self.last_ts[b0] {
+                    self.last_ts[b0] = lts;
+                    let base = b0 * self.cols;
+                    for (c, a) in cols.iter().enumerate() {
+                        self.last[base + c] = a.values()[li];
+                        self.valid[base + c] = a.is_valid(li);
+                    }
+                }
+                if aggs.stats {
+                    let base = b0 * self.cols;
+                    for (c, a) in cols.iter().enumerate() {
+                        let vals = &a.values()[start..end];
+                        let k = base + c;
+                        if a.null_count() == 0 {
+                            let (mut mn, mut mx, mut sm) = (self.min[k], self.max[k], 0.0);
+                            for v in vals {
+                                mn = mn.min(*v);
+                                mx = mx.max(*v);
+                                sm += *v as f64;
+                            }
+                            self.min[k] = mn;
+                            self.max[k] = mx;
+                            self.sum[k] += sm;
+                            self.count[k] += vals.len() as u64;
+                        } else {
+                            for (j, v) in vals.iter().enumerate() {
+                                if a.is_valid(start + j) {
+                                    self.min[k] = self.min[k].min(*v);
+                                    self.max[k] = self.max[k].max(*v);
+                                    self.sum[k] += *v as f64;
+                                    self.count[k] += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            start = end;
+        }
+    }
+
+    fn merge(&mut self, o: Buckets, aggs: Aggs) {
+        self.rows += o.rows;
+        if let Some(f) = o.first {
+            if self.first.as_ref().is_none_or(|(t, _, _)| f.0 < *t) {
+                self.first = Some(f);
+            }
+        }
+        for i in 0..self.n {
+            if o.last_ts[i] > self.last_ts[i] {
+                self.last_ts[i] = o.last_ts[i];
+                let r = i * self.cols..(i + 1) * self.cols;
+                self.last[r.clone()].copy_from_slice(&o.last[r.clone()]);
+                self.valid[r.clone()].copy_from_slice(&o.valid[r]);
+            }
+        }
+        if aggs.stats {
+            for k in 0..self.min.len() {
+                self.min[k] = self.min[k].min(o.min[k]);
+                self.max[k] = self.max[k].max(o.max[k]);
+                self.sum[k] += o.sum[k];
+                self.count[k] += o.count[k];
+            }
+        }
+    }
+}
+
+/// A progress bar that appears only when a scan runs longer than a second (and stderr is a
+/// terminal).
+#[derive(Debug)]
+pub struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+    shown: std::sync::atomic::AtomicBool,
+}
+
+impl Progress {
+    pub fn new(what: &str) -> Self {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {msg} [{elapsed_precise}] {human_pos} rows scanned ({per_sec})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.set_message(what.to_string());
+        Self {
+            bar,
+            started: Instant::now(),
+            shown: false.into(),
+        }
+    }
+
+    pub fn inc(&self, rows: u64) {
+        use std::sync::atomic::Ordering;
+        if !self.shown.load(Ordering::Relaxed) && self.started.elapsed().as_secs_f64() > 1.0 {
+            self.shown.store(true, Ordering::Relaxed);
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        self.bar.inc(rows);
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Time buckets of a window: `width` aligned to multiples of `width` since the epoch (or the
+/// whole window as one bucket when `width` is `None`).
+#[derive(Debug, Clone, Copy)]
+pub struct Grid {
+    pub origin_ns: i64,
+    pub width_ns: i64,
+    pub n: usize,
+}
+
+impl Grid {
+    pub fn new(r: &TimeRange, width_ns: Option<i64>) -> Self {
+        match width_ns {
+            None => Self {
+                origin_ns: r.from_ns,
+                width_ns: r.len_ns(),
+                n: 1,
+            },
+            Some(w) => {
+                let origin = r.from_ns.div_euclid(w) * w;
+                let n = ((r.to_ns - origin + w - 1) / w) as usize;
+                Self {
+                    origin_ns: origin,
+                    width_ns: w,
+                    n,
+                }
+            }
+        }
+    }
+}
+
+/// Scans `columns` of `s` over `r` on `grid`, calling `each` with consecutive chunks of buckets
+/// in time order. Returns rows scanned.
+///
+/// # Errors
+/// Engine failures, or whatever `each` returns.
+pub async fn scan_buckets(
+    cat: &Catalog,
+    s: &Session,
+    columns: &[String],
+    r: &TimeRange,
+    grid: Grid,
+    aggs: Aggs,
+    progress: &Progress,
+    mut each: impl FnMut(Buckets) -> Result<()>,
+) -> Result<u64> {
+    let ncols = columns.len().max(1);
+    let per_chunk = (MAX_CELLS / ncols).max(1);
+    let mut rows = 0;
+    let mut i0 = 0;
+    while i0 < grid.n {
+        let n = per_chunk.min(grid.n - i0);
+        let origin = grid.origin_ns + i0 as i64 * grid.width_ns;
+        let chunk = TimeRange {
+            from_ns: origin.max(r.from_ns),
+            to_ns: (origin + n as i64 * grid.width_ns).min(r.to_ns),
+        };
+        let streams = cat.scan(s, columns, &chunk).await?;
+        let mut tasks = Vec::new();
+        for mut st in streams {
+            let mut b = Buckets::new(origin, grid.width_ns, n, columns.len(), aggs);
+            tasks.push(async move {
+                while let Some(batch) = st.next().await {
+                    let batch = batch?;
+                    b.add_batch(&batch, aggs);
+                }
+                Ok::<_, Error>(b)
+            });
+        }
+        // Each partition on its own task (DataFusion's runtime is multi-threaded).
+        let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
+        let mut acc = Buckets::new(origin, grid.width_ns, n, columns.len(), aggs);
+        for h in handles {
+            let b = h
+                .await
+                .map_err(|e| Error::Usage(format!("scan task failed: {e}")))??;
+            progress.inc(b.rows);
+            acc.merge(b, aggs);
+        }
+        rows += acc.rows;
+        each(acc)?;
+        i0 += n;
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{TimestampNanosecondArray, UInt64Array};
+    use arrow_schema::{DataType, Field, Schema, TimeUnit};
+
+    use super::*;
+
+    fn batch(ts: &[i64], v: &[Option<u64>]) -> RecordBatch {
+        let schema = Schema::new(vec![
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+                false,
+            ),
+            Field::new("a", DataType::UInt64, true),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(TimestampNanosecondArray::from(ts.to_vec()).with_timezone("UTC")),
+                Arc::new(UInt64Array::from(v.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn last_min_max_per_bucket_across_partitions() {
+        let aggs = Aggs { stats: true };
+        let mut a = Buckets::new(0, 10, 3, 1, aggs);
+        a.add_batch(
+            &batch(&[0, 5, 9, 10], &[Some(1), Some(7), Some(3), Some(4)]),
+            aggs,
+        );
+        let mut b = Buckets::new(0, 10, 3, 1, aggs);
+        b.add_batch(&batch(&[15, 19, 25], &[Some(9), None, Some(11)]), aggs);
+        a.merge(b, aggs);
+        assert_eq!(a.last(0, 0), Some(3));
+        assert_eq!(a.last(1, 0), None, "bucket 1's last row is null");
+        assert_eq!(a.last_ts[1], 19);
+        assert_eq!(a.last(2, 0), Some(11));
+        assert_eq!((a.min[0], a.max[0], a.count[0]), (1, 7, 3));
+        assert_eq!((a.min[1], a.max[1], a.count[1]), (4, 9, 2));
+        assert_eq!(a.first.as_ref().unwrap().0, 0);
+        assert_eq!(a.rows, 7);
+    }
+
+    #[test]
+    fn grid_aligns_to_the_epoch() {
+        let g = Grid::new(
+            &TimeRange {
+                from_ns: 15,
+                to_ns: 41,
+            },
+            Some(10),
+        );
+        assert_eq!((g.origin_ns, g.n), (10, 4));
+        let g = Grid::new(
+            &TimeRange {
+                from_ns: 15,
+                to_ns: 41,
+            },
+            None,
+        );
+        assert_eq!((g.origin_ns, g.width_ns, g.n), (15, 26, 1));
+    }
+}

@@ -1,0 +1,24 @@
+//! stel-query: answers questions about stel's counter history.
+//!
+//! Data flows through the crate in this order: [`settings`] turns what was typed into a data
+//! location, a time window and an output format; [`catalog`] registers the Parquet tree the
+//! daemon writes (local or `s3://…`) as one DataFusion table per HFT session, with Hive
+//! partition pruning and `ts` statistics pruning; [`engine`] runs the vectorised bucket scan the
+//! time-series commands share; [`rates`] is SONiC's rate math and portstat's formatting;
+//! [`output`] prints tables, CSV or JSON Lines; [`cmd`] holds one module per subcommand.
+//!
+//! It is its own crate because it links DataFusion (a large, slow-to-build engine) which the
+//! daemon must never link; it depends on `stel-store` only for names and the file contract.
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod catalog;
+pub mod cmd;
+pub mod engine;
+pub mod error;
+pub mod output;
+pub mod plot;
+pub mod rates;
+pub mod settings;
+
+pub use error::{Error, Result};

@@ -1,0 +1,220 @@
+//! What was typed → what it means: the data location, the time window, the output format.
+//!
+//! [`CommonArgs`] is flattened into every subcommand's `Args`; [`CommonArgs::resolve`] turns it
+//! into [`Settings`] (data location parsed, output mode chosen). Time windows are resolved later,
+//! against the data ([`TimeArgs::resolve`]), because "the last minute" means the last minute that
+//! exists.
+
+use std::time::SystemTime;
+
+use clap::Args;
+
+use crate::{
+    error::{Error, Result},
+    output::Format,
+};
+
+/// Flags every data subcommand shares.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Where the daemon writes Parquet: a directory or an `s3://bucket/prefix` URL (S3 settings
+    /// from AWS_* variables: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_REGION, AWS_ALLOW_HTTP).
+    #[arg(
+        long,
+        short = 'd',
+        env = "STEL_DATA_DIR",
+        default_value = "./stel-data"
+    )]
+    pub data_dir: String,
+    /// Print JSON Lines: {"type":"begin"|"row"|"summary","data":{…}}.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print CSV with a header line.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+/// The time window flags.
+#[derive(Debug, Clone, Default, Args)]
+pub struct TimeArgs {
+    /// Window ending now: 10m, 30s, 1h, 500ms.
+    #[arg(long, conflicts_with_all = ["from", "last"])]
+    pub since: Option<String>,
+    /// Window start, RFC 3339 (2024-05-01T12:00:00Z) or ns since the epoch.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Window end (exclusive), RFC 3339 or ns since the epoch; default: the newest sample.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Window ending at the newest sample in the data: 10s, 1m (the default is 1m).
+    #[arg(long)]
+    pub last: Option<String>,
+}
+
+/// A half-open window `[from_ns, to_ns)`, ns since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    pub from_ns: i64,
+    pub to_ns: i64,
+}
+
+impl TimeRange {
+    pub fn len_ns(&self) -> i64 {
+        self.to_ns - self.from_ns
+    }
+}
+
+impl std::fmt::Display for TimeRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}..{}", fmt_ts(self.from_ns), fmt_ts(self.to_ns))
+    }
+}
+
+/// RFC 3339 with µs, UTC.
+pub fn fmt_ts(ns: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(ns)
+        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
+
+/// Parses `10m`, `1h30m`, `500ms`, `10us`, `250ns` into ns.
+///
+/// # Errors
+/// A text that is not a duration; the message shows examples.
+pub fn parse_duration_ns(s: &str) -> Result<i64> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| {
+        Error::Usage(format!(
+            "`{s}` is not a duration ({e}); examples: 10us, 500ms, 30s, 10m, 1h"
+        ))
+    })?;
+    i64::try_from(d.as_nanos())
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| Error::Usage(format!("duration `{s}` must be > 0 and < 292 years")))
+}
+
+/// Parses an RFC 3339 time or an integer of ns since the epoch.
+///
+/// # Errors
+/// Anything else; the message shows the format.
+pub fn parse_time_ns(s: &str) -> Result<i64> {
+    if let Ok(n) = s.trim().parse::<i64>() {
+        return Ok(n);
+    }
+    chrono::DateTime::parse_from_rfc3339(s.trim())
+        .ok()
+        .and_then(|t| t.timestamp_nanos_opt())
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "`{s}` is not a time; use RFC 3339 like 2024-05-01T12:00:00Z (or ns since the epoch)"
+            ))
+        })
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl TimeArgs {
+    /// The window, given the extent of the data (`[first, last]` sample times).
+    ///
+    /// # Errors
+    /// Unparsable flags or an empty window.
+    pub fn resolve(&self, extent: Option<(i64, i64)>) -> Result<TimeRange> {
+        let newest = extent.map(|(_, l)| l + 1);
+        let r = if let Some(s) = &self.since {
+            let to = now_ns();
+            TimeRange {
+                from_ns: to - parse_duration_ns(s)?,
+                to_ns: to,
+            }
+        } else {
+            let to = match &self.to {
+                Some(t) => parse_time_ns(t)?,
+                None => newest.unwrap_or_else(now_ns),
+            };
+            let from = match (&self.from, &self.last) {
+                (Some(f), _) => parse_time_ns(f)?,
+                (None, Some(l)) => to - parse_duration_ns(l)?,
+                (None, None) => to - 60_000_000_000,
+            };
+            TimeRange {
+                from_ns: from,
+                to_ns: to,
+            }
+        };
+        if r.to_ns <= r.from_ns {
+            return Err(Error::Usage(format!(
+                "empty window {r}: --to must be after --from"
+            )));
+        }
+        Ok(r)
+    }
+}
+
+/// What was resolved from [`CommonArgs`].
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub data: String,
+    pub format: Format,
+}
+
+impl CommonArgs {
+    pub fn resolve(&self) -> Settings {
+        Settings {
+            data: self.data_dir.clone(),
+            format: if self.json {
+                Format::Json
+            } else if self.csv {
+                Format::Csv
+            } else {
+                Format::Table
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_times_parse() {
+        assert_eq!(parse_duration_ns("10us").unwrap(), 10_000);
+        assert_eq!(parse_duration_ns("1m").unwrap(), 60_000_000_000);
+        assert_eq!(parse_duration_ns("1h30m").unwrap(), 5_400_000_000_000);
+        assert!(parse_duration_ns("ten").is_err());
+        assert_eq!(
+            parse_time_ns("2023-11-14T22:13:20Z").unwrap(),
+            1_700_000_000_000_000_000
+        );
+        assert_eq!(
+            parse_time_ns("1700000000000000000").unwrap(),
+            1_700_000_000_000_000_000
+        );
+        let e = parse_time_ns("yesterday").unwrap_err().to_string();
+        assert!(e.contains("RFC 3339"), "{e}");
+    }
+
+    #[test]
+    fn default_window_is_the_last_minute_of_data() {
+        let t = TimeArgs::default();
+        let r = t.resolve(Some((0, 100_000_000_000))).unwrap();
+        assert_eq!(r.to_ns, 100_000_000_001);
+        assert_eq!(r.len_ns(), 60_000_000_000);
+        let t = TimeArgs {
+            from: Some("100".into()),
+            to: Some("50".into()),
+            ..Default::default()
+        };
+        assert!(t
+            .resolve(None)
+            .unwrap_err()
+            .to_string()
+            .contains("empty window"));
+    }
+}

@@ -1,0 +1,728 @@
+//! stel-query end to end: emulator patterns with known answers → decoder → Parquet files in the
+//! daemon's layout → the `stel-query` binary, checked against the SONiC formulas computed
+//! directly from the emulated counters. The object-store test runs against a real S3 server
+//! (moto's server mode) started here; if it cannot start, the test fails.
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use stel_ingest::{
+    decode::{CounterBatch, DecodeConfig, Decoder},
+    emu::{default_stats, EmuConfig, Emulator, Pattern},
+};
+use stel_store::{
+    parquet::{ParquetSink, ParquetSinkConfig},
+    sai::ObjectType,
+};
+
+const START: i64 = 1_700_000_000_000_000_000;
+
+/// Emulates `snapshots` snapshots, decodes them, and writes them with the store's Parquet sink
+/// (the daemon's writer) under `root`, one published file per `rows_per_file` snapshots.
+/// Returns the decoded counters as one batch (ground truth).
+fn write_emulated(
+    root: &Path,
+    cfg: EmuConfig,
+    snapshots: u64,
+    rows_per_file: usize,
+) -> CounterBatch {
+    let mut emu = Emulator::new(cfg).expect("emulator");
+    let mut dec = Decoder::new(DecodeConfig::default());
+    let mut batches: Vec<CounterBatch> = Vec::new();
+    dec.register_session(
+        emu.session_spec(),
+        &emu.session_config(),
+        &mut |b: CounterBatch| batches.push(b),
+    )
+    .expect("session");
+    let mut buf = Vec::new();
+    while emu.snapshots() < snapshots {
+        buf.clear();
+        emu.data_message(&mut buf);
+        dec.decode(&buf, &mut |b: CounterBatch| batches.push(b));
+    }
+    dec.flush(&mut |b: CounterBatch| batches.push(b));
+    let schema = Arc::clone(&batches[0].schema);
+    let w = schema.width();
+    let ts: Vec<i64> = batches.iter().flat_map(|b| b.ts.iter().copied()).collect();
+    let values: Vec<u64> = batches
+        .iter()
+        .flat_map(|b| b.values.iter().copied())
+        .collect();
+    let ts = ts[..snapshots as usize].to_vec();
+    let values = values[..snapshots as usize * w].to_vec();
+    publish(
+        root,
+        &CounterBatch {
+            schema: Arc::clone(&schema),
+            ts: ts.clone(),
+            values: values.clone(),
+            part_masks: Vec::new(),
+        },
+        0,
+        rows_per_file,
+    );
+    CounterBatch {
+        schema,
+        ts,
+        values,
+        part_masks: Vec::new(),
+    }
+}
+
+/// Writes snapshots `from..` of `b` through the store's `ParquetSink`, one sink run (start,
+/// submit, shutdown = publish) per `rows_per_file` snapshots, so file boundaries are known.
+fn publish(root: &Path, b: &CounterBatch, from: usize, rows_per_file: usize) {
+    let w = b.schema.width();
+    let mut start = from;
+    while start < b.ts.len() {
+        let sink = ParquetSink::start(ParquetSinkConfig::for_test(root)).expect("parquet sink");
+        let end = (start + rows_per_file).min(b.ts.len());
+        sink.submit(Arc::new(CounterBatch {
+            schema: Arc::clone(&b.schema),
+            ts: b.ts[start..end].to_vec(),
+            values: b.values[start * w..end * w].to_vec(),
+            part_masks: Vec::new(),
+        }))
+        .expect("submit");
+        start = end;
+        let stats = sink.shutdown().expect("shutdown");
+        assert_eq!(stats.lost_samples(), 0);
+    }
+}
+
+fn cfg(pattern: Pattern, ports: usize) -> EmuConfig {
+    EmuConfig {
+        ports,
+        stats: default_stats(ObjectType::Port, 13),
+        pattern,
+        profile: "lab".into(),
+        start_ns: START as u64,
+        ..EmuConfig::design()
+    }
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+    fn rows(&self) -> Vec<Value> {
+        self.json()
+            .into_iter()
+            .filter(|v| v["type"] == "row")
+            .map(|v| v["data"].clone())
+            .collect()
+    }
+}
+
+fn query(args: &[&str], env: &[(&str, &str)]) -> Out {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stel-query"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().expect("run stel-query");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
+}
+
+fn col(b: &CounterBatch, object: &str, stat: &str) -> usize {
+    b.schema
+        .columns
+        .iter()
+        .position(|c| c.object == object && c.key.short_name() == stat)
+        .unwrap_or_else(|| panic!("no {object}.{stat}"))
+}
+
+fn t(ns: i64) -> String {
+    ns.to_string()
+}
+
+#[test]
+fn rates_equal_the_sonic_formulas_on_a_ramp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(Pattern::Ramp, 8);
+    c.ramp_ns = 100_000_000;
+    let truth = write_emulated(dir.path(), c, 20_000, 3000);
+    let b = &truth;
+    let d = dir.path().to_str().unwrap();
+    // 10 ms buckets over [START + 1 ms, START + 181 ms).
+    let (from, to) = (START + 1_000_000, START + 181_000_000);
+    let o = query(
+        &[
+            "rates",
+            "-d",
+            d,
+            "--from",
+            &t(from),
+            "--to",
+            &t(to),
+            "-r",
+            "10ms",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows = o.rows();
+    assert_eq!(rows.len(), 19 * 8, "19 buckets × 8 ports");
+    let rx = col(b, "Ethernet0", "IF_IN_OCTETS");
+    let tx = col(b, "Ethernet0", "IF_OUT_OCTETS");
+    let rxp = col(b, "Ethernet0", "IF_IN_UCAST_PKTS");
+    let w = b.schema.width();
+    let at = |i: usize, c: usize| b.values[i * w + c] as f64;
+    // Polls: the first snapshot in the window, then the last snapshot of each 10 ms bucket
+    // (buckets are aligned to 10 ms; --from cuts the first, --to the last: 19 buckets).
+    let idx = |ns: i64| ((ns - START) / 10_000) as usize;
+    let mut polls = vec![idx(from)];
+    for k in 0..19i64 {
+        polls.push(idx(START + (k + 1) * 10_000_000 - 1).min(idx(to - 1)));
+    }
+    let eth0: Vec<&Value> = rows.iter().filter(|r| r["iface"] == "Ethernet0").collect();
+    assert_eq!(eth0.len(), 19);
+    for (k, row) in eth0.iter().enumerate() {
+        let (i0, i1) = (polls[k], polls[k + 1]);
+        let dt = (b.ts[i1] - b.ts[i0]) as f64;
+        let scale = 1e9 / dt;
+        let want_rx = (at(i1, rx) - at(i0, rx)) * scale;
+        let want_tx = (at(i1, tx) - at(i0, tx)) * scale;
+        let want_pps = (at(i1, rxp) - at(i0, rxp)) * scale;
+        assert_eq!(row["rx_bps"].as_f64().unwrap(), want_rx, "bucket {k}");
+        assert_eq!(row["tx_bps"].as_f64().unwrap(), want_tx, "bucket {k}");
+        assert_eq!(row["rx_pps"].as_f64().unwrap(), want_pps, "bucket {k}");
+        assert_eq!(
+            row["rx_ok"].as_u64().unwrap() as f64,
+            at(i1, rxp) - at(i0, rxp)
+        );
+        // Known answer: the ramp's utilisation is (t mod 100 ms)/100 ms; over a 10 ms interval
+        // the mean is its midpoint (bucket 9/10 straddles the wrap, skip it).
+        let mid = ((b.ts[i0] + b.ts[i1]) / 2 - START) % 100_000_000;
+        if (b.ts[i0] - START) / 100_000_000 == (b.ts[i1] - START) / 100_000_000 {
+            let util = row["rx_util"].as_f64().unwrap();
+            let want = mid as f64 / 1e6;
+            assert!(
+                (util - want).abs() < 0.5,
+                "bucket {k}: util {util} want {want}"
+            );
+        }
+    }
+    // The whole window as one interval, and the portstat table format.
+    let o = query(
+        &[
+            "rates",
+            "-d",
+            d,
+            "--from",
+            &t(from),
+            "--to",
+            &t(to),
+            "-i",
+            "Ethernet0",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert!(lines[0].starts_with("IFACE"), "{}", o.stdout);
+    assert!(lines[0].contains("RX_BPS") && lines[0].contains("TX_UTIL"));
+    assert!(
+        lines[2].starts_with("Ethernet0") && lines[2].contains("MB/s") && lines[2].contains('%'),
+        "{}",
+        o.stdout
+    );
+    // EMA: α = 2/11, first interval raw, then smoothed.
+    let o = query(
+        &[
+            "rates",
+            "-d",
+            d,
+            "--from",
+            &t(from),
+            "--to",
+            &t(to),
+            "-r",
+            "10ms",
+            "--ema",
+            "-i",
+            "Ethernet0",
+            "--json",
+        ],
+        &[],
+    );
+    let ema = o.rows();
+    let a = 2.0 / 11.0;
+    let mut old = None;
+    for (k, row) in ema.iter().enumerate() {
+        let raw = eth0[k]["rx_bps"].as_f64().unwrap();
+        let want = match old {
+            None => raw,
+            Some(o) => a * raw + (1.0 - a) * o,
+        };
+        assert!(
+            (row["rx_bps"].as_f64().unwrap() - want).abs() <= 1e-9 * want.abs(),
+            "ema bucket {k}"
+        );
+        old = Some(want);
+    }
+}
+
+#[test]
+fn bursts_find_the_microburst_of_known_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(Pattern::Microburst, 4);
+    c.burst_ns = 50_000;
+    c.burst_period_ns = 1_000_000;
+    write_emulated(dir.path(), c, 2_000, 700);
+    let d = dir.path().to_str().unwrap();
+    let o = query(
+        &[
+            "bursts",
+            "-d",
+            d,
+            "--from",
+            &t(START + 300_000),
+            "--to",
+            &t(START + 20_000_000),
+            "--threshold",
+            "100",
+            "--direction",
+            "rx",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows = o.rows();
+    // One 50 µs burst per 1 ms period and port; with the emulator's per-port phases, the window
+    // [0.3 ms, 20 ms) holds exactly 19 whole bursts of each of the 4 ports.
+    assert_eq!(rows.len(), 4 * 19, "{}", o.stdout);
+    for r in &rows {
+        assert_eq!(r["dir"], "RX");
+        assert_eq!(r["duration"].as_i64().unwrap(), 50_000, "{r}");
+        let peak = r["peak_util"].as_f64().unwrap();
+        assert!((peak - 130.0).abs() < 1.0, "{r}");
+    }
+    // Nothing above 200 %: exit 1, no rows.
+    let o = query(
+        &["bursts", "-d", d, "--threshold", "200", "--last", "10ms"],
+        &[],
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+}
+
+#[test]
+fn history_top_sql_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let truth = write_emulated(dir.path(), cfg(Pattern::Steady, 8), 3_000, 1000);
+    let b = &truth;
+    // A part still being written (the sink's temp name) is never read.
+    std::fs::write(
+        dir.path()
+            .join("profile=lab/group=PORT/.part-00000000000000000001-000009.parquet.tmp"),
+        b"junk",
+    )
+    .unwrap();
+    let w = b.schema.width();
+    let d = dir.path().to_str().unwrap();
+    let c0 = col(b, "Ethernet4", "IF_IN_OCTETS");
+    // Raw history equals what was sent.
+    let o = query(
+        &[
+            "history",
+            "-d",
+            d,
+            "-o",
+            "Ethernet4",
+            "-s",
+            "SAI_PORT_STAT_IF_IN_OCTETS",
+            "--from",
+            &t(START),
+            "--to",
+            &t(START + 100_000),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows = o.rows();
+    assert_eq!(rows.len(), 10);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["object"], "Ethernet4");
+        assert_eq!(r["stat"], "IF_IN_OCTETS");
+        assert_eq!(r["value"].as_u64().unwrap(), b.values[i * w + c0]);
+    }
+    // Bucketed: min/max/last of a 1 ms bucket.
+    let o = query(
+        &[
+            "history",
+            "-d",
+            d,
+            "-o",
+            "Ethernet4",
+            "-s",
+            "IF_IN_OCTETS",
+            "--from",
+            &t(START),
+            "--to",
+            &t(START + 2_000_000),
+            "-r",
+            "1ms",
+            "--json",
+        ],
+        &[],
+    );
+    let rows = o.rows();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1]["min"].as_u64().unwrap(), b.values[100 * w + c0]);
+    assert_eq!(rows[1]["max"].as_u64().unwrap(), b.values[199 * w + c0]);
+    assert_eq!(rows[1]["last"].as_u64().unwrap(), b.values[199 * w + c0]);
+    // Top by rate: the port whose octets grew most over the window.
+    let o = query(
+        &[
+            "top",
+            "-d",
+            d,
+            "-n",
+            "3",
+            "--from",
+            &t(START),
+            "--to",
+            &t(START + 30_000_000),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows = o.rows();
+    assert_eq!(rows.len(), 3);
+    let grow = |obj: &str| {
+        let (a, z) = (col(b, obj, "IF_IN_OCTETS"), col(b, obj, "IF_OUT_OCTETS"));
+        let n = b.ts.len() - 1;
+        (b.values[n * w + a] - b.values[a]) + (b.values[n * w + z] - b.values[z])
+    };
+    let mut objs: Vec<String> = (0..8).map(|p| format!("Ethernet{}", 4 * p)).collect();
+    objs.sort_by_key(|o| std::cmp::Reverse(grow(o)));
+    assert_eq!(rows[0]["iface"], objs[0].as_str());
+    // SQL over the wide table and the long view.
+    let o = query(
+        &[
+            "sql",
+            "-d",
+            d,
+            "SELECT count(*) AS n FROM lab_port",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.rows()[0]["n"].as_u64().unwrap(), 3000);
+    let o = query(
+        &["sql", "-d", d, "SELECT max(value) AS v FROM counters WHERE object = 'Ethernet4' AND stat = 'IF_IN_OCTETS'", "--json"],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.rows()[0]["v"].as_u64().unwrap(), b.values[2999 * w + c0]);
+    // An empty window says which range exists; exit 1.
+    let o = query(
+        &[
+            "rates",
+            "-d",
+            d,
+            "--from",
+            "2020-01-01T00:00:00Z",
+            "--to",
+            "2020-01-01T00:00:01Z",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr
+            .starts_with("stel-query: no samples of lab/PORT in 2020-01-01T00:00:00"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .contains("data exists for 2023-11-14T22:13:20.000000Z..2023-11-14T22:13:20.029990Z"),
+        "{}",
+        o.stderr
+    );
+    // Errors as one JSON line with --json; bad flags exit 2.
+    let o = query(&["rates", "-d", "/nonexistent/stel", "--json"], &[]);
+    assert_eq!(o.code, 1);
+    let e: Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert_eq!(e["type"], "error");
+    assert!(e["data"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--data-dir"));
+    let o = query(&["rates", "-d", d, "--since", "ten minutes"], &[]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("is not a duration"), "{}", o.stderr);
+    let o = query(&["rates", "-d", d, "-i", "Ethernet999"], &[]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("has no object Ethernet999"),
+        "{}",
+        o.stderr
+    );
+    // Completions.
+    let o = query(&["completions", "bash"], &[]);
+    assert_eq!(o.code, 0);
+    assert!(o.stdout.contains("stel-query"));
+}
+
+struct Moto(Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `python3 -m moto.server` and creates a bucket; panics (never skips) if it cannot.
+fn moto(bucket: &str) -> (Moto, String) {
+    let port = free_port();
+    let child = Command::new("python3")
+        .args(["-m", "moto.server", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 -m moto.server (install moto: deploy/setup.sh --test)");
+    let guard = Moto(child);
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ok = Command::new("python3")
+            .args([
+                "-c",
+                &format!(
+                    "import boto3; boto3.client('s3', endpoint_url='{url}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1').create_bucket(Bucket='{bucket}')"
+                ),
+            ])
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "moto server on {url} did not come up (is moto installed? deploy/setup.sh --test)"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    (guard, url)
+}
+
+#[test]
+fn export_to_and_query_from_a_real_s3_server() {
+    let dir = tempfile::tempdir().unwrap();
+    write_emulated(dir.path(), cfg(Pattern::Ramp, 4), 5_000, 1000);
+    let d = dir.path().to_str().unwrap();
+    let (from, to) = (START + 5_000_000, START + 45_000_000);
+    // Local export: the edge files are trimmed, the middle ones copied.
+    let lake = tempfile::tempdir().unwrap();
+    let l = lake.path().to_str().unwrap();
+    let o = query(
+        &[
+            "export",
+            "-d",
+            d,
+            l,
+            "--from",
+            &t(from),
+            "--to",
+            &t(to),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows = o.rows();
+    // Files of 1000 snapshots (10 ms): [0,10) and [40,50) straddle the window, 3 are inside.
+    assert_eq!(
+        rows.iter().filter(|r| r["action"] == "trimmed").count(),
+        2,
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        rows.iter().filter(|r| r["action"] == "copied").count(),
+        3,
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        rows.iter()
+            .map(|r| r["rows"].as_u64().unwrap())
+            .sum::<u64>(),
+        4000
+    );
+    let o = query(
+        &[
+            "sql",
+            "-d",
+            l,
+            "SELECT count(*) AS n FROM lab_port",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.rows()[0]["n"].as_u64().unwrap(), 4000);
+    // S3.
+    let (_moto, url) = moto("lake");
+    let env = [
+        ("AWS_ENDPOINT_URL", url.as_str()),
+        ("AWS_ACCESS_KEY_ID", "k"),
+        ("AWS_SECRET_ACCESS_KEY", "s"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ALLOW_HTTP", "true"),
+    ];
+    let o = query(
+        &[
+            "export",
+            "-d",
+            d,
+            "s3://lake/stel",
+            "--from",
+            &t(from),
+            "--to",
+            &t(to),
+            "--json",
+        ],
+        &env,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.rows().len(), 5);
+    let o = query(
+        &[
+            "sql",
+            "-d",
+            "s3://lake/stel",
+            "SELECT count(*) AS n, min(ts) AS a FROM lab_port",
+            "--json",
+        ],
+        &env,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.rows()[0]["n"].as_u64().unwrap(), 4000);
+    // The same rates from S3 as from the local files.
+    let args = |src: &str| {
+        vec![
+            "rates".to_string(),
+            "-d".into(),
+            src.into(),
+            "--from".into(),
+            t(from),
+            "--to".into(),
+            t(to),
+            "-r".into(),
+            "10ms".into(),
+            "--json".into(),
+        ]
+    };
+    let local = query(&args(d).iter().map(String::as_str).collect::<Vec<_>>(), &[]).rows();
+    let s3 = query(
+        &args("s3://lake/stel")
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        &env,
+    )
+    .rows();
+    assert_eq!(local.len(), 5 * 4);
+    assert_eq!(local, s3);
+}
+
+#[test]
+fn inspect_tails_newly_published_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let all = write_emulated(&root, cfg(Pattern::Steady, 2), 600, 600);
+    // Keep only the first 500 snapshots on disk for now: rewrite the tree.
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    publish(
+        &root,
+        &CounterBatch {
+            schema: Arc::clone(&all.schema),
+            ts: all.ts[..500].to_vec(),
+            values: all.values[..500 * all.schema.width()].to_vec(),
+            part_masks: Vec::new(),
+        },
+        0,
+        500,
+    );
+    let d = root.to_str().unwrap().to_string();
+    // Nothing new: the stored snapshot, then exit 1 with the hint.
+    let o = query(
+        &["inspect", "lab", "-d", &d, "--duration", "600ms", "--json"],
+        &[],
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("is stel-ingestd running"), "{}", o.stderr);
+    assert!(!o.rows().is_empty());
+    // A file published while inspect runs shows up with rates.
+    let child = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+        .args([
+            "inspect",
+            "lab",
+            "-d",
+            &d,
+            "--duration",
+            "3s",
+            "--every",
+            "100ms",
+            "--json",
+            "-o",
+            "Ethernet0",
+            "-s",
+            "IF_IN_OCTETS",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    // The continuation of the same counters, published by the sink while inspect watches.
+    publish(&root, &all, 500, 100);
+    let o = child.wait_with_output().unwrap();
+    let out = Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    };
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let rows = out.rows();
+    assert_eq!(rows.len(), 2, "{}", out.stdout);
+    assert!(rows[1]["rate/s"].as_f64().unwrap() > 0.0, "{}", out.stdout);
+}
