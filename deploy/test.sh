@@ -10,4 +10,5 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 cargo run --release -p stel-benches --bin stel-bench -- decode --quick
+cargo run --release -p stel-benches --bin stel-bench -- parquet --quick
 cargo run --release -p stel-ingest --bin stel-ingestd -- --demo --duration 3s

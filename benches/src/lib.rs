@@ -2,6 +2,8 @@
 //! every implementation measured in one run.
 #![forbid(unsafe_code)]
 
+pub mod parquet;
+
 use stel_ingest::{
     decode::{BswapFn, CounterBatch, DecodeConfig, Decoder},
     emu::{EmuConfig, Emulator},

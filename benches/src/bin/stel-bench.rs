@@ -30,6 +30,17 @@ enum Bench {
         #[arg(long)]
         quick: bool,
     },
+    /// Parquet sink end to end (queue → writer thread → wide transpose → encode → fsync →
+    /// rename) on the emulator's design-rate counters, vs a raw 8 B/sample write in the same run.
+    Parquet {
+        /// Fewer, shorter runs.
+        #[arg(long)]
+        quick: bool,
+        /// Also measure every encoding × codec × pattern and row-group size (the table in
+        /// store/PERSISTENCE.md).
+        #[arg(long)]
+        sweep: bool,
+    },
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -112,6 +123,7 @@ fn main() -> ExitCode {
     let a = Args::parse();
     let r = match a.bench {
         Bench::Decode { quick } => decode(quick),
+        Bench::Parquet { quick, sweep } => w::parquet::bench(quick, sweep),
     };
     match r {
         Ok(v) => {

@@ -420,8 +420,8 @@ fn run(mut writer: Writer, rx: Receiver<Arc<CounterBatch>>, c: Arc<Counters>) {
         match rx.recv_timeout(writer.next_deadline()) {
             Ok(batch) => {
                 c.batches_dequeued.fetch_add(1, Relaxed);
-                writer.write_batch(&batch);
                 c.queued_bytes.fetch_sub(batch_bytes(&batch), Relaxed);
+                writer.push(batch);
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
