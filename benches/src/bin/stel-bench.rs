@@ -30,6 +30,13 @@ enum Bench {
         #[arg(long)]
         quick: bool,
     },
+    /// stel-query's `rates` scan vs DuckDB over the same Parquet files (64 ports × 30 stats at
+    /// 10 µs). Runs `stel-query bench` through cargo, so this binary never links DataFusion.
+    Query {
+        /// A short window (0.5 s of snapshots).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Parquet sink end to end (queue → writer thread → wide transpose → encode → fsync →
     /// rename) on the emulator's design-rate counters, vs a raw 8 B/sample write in the same run.
     Parquet {
@@ -119,11 +126,34 @@ fn decode(quick: bool) -> Result<serde_json::Value, String> {
     }))
 }
 
+/// `query`: stel-query's rates scan vs DuckDB over the same files. The logic lives in stel-query
+/// (hidden `stel-query bench`), which this spawns through cargo so that stel-bench itself never
+/// links DataFusion.
+fn query(quick: bool) -> Result<serde_json::Value, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut args = vec!["run", "--release", "-q", "-p", "stel-query", "--", "bench"];
+    if quick {
+        args.push("--quick");
+    }
+    let out = std::process::Command::new(cargo)
+        .args(&args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("query: cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("query: stel-query bench failed ({})", out.status));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).map_err(|e| format!("query: bad result line {last:?}: {e}"))
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
     let r = match a.bench {
         Bench::Decode { quick } => decode(quick),
         Bench::Parquet { quick, sweep } => w::parquet::bench(quick, sweep),
+        Bench::Query { quick } => query(quick),
     };
     match r {
         Ok(v) => {
