@@ -385,6 +385,7 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
     let mut bps = Vec::new();
     let mut raw = Vec::new();
     let mut per_cpu = Vec::new();
+    let mut per_cpu_1 = Vec::new();
     let mut last = None;
     for i in 0..runs {
         let dir = tmp.path().join(format!("run{i}"));
@@ -398,6 +399,25 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
             r.bytes_per_sample(),
             r.stats.files_published,
             w / 1e6
+        );
+        // A/B in the same run: the same sink without coalescing (one write per decoder batch).
+        let dir1 = tmp.path().join(format!("run{i}-nocoalesce"));
+        let r1 = sink_run(
+            &dir1,
+            &steady,
+            loops,
+            ParquetSinkConfig {
+                write_batch_rows: 1,
+                ..cfg.clone()
+            },
+        )?;
+        std::fs::remove_dir_all(&dir1).map_err(|e| e.to_string())?;
+        per_cpu_1.push(r1.stats.samples_written as f64 / r1.cpu_s.max(1e-3));
+        eprintln!(
+            "parquet: run {i}: per CPU-second {:.1} M samples coalesced ({} rows), {:.1} M one write per batch",
+            r.stats.samples_written as f64 / r.cpu_s.max(1e-3) / 1e6,
+            cfg.write_batch_rows,
+            r1.stats.samples_written as f64 / r1.cpu_s.max(1e-3) / 1e6
         );
         rates.push(r.samples_per_s());
         per_cpu.push(r.stats.samples_written as f64 / r.cpu_s.max(1e-3));
@@ -417,6 +437,7 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
         "samples_per_s": rate.round(),
         "bytes_per_sample": (bps * 1000.0).round() / 1000.0,
         "samples_per_cpu_s": per_cpu.round(),
+        "samples_per_cpu_s_uncoalesced": median(per_cpu_1).round(),
         "fixed_bytes_per_file": fixed,
         "raw_write_samples_per_s": raw.round(),
         "ratio_vs_raw_write": (rate / raw * 100.0).round() / 100.0,
