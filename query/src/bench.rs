@@ -142,7 +142,7 @@ fn generate(root: &std::path::Path, schema: &Arc<SessionSchema>, rows: usize) ->
                     .wrapping_add(1442695040888963407);
                 let jitter = lcg >> 60;
                 let port = c / per_port;
-                let pkts = 60 + (port as u64 % 7) * 20 + jitter;
+                let pkts = 10 + (port as u64 % 7) * 4 + jitter / 4;
                 state[c] += match name.as_str() {
                     n if n.ends_with("OCTETS") => pkts * 800,
                     n if n.contains("PKTS") => pkts,
@@ -198,11 +198,11 @@ fn duckdb_sql(root: &str, objects: &[String], r: &TimeRange, res_ns: i64) -> Str
         }
     }
     format!(
-        "WITH b AS (SELECT time_bucket(INTERVAL '{} microseconds', ts) AS bucket, max(ts) AS t, {} \
+        "WITH b AS (SELECT epoch_ns(ts) // {} AS bucket, max(ts) AS t, {} \
          FROM read_parquet('{root}/profile=bench/group=PORT/*/*/*.parquet', hive_partitioning = true, union_by_name = true) \
          WHERE {} GROUP BY 1) \
          SELECT bucket, {} FROM b WINDOW w AS (ORDER BY bucket) ORDER BY bucket",
-        res_ns / 1000,
+        res_ns,
         agg.join(", "),
         crate::catalog::time_filter_sql(r),
         sel.join(", ")

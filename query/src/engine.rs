@@ -271,6 +271,7 @@ impl Grid {
 ///
 /// # Errors
 /// Engine failures, or whatever `each` returns.
+#[expect(clippy::too_many_arguments, reason = "the resolved scan, spelled out")]
 pub async fn scan_buckets(
     cat: &Catalog,
     s: &Session,

@@ -248,12 +248,14 @@ fn csv_field(s: &str) -> String {
 /// `1234567` → `1,234,567` (portstat's RX_OK).
 pub fn thousands(v: u64) -> String {
     let s = v.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
+    let head = match s.len() % 3 {
+        0 => 3,
+        n => n,
+    };
+    let mut out = s[..head.min(s.len())].to_string();
+    for chunk in s.as_bytes()[head.min(s.len())..].chunks(3) {
+        out.push(',');
+        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
     }
     out
 }

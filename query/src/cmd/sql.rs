@@ -6,11 +6,15 @@
 //! `object`/`stat` in the long view prune whole branches at planning time, and `ts` filters reach
 //! the Parquet statistics in both.
 
-use std::{process::ExitCode, time::Instant};
+use std::{process::ExitCode, sync::Arc, time::Instant};
 
 use arrow_array::Array;
 use arrow_schema::DataType;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::{
+    arrow::util::display::{ArrayFormatter, FormatOptions},
+    common::Column as DfColumn,
+    logical_expr::{col, lit, Expr, LogicalPlan, Union},
+};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -40,24 +44,33 @@ pub struct Args {
     pub query: String,
 }
 
-/// The long view's SQL: one `UNION ALL` branch per (session, counter column).
-pub fn long_view_sql(cat: &Catalog) -> Option<String> {
-    let q = |s: &str| s.replace('\'', "''");
-    let mut parts = Vec::new();
+/// The long view: one `UNION ALL` input per (session, counter column), built as a single flat
+/// n-ary union (a SQL text of thousands of `UNION ALL`s would nest as deep and overflow the
+/// parser's stack).
+///
+/// # Errors
+/// Planning failures.
+pub async fn long_view_plan(cat: &Catalog) -> Result<Option<LogicalPlan>> {
+    let mut inputs = Vec::new();
     for s in &cat.sessions {
+        let base = cat.ctx.table(s.table.as_str()).await?;
         for c in &s.columns {
-            parts.push(format!(
-                "SELECT ts, '{}' AS profile, '{}' AS \"group\", '{}' AS object, '{}' AS stat, \"{}\" AS value FROM \"{}\"",
-                q(&s.profile),
-                q(&s.group),
-                q(&c.object),
-                q(&c.stat),
-                c.name.replace('"', "\"\""),
-                s.table
-            ));
+            let df = base.clone().select(vec![
+                col("ts"),
+                lit(s.profile.clone()).alias("profile"),
+                lit(s.group.clone()).alias("group"),
+                lit(c.object.clone()).alias("object"),
+                lit(c.stat.clone()).alias("stat"),
+                Expr::Column(DfColumn::new_unqualified(&c.name)).alias("value"),
+            ])?;
+            inputs.push(Arc::new(df.into_unoptimized_plan()));
         }
     }
-    (!parts.is_empty()).then(|| parts.join(" UNION ALL "))
+    Ok(match inputs.len() {
+        0 => None,
+        1 => inputs.pop().map(|p| p.as_ref().clone()),
+        _ => Some(LogicalPlan::Union(Union::try_new_with_loose_types(inputs)?)),
+    })
 }
 
 /// Registers the long view `counters`.
@@ -65,11 +78,9 @@ pub fn long_view_sql(cat: &Catalog) -> Option<String> {
 /// # Errors
 /// Planning failures.
 pub async fn register_long_view(cat: &Catalog) -> Result<()> {
-    if let Some(sql) = long_view_sql(cat) {
-        let plan = cat.ctx.sql(&sql).await?.into_unoptimized_plan();
-        let view = datafusion::catalog::view::ViewTable::new(plan, Some(sql));
-        cat.ctx
-            .register_table("counters", std::sync::Arc::new(view))?;
+    if let Some(plan) = long_view_plan(cat).await? {
+        let view = datafusion::catalog::view::ViewTable::new(plan, None);
+        cat.ctx.register_table("counters", Arc::new(view))?;
     }
     Ok(())
 }
