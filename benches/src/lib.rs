@@ -2,6 +2,8 @@
 //! every implementation measured in one run.
 #![forbid(unsafe_code)]
 
+pub mod e2e;
+pub mod netlink;
 pub mod parquet;
 
 use stel_ingest::{

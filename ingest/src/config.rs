@@ -227,7 +227,7 @@ mod tests {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/stel-ingestd.toml");
         let cfg = DaemonConfig::load(&p).unwrap();
         assert_eq!(cfg.source.kind, SourceKind::Genl);
-        assert_eq!(cfg.reader.slots, 512);
+        assert_eq!(cfg.reader.slots, 64);
     }
 
     #[test]

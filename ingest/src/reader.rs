@@ -38,7 +38,10 @@ pub enum ReaderKind {
 pub struct ReaderConfig {
     /// `auto`, `io_uring` or `recvmsg`.
     pub kind: ReaderKind,
-    /// Receive slots (= buffers in the io_uring buffer ring). Each holds one datagram.
+    /// Receive slots (= buffers in the io_uring buffer ring). Each holds one datagram. Few is
+    /// faster: the ring hands buffers out round-robin, so the working set is slots × 64 KiB, and
+    /// measured here 32 slots (2 MiB, cache-resident) drained 6.6 GB/s where 512 (33 MiB) drained
+    /// 1–3 GB/s. Running dry is not loss: the receive is re-armed and the socket buffer waits.
     pub slots: u16,
     /// Bytes per slot: the largest datagram accepted (larger ones are counted as truncated).
     /// Netlink messages are kept ≤ 64 KiB − 320 B, so 64 KiB plus the 16-byte io_uring header.
@@ -51,7 +54,7 @@ impl Default for ReaderConfig {
     fn default() -> Self {
         Self {
             kind: ReaderKind::Auto,
-            slots: 512,
+            slots: 64,
             slot_bytes: 65536 + 64,
             poll_timeout_ms: 20,
         }

@@ -30,6 +30,27 @@ enum Bench {
         #[arg(long)]
         quick: bool,
     },
+    /// Through the kernel: emulator → NETLINK_USERSOCK multicast → eBPF filter → io_uring
+    /// reader → decoders, paced at `--rate` × the design rate, and the plain recv loop as the
+    /// baseline in the same run; plus each reader's drain rate. Needs root.
+    Netlink {
+        /// Fewer, shorter runs.
+        #[arg(long)]
+        quick: bool,
+        /// Emulator rate as a multiple of the design rate (64 ports × 30 stats / 10 µs).
+        #[arg(long, default_value_t = 2.0)]
+        rate: f64,
+    },
+    /// The whole daemon: emulator → kernel → eBPF filter → io_uring → decoder → Parquet and
+    /// COUNTERS_DB (a private redis-server), paced at `--rate` × the design rate. Needs root.
+    E2e {
+        /// A shorter run.
+        #[arg(long)]
+        quick: bool,
+        /// Emulator rate as a multiple of the design rate.
+        #[arg(long, default_value_t = 2.0)]
+        rate: f64,
+    },
     /// stel-query's `rates` scan vs DuckDB over the same Parquet files (64 ports × 30 stats at
     /// 10 µs). Runs `stel-query bench` through cargo, so this binary never links DataFusion.
     Query {
@@ -152,6 +173,8 @@ fn main() -> ExitCode {
     let a = Args::parse();
     let r = match a.bench {
         Bench::Decode { quick } => decode(quick),
+        Bench::Netlink { quick, rate } => w::netlink::bench(quick, rate),
+        Bench::E2e { quick, rate } => w::e2e::bench(quick, rate),
         Bench::Parquet { quick, sweep } => w::parquet::bench(quick, sweep),
         Bench::Query { quick } => query(quick),
     };
