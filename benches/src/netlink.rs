@@ -177,7 +177,10 @@ fn daemon(
     cfg.source.usersock_group = group;
     cfg.source.rcvbuf_bytes = rcvbuf;
     cfg.reader.kind = kind;
-    if let Some(n) = std::env::var("STEL_BENCH_SLOTS").ok().and_then(|v| v.parse().ok()) {
+    if let Some(n) = std::env::var("STEL_BENCH_SLOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         cfg.reader.slots = n;
     }
     cfg.filter.ebpf = ebpf;
