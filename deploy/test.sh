@@ -12,6 +12,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 cargo run --release -p stel-benches --bin stel-bench -- decode --quick
 cargo run --release -p stel-benches --bin stel-bench -- parquet --quick
+cargo run --release -p stel-benches --bin stel-bench -- query --quick
 cargo run --release -p stel-benches --bin stel-bench -- netlink --quick
 cargo run --release -p stel-benches --bin stel-bench -- e2e --quick
 cargo run --release -p stel-ingest --bin stel-ingestd -- --demo --duration 3s
