@@ -200,21 +200,7 @@ impl NetlinkSocket {
     /// # Errors
     /// Both setsockopt calls failing.
     pub fn set_sndbuf(&self, bytes: usize) -> Result<(), SysError> {
-        let v = bytes.min(i32::MAX as usize) as i32;
-        self.setsockopt_int(
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUFFORCE,
-            v,
-            "setsockopt(SO_SNDBUFFORCE)",
-        )
-        .or_else(|_| {
-            self.setsockopt_int(
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                v,
-                "setsockopt(SO_SNDBUF)",
-            )
-        })
+        super::set_sndbuf(std::os::fd::AsFd::as_fd(self), bytes)
     }
 
     /// Sends one datagram to multicast group `group` (1..=32). ECONNREFUSED is success: the
@@ -351,24 +337,7 @@ impl NetlinkSocket {
     /// # Errors
     /// setsockopt failing.
     pub fn set_recv_timeout(&self, d: std::time::Duration) -> Result<(), SysError> {
-        let tv = libc::timeval {
-            tv_sec: d.as_secs() as libc::time_t,
-            tv_usec: d.subsec_micros() as libc::suseconds_t,
-        };
-        // SAFETY: passes a pointer to a live timeval and its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of_val(&tv) as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(SysError::last("setsockopt(SO_RCVTIMEO)"));
-        }
-        Ok(())
+        super::set_recv_timeout(std::os::fd::AsFd::as_fd(self), d)
     }
 
     /// Kernel drops on this socket (SO_MEMINFO, SK_MEMINFO_DROPS): datagrams lost because the
