@@ -264,6 +264,10 @@ fn demo_emulator(a: &Args) -> Result<Emulator, String> {
     cfg.stats = emu::default_stats(cfg.group, a.stats);
     cfg.interval_ns = a.interval;
     cfg.pattern = a.pattern;
+    // Switch time starts now, so the demo's history is where `stel-query --since 10m` looks.
+    cfg.start_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(cfg.start_ns, |d| d.as_nanos() as u64);
     Emulator::new(cfg).map_err(|e| format!("demo: {e}"))
 }
 
@@ -483,6 +487,12 @@ fn run(a: Args) -> Result<(), String> {
 
     // Stop reading new data, drain what is in flight, flush, exit 0.
     halt.store(true, Ordering::Relaxed);
+    // The emulator may be blocked sending into a full socket: keep reading until it has stopped.
+    if let Some(h) = &producer {
+        while !h.is_finished() {
+            daemon.step()?;
+        }
+    }
     let (truth, sent) = match producer.take() {
         Some(h) => {
             let (t, s) = h.join().map_err(|_| "emulator thread panicked")?;
