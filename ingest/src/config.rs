@@ -81,6 +81,43 @@ impl Default for StatusConfig {
     }
 }
 
+/// `[inspect]`: the live inspect endpoint (`stel-query inspect <profile>` reads it).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InspectConfig {
+    /// Serve the latest snapshot of every session on a unix socket.
+    pub enabled: bool,
+    /// Socket path. Empty = `inspect.sock` next to the status file (`/run/stel/inspect.sock`
+    /// for a root daemon with default settings, `stel-data/inspect.sock` with `--demo`).
+    pub socket: PathBuf,
+    /// Clients served at once (more are refused with an error line).
+    pub max_clients: usize,
+}
+
+impl Default for InspectConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            socket: PathBuf::new(),
+            max_clients: 16,
+        }
+    }
+}
+
+impl InspectConfig {
+    /// The socket path: the configured one, else next to `status_file`, else (no status file)
+    /// [`stel_store::live::DEFAULT_SOCKET`].
+    pub fn socket_path(&self, status_file: &Path) -> PathBuf {
+        if !self.socket.as_os_str().is_empty() {
+            return self.socket.clone();
+        }
+        match status_file.parent() {
+            Some(d) if !status_file.as_os_str().is_empty() => d.join(stel_store::live::SOCKET_NAME),
+            _ => PathBuf::from(stel_store::live::DEFAULT_SOCKET),
+        }
+    }
+}
+
 /// A session given in the config file instead of STATE_DB: the JSON file `stel-emu --session`
 /// writes (profile, group, domain, object_names, object_ids, session_config_hex).
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -153,6 +190,11 @@ pub struct DaemonConfig {
     pub counters_db: Option<stel_store::sonic::CountersDbConfig>,
     /// STATE_DB session watcher (`sources::state_db`); off unless this section is present.
     pub state_db: Option<crate::sources::state_db::StateDbConfig>,
+    /// Data-lake uploader (`stel_store::upload`): copies every published Parquet file to a
+    /// directory or S3; off unless this section is present (or `--upload-to`).
+    pub upload: Option<stel_store::upload::UploadConfig>,
+    /// Live inspect socket.
+    pub inspect: InspectConfig,
 }
 
 /// `[history]`.
@@ -205,6 +247,13 @@ impl DaemonConfig {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
+        if cfg.upload.is_some() && !cfg.history.enabled {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: "[upload] copies the Parquet history: it needs [history] enabled = true"
+                    .into(),
+            });
+        }
         if !(1..=32).contains(&cfg.source.usersock_group) {
             return Err(ConfigError::Parse {
                 path: path.to_owned(),
@@ -228,6 +277,45 @@ mod tests {
         let cfg = DaemonConfig::load(&p).unwrap();
         assert_eq!(cfg.source.kind, SourceKind::Genl);
         assert_eq!(cfg.reader.slots, 64);
+        // The example documents every key of the optional sections too (commented out): each
+        // one, uncommented, must parse and give the defaults.
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut section = String::new();
+        let mut keys: Vec<(String, String)> = Vec::new();
+        for l in text.lines() {
+            // Commented-out keys are "# key = value"; their explanations "## text".
+            let l = l.strip_prefix("# ").unwrap_or(l);
+            if l.starts_with("[upload]") {
+                section = l.to_string();
+            } else if l.starts_with('[') {
+                section.clear();
+            } else if !section.is_empty() && l.contains(" = ") && !l.starts_with('#') {
+                keys.push((section.clone(), l.to_string()));
+            }
+        }
+        let up: String = std::iter::once("[upload]".to_string())
+            .chain(
+                keys.iter()
+                    .filter(|(s, _)| s == "[upload]")
+                    .map(|(_, k)| k.clone()),
+            )
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = DaemonConfig::parse(&up, &p).unwrap_or_else(|e| panic!("{e}\n{up}"));
+        let u = c.upload.unwrap();
+        let d = stel_store::upload::UploadConfig::default();
+        assert_eq!(
+            stel_store::upload::UploadConfig {
+                to: d.to.clone(),
+                ..u.clone()
+            },
+            d,
+            "the documented [upload] values are the defaults"
+        );
+        let documented = keys.iter().filter(|(s, _)| s == "[upload]").count();
+        let fields = serde_json::to_value(&d).unwrap().as_object().unwrap().len();
+        assert_eq!(documented, fields, "every [upload] key is documented");
+        assert!(cfg.inspect.enabled && cfg.inspect.socket.as_os_str().is_empty());
     }
 
     #[test]
@@ -237,5 +325,31 @@ mod tests {
         let e = DaemonConfig::parse("[source]\nusersock_group = 40\n", Path::new("x.toml"))
             .unwrap_err();
         assert!(e.to_string().contains("1..=32"), "{e}");
+        let e = DaemonConfig::parse("[upload]\nto = \"/x\"\nretries = 3\n", Path::new("x.toml"))
+            .unwrap_err();
+        assert!(e.to_string().contains("retries"), "{e}");
+        let e = DaemonConfig::parse(
+            "[upload]\nto = \"/x\"\n[history]\nenabled = false\n",
+            Path::new("x.toml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("needs [history]"), "{e}");
+    }
+
+    #[test]
+    fn inspect_socket_sits_next_to_the_status_file() {
+        let c = InspectConfig::default();
+        assert_eq!(
+            c.socket_path(Path::new("/run/stel/status.json")),
+            Path::new("/run/stel/inspect.sock")
+        );
+        assert_eq!(
+            c.socket_path(Path::new("stel-data/status.json")),
+            Path::new("stel-data/inspect.sock")
+        );
+        assert_eq!(
+            c.socket_path(Path::new("")),
+            Path::new("/run/stel/inspect.sock")
+        );
     }
 }

@@ -21,6 +21,7 @@ use crate::{
     genl::{GenlConfig, GenlSource, GenlSourceConfig},
     pipeline::{Pipeline, PipelineStats, Sink},
     reader::Reader,
+    sinks::StatusSource,
     sys::{self, netlink::NetlinkSocket, slots::Lease, uring::RecvStats, SysError},
 };
 
@@ -79,6 +80,7 @@ pub struct Daemon {
     reader: Reader,
     pipeline: Option<Pipeline>,
     sinks: Vec<Arc<dyn Sink>>,
+    status_sources: Vec<Arc<dyn StatusSource>>,
     leases: Vec<Lease>,
     next_genl_poll: Instant,
     source_desc: String,
@@ -170,6 +172,7 @@ impl Daemon {
             reader,
             pipeline: None,
             sinks: Vec::new(),
+            status_sources: Vec::new(),
             leases: Vec::with_capacity(256),
             next_genl_poll: Instant::now(),
             source_desc,
@@ -201,6 +204,23 @@ impl Daemon {
             &self.reader.view(),
             sinks,
         ));
+    }
+
+    /// Adds counters to the status (under `sinks.<name>`) of something that takes no batches
+    /// (the uploader, the inspect server).
+    pub fn add_status_source(&mut self, s: Arc<dyn StatusSource>) {
+        self.status_sources.push(s);
+    }
+
+    fn sink_stats(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut sinks = serde_json::Map::new();
+        for s in &self.sinks {
+            sinks.insert(s.name().to_string(), s.stats_json());
+        }
+        for s in &self.status_sources {
+            sinks.insert(s.name().to_string(), s.stats_json());
+        }
+        sinks
     }
 
     fn pipeline(&self) -> &Pipeline {
@@ -315,10 +335,7 @@ impl Daemon {
             filter.dropped = s.dropped;
             filter.too_short = s.too_short;
         }
-        let mut sinks = serde_json::Map::new();
-        for s in &self.sinks {
-            sinks.insert(s.name().to_string(), s.stats_json());
-        }
+        let sinks = self.sink_stats();
         DaemonStatus {
             source: match self.genl_status() {
                 Some(g) => format!("{} ({g})", self.source_desc),
@@ -369,11 +386,7 @@ impl Daemon {
         if let Some(p) = self.pipeline.take() {
             status.pipeline = p.finish(&mut self.reader);
         }
-        let mut sinks = serde_json::Map::new();
-        for s in &self.sinks {
-            sinks.insert(s.name().to_string(), s.stats_json());
-        }
-        status.sinks = sinks;
+        status.sinks = self.sink_stats();
         status
     }
 }

@@ -1,15 +1,140 @@
-//! The store's sinks behind the pipeline's [`Sink`] trait: Parquet history and COUNTERS_DB /
-//! RATES. Each owns its bounded queue and overflow policy (see `stel_store::parquet` and
-//! `stel_store::sonic`); a refused batch is counted there, so `submit` here just forwards.
-use std::sync::Arc;
+//! The store's sinks behind the pipeline's [`Sink`] trait: Parquet history, COUNTERS_DB /
+//! RATES and the live snapshot (status line, inspect socket). Each owns its bounded queue and
+//! overflow policy (see `stel_store::parquet` and `stel_store::sonic`); a refused batch is
+//! counted there, so `submit` here just forwards. The data-lake uploader and the inspect server
+//! take no batches (they follow the published files / the live snapshot) and report through
+//! [`StatusSource`].
+use std::{path::Path, sync::Arc};
 
 use stel_store::{
+    live::{LiveState, Server},
     parquet::{ParquetSink, ParquetSinkConfig, ParquetStats},
     sonic::{CountersDbConfig, CountersDbSink, CountersDbStats},
+    upload::{UploadConfig, UploadStats, Uploader},
     CounterBatch,
 };
 
 use crate::pipeline::Sink;
+
+/// Something whose counters go into the daemon's status (under `sinks.<name>`) without taking
+/// batches.
+pub trait StatusSource: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn stats_json(&self) -> serde_json::Value;
+}
+
+/// The newest snapshot of every session (`stel_store::live`): feeds the status line and the
+/// inspect socket. Copies one row per batch, never per counter.
+#[derive(Debug, Default)]
+pub struct Live {
+    state: Arc<LiveState>,
+}
+
+impl Live {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The shared snapshot store (the inspect server reads it).
+    pub fn state(&self) -> &Arc<LiveState> {
+        &self.state
+    }
+}
+
+impl Sink for Live {
+    fn name(&self) -> &'static str {
+        "live"
+    }
+    fn submit(&self, batch: &Arc<CounterBatch>) {
+        self.state.update(batch);
+    }
+    fn stats_json(&self) -> serde_json::Value {
+        serde_json::json!({ "rows": self.state.rows(), "profiles": self.state.profiles() })
+    }
+}
+
+/// The live inspect socket (`stel_store::live::Server`).
+#[derive(Debug)]
+pub struct InspectServer {
+    server: Server,
+}
+
+impl InspectServer {
+    /// Binds `path` and serves `live`'s snapshots from its own thread.
+    ///
+    /// # Errors
+    /// The socket is in use by another daemon or cannot be created.
+    pub fn start(path: &Path, live: &Live, max_clients: usize) -> Result<Arc<Self>, String> {
+        let server = Server::start(path, Arc::clone(live.state()), max_clients)
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(Self { server }))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.server.path()
+    }
+
+    /// Stops serving and removes the socket.
+    pub fn shutdown(self: Arc<Self>) {
+        match Arc::try_unwrap(self) {
+            Ok(me) => me.server.shutdown(),
+            Err(_) => tracing::warn!("Inspect server still in use at shutdown."),
+        }
+    }
+}
+
+impl StatusSource for InspectServer {
+    fn name(&self) -> &'static str {
+        "inspect"
+    }
+    fn stats_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.server.stats()).unwrap_or_default()
+    }
+}
+
+/// The data-lake uploader (`stel_store::upload`).
+#[derive(Debug)]
+pub struct Upload {
+    uploader: Uploader,
+}
+
+impl Upload {
+    /// Starts the uploader thread over the Parquet history in `data_dir`.
+    ///
+    /// # Errors
+    /// An invalid config or destination, an unreadable state file.
+    pub fn start(cfg: UploadConfig, data_dir: &Path) -> Result<Arc<Self>, String> {
+        let to = cfg.to.clone();
+        let uploader =
+            Uploader::start(cfg, data_dir).map_err(|e| format!("upload to {to}: {e}"))?;
+        Ok(Arc::new(Self { uploader }))
+    }
+
+    pub fn stats(&self) -> UploadStats {
+        self.uploader.stats()
+    }
+
+    /// Uploads what is pending (bounded by `shutdown_timeout_ms`) and stops. Call after the
+    /// Parquet history has published its last files.
+    pub fn shutdown(self: Arc<Self>) -> Option<UploadStats> {
+        match Arc::try_unwrap(self) {
+            Ok(me) => Some(me.uploader.shutdown()),
+            Err(_) => {
+                tracing::warn!("Uploader still in use at shutdown.");
+                None
+            }
+        }
+    }
+}
+
+impl StatusSource for Upload {
+    fn name(&self) -> &'static str {
+        "upload"
+    }
+    fn stats_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.uploader.stats()).unwrap_or_default()
+    }
+}
 
 /// Parquet history.
 #[derive(Debug)]

@@ -5,13 +5,16 @@
 //! [`batch`] builds row-major counter batches that the decoders fill without allocating and that
 //! become Arrow record batches without copying. The Parquet sink, the COUNTERS_DB/RATES writer and
 //! the rate math land here too, so `stel-query` can read what the daemon wrote without linking the
-//! daemon.
+//! daemon. [`live`] holds the newest snapshot of each session and serves it over a unix socket
+//! (the daemon's live inspect endpoint; `stel-query inspect` is its client), and `upload`
+//! (feature `upload`) copies published Parquet files to a data lake (a directory or S3).
 //!
 //! It is its own crate because both the daemon (`stel-ingest`) and the query tool (`stel-query`)
 //! need the schema and names, and the query tool must never link the daemon's kernel plumbing.
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod live;
 pub mod parquet;
 pub mod paths;
 pub mod rate;
@@ -19,6 +22,8 @@ pub mod sai;
 pub mod schema;
 #[cfg(feature = "redis")]
 pub mod sonic;
+#[cfg(feature = "upload")]
+pub mod upload;
 
 pub use batch::{BatchBuilder, CounterBatch};
 pub use schema::{CounterColumn, SessionSchema};

@@ -7,8 +7,8 @@ use std::{
     path::{Path, PathBuf},
     process::ExitCode,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        Arc,
     },
     time::{Duration, Instant},
 };
@@ -17,13 +17,12 @@ use clap::{Parser, Subcommand};
 use stel_ingest::{
     config::{DaemonConfig, SessionFile, SourceKind},
     daemon::{Daemon, DaemonStatus},
-    decode::CounterBatch,
     emu::{self, EmuConfig, Emulator, GroundTruth, Pattern},
     ipfix::SeqMode,
     netlink,
     pipeline::Sink,
     reader::ReaderKind,
-    sinks::{CountersDb, ParquetHistory},
+    sinks::{CountersDb, InspectServer, Live, ParquetHistory, StatusSource, Upload},
     sources::state_db::{SessionAcker, SessionEvent, StateDbWatcher},
     sys::{self, signal},
 };
@@ -44,7 +43,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-ingestd --config /etc/stel/stel-ingestd.toml
 ///   stel-emu --netlink-group 1 --session s.json &
 ///   stel-ingestd --usersock-group 1 --session s.json
+///   stel-ingestd --demo --upload-to /mnt/lake/stel   # also copy every published file there
+///   AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=… \
+///     AWS_SECRET_ACCESS_KEY=… stel-ingestd --demo --upload-to s3://lake/stel
 ///   stel-ingestd status                         # every counter of the running daemon
+///   stel-query inspect stel_demo --table        # live counters from the running daemon's
+///                                               # inspect socket (next to the status file)
 #[derive(Debug, Parser)]
 #[command(version, verbatim_doc_comment, args_conflicts_with_subcommands = true)]
 struct Args {
@@ -88,8 +92,22 @@ struct Args {
     #[arg(long, env = "STEL_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Do not write Parquet history.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "upload_to")]
     no_history: bool,
+    /// Copy every Parquet file the history publishes to this data lake, keeping the Hive
+    /// layout: a directory, file:///dir or s3://bucket/prefix. S3 settings come from
+    /// AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION and
+    /// AWS_ALLOW_HTTP=true (http endpoints). Progress survives restarts
+    /// (<data dir>/.stel-upload-state); other settings: [upload] in the config file.
+    #[arg(long, value_name = "URL")]
+    upload_to: Option<String>,
+    /// Live inspect socket that `stel-query inspect` reads (default: inspect.sock next to the
+    /// status file, e.g. /run/stel/inspect.sock or ./stel-data/inspect.sock with --demo).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_inspect")]
+    inspect_socket: Option<PathBuf>,
+    /// Do not serve the live inspect socket.
+    #[arg(long)]
+    no_inspect: bool,
     /// SONiC Redis (e.g. unix:///var/run/redis/redis.sock): watch STATE_DB for sessions and
     /// write COUNTERS_DB + RATES.
     #[arg(long)]
@@ -132,51 +150,29 @@ fn parse_seq_mode(s: &str) -> Result<SeqMode, String> {
     }
 }
 
-/// The newest snapshot: timestamp, values, column names.
-type Snapshot = (i64, Vec<u64>, Arc<Vec<String>>);
-
-/// The live status sink: totals and the latest snapshot, for the one-line port rates.
-#[derive(Debug, Default)]
-struct StatusSink {
-    rows: AtomicU64,
-    last: Mutex<Option<Snapshot>>,
-}
-
-impl Sink for StatusSink {
-    fn name(&self) -> &'static str {
-        "status"
-    }
-    fn submit(&self, b: &Arc<CounterBatch>) {
-        self.rows.fetch_add(b.rows() as u64, Ordering::Relaxed);
-        let Some(i) = b.rows().checked_sub(1) else {
-            return;
-        };
-        if let Ok(mut g) = self.last.lock() {
-            let names = match g.take() {
-                Some((_, _, n)) if n.len() == b.schema.width() => n,
-                _ => Arc::new(b.schema.columns.iter().map(|c| c.wide_name()).collect()),
-            };
-            let mut row = Vec::new();
-            row.extend_from_slice(b.row(i));
-            *g = Some((b.ts[i], row, names));
-        }
-    }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::json!({ "rows": self.rows.load(Ordering::Relaxed) })
-    }
-}
-
-/// RX/TX Gbit/s of the first ports between two status ticks.
+/// RX/TX Gbit/s of the first ports between two status ticks (from the live sink's newest
+/// snapshot of the first session).
 #[derive(Debug, Default)]
 struct Rates {
     prev: Option<(i64, Vec<u64>)>,
+    /// Column names of the schema they were made for (once per schema, not per tick).
+    names: Option<(Arc<stel_store::SessionSchema>, Vec<String>)>,
 }
 
 impl Rates {
-    fn line(&mut self, sink: &StatusSink) -> String {
-        let Some((ts, row, names)) = sink.last.lock().ok().and_then(|g| g.clone()) else {
+    fn line(&mut self, live: &Live) -> String {
+        let Some((ts, row, schema)) = live.state().first() else {
             return String::new();
         };
+        if !self
+            .names
+            .as_ref()
+            .is_some_and(|(s, _)| Arc::ptr_eq(s, &schema))
+        {
+            let n = schema.columns.iter().map(|c| c.wide_name()).collect();
+            self.names = Some((Arc::clone(&schema), n));
+        }
+        let names = &self.names.as_ref().expect("just set").1;
         let mut s = String::new();
         if let Some((pts, prow)) = &self.prev {
             let dt = (ts - *pts) as f64 / 1e9;
@@ -351,6 +347,21 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
     if a.no_history {
         cfg.history.enabled = false;
     }
+    if let Some(u) = &a.upload_to {
+        cfg.upload.get_or_insert_with(Default::default).to = u.clone();
+    }
+    if cfg.upload.is_some() && !cfg.history.enabled {
+        return Err(
+            "uploading needs the Parquet history: drop --no-history / [history] enabled = false"
+                .into(),
+        );
+    }
+    if let Some(p) = &a.inspect_socket {
+        cfg.inspect.socket = p.clone();
+    }
+    if a.no_inspect {
+        cfg.inspect.enabled = false;
+    }
     if cfg.history.enabled {
         let p = cfg.parquet.get_or_insert_with(Default::default);
         if let Some(d) = &a.data_dir {
@@ -395,6 +406,8 @@ fn run(a: Args) -> Result<(), String> {
     let parquet_cfg = cfg.parquet.clone().filter(|_| cfg.history.enabled);
     let counters_cfg = cfg.counters_db.clone();
     let state_db_cfg = cfg.state_db.clone();
+    let upload_cfg = cfg.upload.clone();
+    let inspect_cfg = cfg.inspect.clone();
 
     // Privileged set-up, then drop every capability before any thread exists.
     let mut daemon = Daemon::setup(cfg, local_rx)?;
@@ -402,8 +415,10 @@ fn run(a: Args) -> Result<(), String> {
         .drop_privileges()
         .map_err(|e| format!("dropping capabilities: {e}"))?;
 
-    let status_sink = Arc::new(StatusSink::default());
-    let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&status_sink) as Arc<dyn Sink>];
+    let live = Live::new();
+    let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&live) as Arc<dyn Sink>];
+    let mut status_sources: Vec<Arc<dyn StatusSource>> = Vec::new();
+    let mut upload = None;
     let history = match parquet_cfg {
         Some(c) => {
             let dir = c.dir.clone();
@@ -413,10 +428,36 @@ fn run(a: Args) -> Result<(), String> {
                 dir.display()
             );
             sinks.push(Arc::clone(&h) as Arc<dyn Sink>);
+            if let Some(u) = upload_cfg {
+                let to = u.to.clone();
+                let up = Upload::start(u, &dir)?;
+                eprintln!(
+                    "stel-ingestd: uploading every published file to {to} (progress in {})",
+                    dir.join(stel_store::upload::STATE_FILE).display()
+                );
+                status_sources.push(Arc::clone(&up) as Arc<dyn StatusSource>);
+                upload = Some(up);
+            }
             Some(h)
         }
         None => None,
     };
+    let inspect = if inspect_cfg.enabled {
+        let path = inspect_cfg.socket_path(&status_file);
+        let s = InspectServer::start(&path, &live, inspect_cfg.max_clients)
+            .map_err(|e| format!("{e} (choose a path with --inspect-socket, or --no-inspect)"))?;
+        eprintln!(
+            "stel-ingestd: live inspect on {} (stel-query inspect <profile>)",
+            path.display()
+        );
+        status_sources.push(Arc::clone(&s) as Arc<dyn StatusSource>);
+        Some(s)
+    } else {
+        None
+    };
+    for s in status_sources {
+        daemon.add_status_source(s);
+    }
     let counters = match counters_cfg {
         Some(c) => {
             let url = c.url.clone();
@@ -474,7 +515,7 @@ fn run(a: Args) -> Result<(), String> {
         if last_tick.elapsed() >= interval {
             let st = daemon.status();
             let dt = last_tick.elapsed().as_secs_f64();
-            let mut line = status_line(&st, &prev, dt, &rates.line(&status_sink));
+            let mut line = status_line(&st, &prev, dt, &rates.line(&live));
             if let Some(g) = daemon.genl_status().filter(|g| g.starts_with("waiting")) {
                 line.push_str(&format!(" | {g}"));
             }
@@ -501,7 +542,7 @@ fn run(a: Args) -> Result<(), String> {
         None => (None, 0),
     };
     let drained = move |r: &sys::uring::RecvStats| r.datagrams + r.truncated >= sent;
-    let st = daemon.finish(
+    let mut st = daemon.finish(
         truth
             .as_ref()
             .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
@@ -512,12 +553,35 @@ fn run(a: Args) -> Result<(), String> {
     }
     if let Some(h) = history {
         match h.shutdown() {
-            Ok(s) => eprintln!(
-                "stel-ingestd: history: {} files published, {} samples written",
-                s.files_published, s.samples_written
-            ),
+            Ok(s) => {
+                eprintln!(
+                    "stel-ingestd: history: {} files published, {} samples written",
+                    s.files_published, s.samples_written
+                );
+                // The final counters (after the last publish) for the status file.
+                st.sinks.insert(
+                    "parquet".into(),
+                    serde_json::to_value(s).unwrap_or_default(),
+                );
+            }
             Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
         }
+    }
+    if let Some(u) = upload {
+        // After the history's last publish, so its final files go too.
+        if let Some(s) = u.shutdown() {
+            eprintln!(
+                "stel-ingestd: upload: {} files ({} bytes) uploaded, {} pending, {} failed attempts, {} vanished before upload",
+                s.files_uploaded, s.bytes_uploaded, s.pending_files, s.failures, s.vanished_files
+            );
+            st.sinks.insert(
+                "upload".into(),
+                serde_json::to_value(&s).unwrap_or_default(),
+            );
+        }
+    }
+    if let Some(s) = inspect {
+        s.shutdown();
     }
     if let Some(c) = counters {
         c.shutdown();

@@ -1,0 +1,1045 @@
+//! The data-lake uploader: copies every Parquet file the history sink publishes to a local
+//! directory or `s3://bucket/prefix`, keeping the Hive layout, continuously and off the decode
+//! path.
+//!
+//! ```text
+//!  ParquetSink ── rename ──▶ <dir>/profile=…/group=…/date=…/hour=…/part-….parquet
+//!                                     │ scan every scan_interval_ms (published files only:
+//!                                     ▼  temp files are `.part-….parquet.tmp`, never matched)
+//!  uploader thread (current-thread tokio runtime):
+//!     pending, oldest first ──▶ up to `concurrency` uploads ──▶ <dest>/<same relative path>
+//!          ▲                          │ ok: size checked at the destination
+//!          └── failed: retried with   ▼
+//!              exponential backoff   <dir>/.stel-upload-state   (append + fsync per upload)
+//! ```
+//!
+//! # Why scan, not a notification from the Parquet sink
+//! A published file is complete (atomic rename) and immutable, so the directory itself is the
+//! queue: nothing is held in memory that a crash could lose, a restart finds exactly the files
+//! not yet uploaded, and the uploader needs no hook into the writer thread. The cost is one
+//! directory walk (readdir only; a stat only for files not uploaded yet) per scan interval.
+//!
+//! # Progress and crashes
+//! The state file (`.stel-upload-state` in the data dir; hidden, so Hive readers skip it) holds
+//! the destination URL and one relative path per uploaded file, appended and fsynced after each
+//! upload. A crash between an upload and its journal line uploads that file again at restart
+//! (same key, same bytes: idempotent); no crash can mark a file done that was not uploaded.
+//! Entries of files deleted locally (retention, `delete_after_upload`) are dropped when the file
+//! is rewritten (compaction), so the state stays proportional to the data dir.
+//! A different destination starts the state over.
+//!
+//! # Failure and loss accounting
+//! A failed upload is counted (`failures`), logged rate-limited, and retried after a per-file
+//! exponential backoff; when every upload of a round fails (the destination is down), the whole
+//! uploader backs off the same way. A file deleted locally before it was uploaded (retention
+//! outran a destination outage) is counted in `vanished_files`/`vanished_bytes` and logged as an
+//! error: that data never reaches the lake.
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fs,
+    io::{self, Read, Write},
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use object_store::{
+    aws::AmazonS3Builder, path::Path as ObjectPath, ObjectStore, ObjectStoreExt, PutPayload,
+    WriteMultipart,
+};
+use serde::{Deserialize, Serialize};
+use tokio::{sync::Notify, task::JoinSet};
+
+use crate::paths::{classify, LayoutEntry};
+
+/// Name of the progress file in the data dir.
+pub const STATE_FILE: &str = ".stel-upload-state";
+const STATE_HEADER: &str = "# stel-upload v1 ";
+
+/// `[upload]`: copy every published Parquet file to a data lake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UploadConfig {
+    /// Destination: a local directory (path or `file:///…`) or `s3://bucket/prefix`. S3 settings
+    /// come from the standard environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ALLOW_HTTP=true (http endpoints).
+    pub to: String,
+    /// How often the data dir is scanned for newly published files, ms.
+    pub scan_interval_ms: u64,
+    /// Uploads in flight at once.
+    pub concurrency: usize,
+    /// First retry delay after a failed upload, ms; doubles per consecutive failure.
+    pub retry_initial_ms: u64,
+    /// Longest retry delay, ms.
+    pub retry_max_ms: u64,
+    /// Files larger than this are sent as a multipart upload in parts of this size (S3 needs
+    /// parts of at least 5 MiB).
+    pub multipart_bytes: u64,
+    /// Delete the local file once its upload is confirmed (the lake becomes the history).
+    pub delete_after_upload: bool,
+    /// Upload the files already in the data dir the first time this destination is used
+    /// (false: only files published from now on).
+    pub backfill: bool,
+    /// At shutdown, keep uploading what is pending for at most this long, ms.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for UploadConfig {
+    fn default() -> Self {
+        Self {
+            to: String::new(),
+            scan_interval_ms: 2_000,
+            concurrency: 4,
+            retry_initial_ms: 500,
+            retry_max_ms: 60_000,
+            multipart_bytes: 32 << 20,
+            delete_after_upload: false,
+            backfill: true,
+            shutdown_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl UploadConfig {
+    /// Small and fast: for tests.
+    pub fn for_test(to: impl Into<String>) -> Self {
+        Self {
+            to: to.into(),
+            scan_interval_ms: 100,
+            retry_initial_ms: 100,
+            retry_max_ms: 1_000,
+            multipart_bytes: 5 << 20,
+            shutdown_timeout_ms: 5_000,
+            ..Self::default()
+        }
+    }
+
+    /// Every problem with this config, in one go.
+    fn validate(&self) -> Result<(), Error> {
+        let mut problems = Vec::new();
+        if self.to.trim().is_empty() {
+            problems.push("to is empty (a directory or s3://bucket/prefix)".to_string());
+        }
+        if self.scan_interval_ms == 0 {
+            problems.push("scan_interval_ms must be at least 1".into());
+        }
+        if self.concurrency == 0 {
+            problems.push("concurrency must be at least 1".into());
+        }
+        if self.retry_initial_ms == 0 || self.retry_max_ms < self.retry_initial_ms {
+            problems.push("retry_initial_ms must be at least 1 and at most retry_max_ms".into());
+        }
+        if self.multipart_bytes < 5 << 20 {
+            problems.push(format!(
+                "multipart_bytes = {} is below S3's 5 MiB minimum part size",
+                self.multipart_bytes
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Config(problems))
+        }
+    }
+}
+
+/// Errors of starting the uploader. Failures while running are counted in [`UploadStats`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid upload config: {}", .0.join("; "))]
+    Config(Vec<String>),
+    #[error("upload destination {url}: {message}")]
+    Destination { url: String, message: String },
+    #[error("upload state file {path}: {source}")]
+    State { path: PathBuf, source: io::Error },
+    #[error("cannot start the uploader thread: {0}")]
+    Spawn(io::Error),
+}
+
+/// What the uploader counts. `files_uploaded` and `bytes_uploaded` are since start;
+/// `pending_*` are as of the last scan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UploadStats {
+    /// Where files go (as configured).
+    pub destination: String,
+    /// Files uploaded and confirmed (size checked at the destination).
+    pub files_uploaded: u64,
+    pub bytes_uploaded: u64,
+    /// Upload attempts that failed (each is retried).
+    pub failures: u64,
+    /// Attempts of files that had failed before.
+    pub retries: u64,
+    /// Published files deleted locally (retention) before they could be uploaded: lost to the
+    /// lake.
+    pub vanished_files: u64,
+    pub vanished_bytes: u64,
+    /// Published files not uploaded yet.
+    pub pending_files: u64,
+    pub pending_bytes: u64,
+    /// Files already uploaded according to the state file at start (not uploaded again).
+    pub resumed_files: u64,
+    /// Local files deleted after their upload (`delete_after_upload`).
+    pub deleted_after_upload: u64,
+    /// Files marked done without upload at first start with `backfill = false`.
+    pub skipped_backfill: u64,
+    /// State file writes that failed (those files may be uploaded again after a restart).
+    pub state_errors: u64,
+    /// Data dir scans.
+    pub scans: u64,
+    /// The destination is failing and uploads wait for the backoff.
+    pub backing_off: bool,
+    /// Last failure, if any.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    files_uploaded: AtomicU64,
+    bytes_uploaded: AtomicU64,
+    failures: AtomicU64,
+    retries: AtomicU64,
+    vanished_files: AtomicU64,
+    vanished_bytes: AtomicU64,
+    pending_files: AtomicU64,
+    pending_bytes: AtomicU64,
+    resumed_files: AtomicU64,
+    deleted_after_upload: AtomicU64,
+    skipped_backfill: AtomicU64,
+    state_errors: AtomicU64,
+    scans: AtomicU64,
+    backing_off: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    destination: String,
+    c: Counters,
+    stop: AtomicBool,
+    wake: Notify,
+}
+
+impl Shared {
+    fn stats(&self) -> UploadStats {
+        let c = &self.c;
+        UploadStats {
+            destination: self.destination.clone(),
+            files_uploaded: c.files_uploaded.load(Relaxed),
+            bytes_uploaded: c.bytes_uploaded.load(Relaxed),
+            failures: c.failures.load(Relaxed),
+            retries: c.retries.load(Relaxed),
+            vanished_files: c.vanished_files.load(Relaxed),
+            vanished_bytes: c.vanished_bytes.load(Relaxed),
+            pending_files: c.pending_files.load(Relaxed),
+            pending_bytes: c.pending_bytes.load(Relaxed),
+            resumed_files: c.resumed_files.load(Relaxed),
+            deleted_after_upload: c.deleted_after_upload.load(Relaxed),
+            skipped_backfill: c.skipped_backfill.load(Relaxed),
+            state_errors: c.state_errors.load(Relaxed),
+            scans: c.scans.load(Relaxed),
+            backing_off: c.backing_off.load(Relaxed),
+            last_error: c.last_error.lock().ok().and_then(|g| g.clone()),
+        }
+    }
+}
+
+/// Where uploads go.
+#[derive(Debug, Clone)]
+enum Dest {
+    /// A local directory: copy to a hidden temp name, fsync, rename (readers never see a
+    /// partial file). std::fs rather than object_store's LocalFileSystem, which percent-decodes
+    /// keys and would turn the Hive escape `%2F` back into a `/`.
+    Local(PathBuf),
+    /// An object store (S3) and the key prefix (no leading/trailing `/`).
+    Store(Arc<dyn ObjectStore>, String),
+}
+
+impl Dest {
+    fn parse(url: &str, data_dir: &Path) -> Result<Self, Error> {
+        let bad = |message: String| Error::Destination {
+            url: url.to_string(),
+            message,
+        };
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad("no bucket; use s3://<bucket>/<prefix>".into()));
+            }
+            let store = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .build()
+                .map_err(|e| {
+                    bad(format!(
+                        "{e} (set AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION; AWS_ALLOW_HTTP=true for http endpoints)"
+                    ))
+                })?;
+            return Ok(Dest::Store(
+                Arc::new(store),
+                prefix.trim_matches('/').to_string(),
+            ));
+        }
+        let path = match url.strip_prefix("file://") {
+            Some(p) => PathBuf::from(p),
+            None if url.contains("://") => {
+                return Err(bad(
+                    "unsupported scheme; use a directory, file:///dir or s3://bucket/prefix".into(),
+                ))
+            }
+            None => PathBuf::from(url),
+        };
+        fs::create_dir_all(&path).map_err(|e| bad(format!("cannot create it: {e}")))?;
+        let canon = path
+            .canonicalize()
+            .map_err(|e| bad(format!("cannot resolve it: {e}")))?;
+        if let Ok(data) = data_dir.canonicalize() {
+            if canon.starts_with(&data) || data.starts_with(&canon) {
+                return Err(bad(format!(
+                    "overlaps the data dir {} (it would upload into itself)",
+                    data.display()
+                )));
+            }
+        }
+        Ok(Dest::Local(canon))
+    }
+}
+
+/// One published file waiting for upload.
+#[derive(Debug, Clone)]
+struct Pending {
+    path: PathBuf,
+    bytes: u64,
+    failures: u32,
+    not_before: Option<Instant>,
+}
+
+/// The progress journal (see the module docs). One line per file: its relative path when it was
+/// uploaded, `!` + the path when `backfill = false` skipped it (never deleted locally).
+#[derive(Debug)]
+struct State {
+    path: PathBuf,
+    file: fs::File,
+    destination: String,
+    /// Relative path → uploaded (false: skipped by `backfill = false`).
+    done: HashMap<String, bool>,
+    /// Lines in the file (to decide when to compact).
+    lines: usize,
+    /// The state was empty or for another destination.
+    fresh: bool,
+}
+
+impl State {
+    fn open(dir: &Path, destination: &str) -> io::Result<Self> {
+        let path = dir.join(STATE_FILE);
+        let mut done = HashMap::new();
+        let mut lines = 0;
+        let mut fresh = true;
+        match fs::read_to_string(&path) {
+            Ok(text) => {
+                let mut it = text.split_inclusive('\n');
+                match it.next().map(|h| h.trim_end_matches('\n')) {
+                    Some(h) if h.strip_prefix(STATE_HEADER) == Some(destination) => {
+                        fresh = false;
+                        for l in it {
+                            // A torn last line (crash mid-append) has no newline: not done.
+                            if let Some(rel) = l.strip_suffix('\n') {
+                                let (rel, uploaded) = match rel.strip_prefix('!') {
+                                    Some(r) => (r, false),
+                                    None => (rel, true),
+                                };
+                                if !rel.is_empty() {
+                                    done.insert(rel.to_string(), uploaded);
+                                    lines += 1;
+                                }
+                            }
+                        }
+                    }
+                    Some(h) => tracing::warn!(
+                        previous = h.strip_prefix(STATE_HEADER).unwrap_or(h),
+                        destination,
+                        "The upload destination changed; the upload state starts over."
+                    ),
+                    None => {}
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        let mut s = Self {
+            path,
+            file,
+            destination: destination.to_string(),
+            done,
+            lines,
+            fresh,
+        };
+        // Rewrite at once when the header is not ours (new file, other destination) or the
+        // last line was torn.
+        s.compact()?;
+        Ok(s)
+    }
+
+    /// Appends files (uploaded, or skipped when `!uploaded`) and makes them durable.
+    fn record(&mut self, rels: &[String], uploaded: bool) -> io::Result<()> {
+        let mut buf = String::new();
+        for r in rels {
+            if !uploaded {
+                buf.push('!');
+            }
+            buf.push_str(r);
+            buf.push('\n');
+        }
+        for r in rels {
+            self.done.insert(r.clone(), uploaded);
+            self.lines += 1;
+        }
+        self.file.write_all(buf.as_bytes())?;
+        self.file.sync_data()
+    }
+
+    /// Rewrites the file with only the live entries (temp, fsync, rename, fsync dir).
+    fn compact(&mut self) -> io::Result<()> {
+        let tmp = self.path.with_extension("tmp");
+        let mut out = String::with_capacity(64 + self.done.len() * 96);
+        out.push_str(STATE_HEADER);
+        out.push_str(&self.destination);
+        out.push('\n');
+        let mut v: Vec<(&String, &bool)> = self.done.iter().collect();
+        v.sort();
+        for (r, uploaded) in v {
+            if !uploaded {
+                out.push('!');
+            }
+            out.push_str(r);
+            out.push('\n');
+        }
+        {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(out.as_bytes())?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, &self.path)?;
+        if let Some(d) = self.path.parent() {
+            fs::File::open(d)?.sync_all()?;
+        }
+        self.file = fs::OpenOptions::new().append(true).open(&self.path)?;
+        self.lines = self.done.len();
+        Ok(())
+    }
+}
+
+/// Logs at most once per interval, counting what it held back.
+#[derive(Debug)]
+struct Limiter {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Limiter {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn new() -> Self {
+        Self {
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    fn allow(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|l| now.duration_since(l) < Self::EVERY)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// How one upload ended.
+#[derive(Debug)]
+enum Outcome {
+    Uploaded(u64),
+    /// The local file was gone (retention) before it could be read.
+    Vanished,
+    Failed(String),
+}
+
+fn backoff(initial_ms: u64, max_ms: u64, failures: u32) -> Duration {
+    let shift = failures.saturating_sub(1).min(20);
+    Duration::from_millis(initial_ms.saturating_mul(1 << shift).min(max_ms))
+}
+
+fn fsync_dir(d: &Path) -> io::Result<()> {
+    fs::File::open(d)?.sync_all()
+}
+
+async fn upload_one(dest: Dest, src: PathBuf, rel: String, multipart: u64) -> Outcome {
+    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
+    match dest {
+        Dest::Local(root) => {
+            // On the uploader's own thread: blocking file I/O stalls nothing else.
+            let dst = root.join(&rel);
+            let Some(parent) = dst.parent() else {
+                return Outcome::Failed(format!("{}: no parent directory", dst.display()));
+            };
+            let tmp = parent.join(format!(
+                ".{}.upload.tmp",
+                dst.file_name().and_then(|n| n.to_str()).unwrap_or("part")
+            ));
+            let r = (|| -> io::Result<u64> {
+                fs::create_dir_all(parent)?;
+                let n = fs::copy(&src, &tmp)?;
+                fs::File::open(&tmp)?.sync_all()?;
+                fs::rename(&tmp, &dst)?;
+                fsync_dir(parent)?;
+                let got = fs::metadata(&dst)?.len();
+                if got != n {
+                    return Err(io::Error::other(format!(
+                        "copied {n} bytes but the destination has {got}"
+                    )));
+                }
+                Ok(n)
+            })();
+            match r {
+                Ok(n) => Outcome::Uploaded(n),
+                Err(e) => {
+                    let _ = fs::remove_file(&tmp);
+                    if gone(&e) && !src.exists() {
+                        Outcome::Vanished
+                    } else {
+                        Outcome::Failed(format!("{}: {e}", dst.display()))
+                    }
+                }
+            }
+        }
+        Dest::Store(store, prefix) => {
+            let key = if prefix.is_empty() {
+                rel.clone()
+            } else {
+                format!("{prefix}/{rel}")
+            };
+            // parse, not from: the Hive escapes (`%2F`) must reach the key unchanged.
+            let key = match ObjectPath::parse(&key) {
+                Ok(k) => k,
+                Err(e) => return Outcome::Failed(format!("{key}: {e}")),
+            };
+            let mut f = match fs::File::open(&src) {
+                Ok(f) => f,
+                Err(e) if gone(&e) => return Outcome::Vanished,
+                Err(e) => return Outcome::Failed(format!("{}: {e}", src.display())),
+            };
+            let size = match f.metadata() {
+                Ok(m) => m.len(),
+                Err(e) => return Outcome::Failed(format!("{}: {e}", src.display())),
+            };
+            let r: Result<(), String> = if size <= multipart {
+                // An open file stays readable even if retention unlinks it now.
+                let mut buf = Vec::with_capacity(size as usize);
+                match f.read_to_end(&mut buf) {
+                    Ok(_) => store
+                        .put(&key, PutPayload::from(buf))
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("{}: {e}", src.display())),
+                }
+            } else {
+                multipart_upload(&*store, &key, &mut f, multipart as usize).await
+            };
+            if let Err(e) = r {
+                return Outcome::Failed(format!("{key}: {e}"));
+            }
+            match store.head(&key).await {
+                Ok(m) if m.size == size => Outcome::Uploaded(size),
+                Ok(m) => Outcome::Failed(format!(
+                    "{key}: uploaded {size} bytes but the store has {}",
+                    m.size
+                )),
+                Err(e) => Outcome::Failed(format!("{key}: checking the upload: {e}")),
+            }
+        }
+    }
+}
+
+async fn multipart_upload(
+    store: &dyn ObjectStore,
+    key: &ObjectPath,
+    f: &mut fs::File,
+    chunk: usize,
+) -> Result<(), String> {
+    let up = store.put_multipart(key).await.map_err(|e| e.to_string())?;
+    let mut w = WriteMultipart::new_with_chunk_size(up, chunk);
+    let mut buf = vec![0u8; chunk];
+    loop {
+        let n = match read_full(f, &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = w.abort().await;
+                return Err(e.to_string());
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        if let Err(e) = w.wait_for_capacity(2).await {
+            let _ = w.abort().await;
+            return Err(e.to_string());
+        }
+        w.write(&buf[..n]);
+    }
+    w.finish().await.map(drop).map_err(|e| e.to_string())
+}
+
+fn read_full(f: &mut fs::File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Published parts under `root`: (relative path with `/`, full path, first_ns). Unreadable
+/// directories are skipped (and counted by the caller as nothing found there).
+fn scan(root: &Path) -> Vec<(String, PathBuf, u64)> {
+    fn subdirs(d: &Path, key: &str) -> Vec<(String, PathBuf)> {
+        let Ok(rd) = fs::read_dir(d) else {
+            return Vec::new();
+        };
+        rd.filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| {
+                let n = e.file_name().into_string().ok()?;
+                n.starts_with(key).then(|| (n, e.path()))
+            })
+            .collect()
+    }
+    let mut out = Vec::new();
+    for (p, pd) in subdirs(root, "profile=") {
+        for (g, gd) in subdirs(&pd, "group=") {
+            for (d, dd) in subdirs(&gd, "date=") {
+                for (h, hd) in subdirs(&dd, "hour=") {
+                    let Ok(rd) = fs::read_dir(&hd) else {
+                        continue;
+                    };
+                    for e in rd.filter_map(Result::ok) {
+                        let path = e.path();
+                        if let LayoutEntry::Part { name, .. } = classify(root, &path) {
+                            let f = e.file_name();
+                            let f = f.to_string_lossy();
+                            out.push((format!("{p}/{g}/{d}/{h}/{f}"), path, name.first_ns));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The uploader's state, owned by its thread.
+#[derive(Debug)]
+struct Engine {
+    cfg: UploadConfig,
+    dir: PathBuf,
+    dest: Dest,
+    state: State,
+    shared: Arc<Shared>,
+    /// Not uploaded yet, oldest data first.
+    pending: BTreeMap<(u64, String), Pending>,
+    consecutive_failures: u32,
+    pause_until: Option<Instant>,
+    fail_log: Limiter,
+    vanish_log: Limiter,
+    first_scan: bool,
+}
+
+impl Engine {
+    /// Scans the data dir: new files become pending; files gone are forgotten (and counted as
+    /// vanished when they were still pending).
+    fn rescan(&mut self) {
+        let found = scan(&self.dir);
+        self.shared.c.scans.fetch_add(1, Relaxed);
+        let present: HashSet<&str> = found.iter().map(|(r, ..)| r.as_str()).collect();
+        // Pending files that disappeared: deleted before upload.
+        let gone: Vec<(u64, String)> = self
+            .pending
+            .keys()
+            .filter(|(_, r)| !present.contains(r.as_str()))
+            .cloned()
+            .collect();
+        for k in gone {
+            // Not listed, but still there (a directory that could not be read this time).
+            if self.pending.get(&k).is_some_and(|p| p.path.exists()) {
+                continue;
+            }
+            if let Some(p) = self.pending.remove(&k) {
+                self.vanished(&k.1, p.bytes);
+            }
+        }
+        // Done files that disappeared: drop them from the state at the next compaction.
+        let before = self.state.done.len();
+        self.state.done.retain(|r, _| present.contains(r.as_str()));
+        let dropped = before - self.state.done.len();
+        if self.first_scan {
+            let uploaded = self.state.done.values().filter(|u| **u).count();
+            self.shared.c.resumed_files.store(uploaded as u64, Relaxed);
+        }
+        let mut backfill_marked = Vec::new();
+        for (rel, path, first_ns) in &found {
+            if let Some(&uploaded) = self.state.done.get(rel) {
+                if uploaded && self.cfg.delete_after_upload {
+                    self.delete_local(path);
+                }
+                continue;
+            }
+            let key = (*first_ns, rel.clone());
+            if self.pending.contains_key(&key) {
+                continue;
+            }
+            if self.first_scan && self.state.fresh && !self.cfg.backfill {
+                backfill_marked.push(rel.clone());
+                continue;
+            }
+            let Ok(md) = fs::metadata(path) else {
+                continue; // gone between readdir and stat: never pending, nothing lost to us
+            };
+            self.pending.insert(
+                key,
+                Pending {
+                    path: path.clone(),
+                    bytes: md.len(),
+                    failures: 0,
+                    not_before: None,
+                },
+            );
+        }
+        if !backfill_marked.is_empty() {
+            self.shared
+                .c
+                .skipped_backfill
+                .fetch_add(backfill_marked.len() as u64, Relaxed);
+            tracing::info!(
+                files = backfill_marked.len(),
+                "backfill = false: files already in the data dir are not uploaded."
+            );
+            if let Err(e) = self.state.record(&backfill_marked, false) {
+                self.state_error(&e);
+            }
+        }
+        self.first_scan = false;
+        if dropped > 0 && self.state.lines > 2 * self.state.done.len() + 1024 {
+            if let Err(e) = self.state.compact() {
+                self.state_error(&e);
+            }
+        }
+        self.publish_pending();
+    }
+
+    fn publish_pending(&self) {
+        let c = &self.shared.c;
+        c.pending_files.store(self.pending.len() as u64, Relaxed);
+        c.pending_bytes
+            .store(self.pending.values().map(|p| p.bytes).sum(), Relaxed);
+    }
+
+    fn vanished(&mut self, rel: &str, bytes: u64) {
+        self.shared.c.vanished_files.fetch_add(1, Relaxed);
+        self.shared.c.vanished_bytes.fetch_add(bytes, Relaxed);
+        if let Some(suppressed) = self.vanish_log.allow() {
+            tracing::error!(
+                file = rel,
+                bytes,
+                suppressed,
+                "A published file was deleted locally before it was uploaded; it will not reach the lake (retention outran the uploader)."
+            );
+        }
+    }
+
+    fn state_error(&self, e: &io::Error) {
+        self.shared.c.state_errors.fetch_add(1, Relaxed);
+        tracing::warn!(path = %self.state.path.display(), error = %e, "Cannot write the upload state; files may be uploaded again after a restart.");
+    }
+
+    fn delete_local(&self, path: &Path) {
+        match fs::remove_file(path) {
+            Ok(()) => {
+                self.shared.c.deleted_after_upload.fetch_add(1, Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "Cannot delete an uploaded file.")
+            }
+        }
+    }
+
+    /// Uploads what is due, up to `concurrency` at a time, until nothing is due or `deadline`.
+    /// Returns (uploaded, failed).
+    async fn upload_due(&mut self, deadline: Option<Instant>) -> (u64, u64) {
+        let mut set: JoinSet<((u64, String), Outcome)> = JoinSet::new();
+        let mut queue: Vec<(u64, String)> = {
+            let now = Instant::now();
+            self.pending
+                .iter()
+                .filter(|(_, p)| p.not_before.is_none_or(|t| t <= now))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        queue.reverse(); // pop() takes the oldest
+        let (mut ok, mut failed) = (0u64, 0u64);
+        let mut done: Vec<String> = Vec::new();
+        loop {
+            while set.len() < self.cfg.concurrency
+                && deadline.is_none_or(|d| Instant::now() < d)
+                && self.pause_until.is_none_or(|t| Instant::now() >= t)
+            {
+                let Some(k) = queue.pop() else { break };
+                let Some(p) = self.pending.get(&k) else {
+                    continue;
+                };
+                if p.failures > 0 {
+                    self.shared.c.retries.fetch_add(1, Relaxed);
+                }
+                let (dest, src, rel) = (self.dest.clone(), p.path.clone(), k.1.clone());
+                let mp = self.cfg.multipart_bytes;
+                set.spawn(async move { (k, upload_one(dest, src, rel, mp).await) });
+            }
+            let joined = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    match tokio::time::timeout(left, set.join_next()).await {
+                        Ok(j) => j,
+                        Err(_) => {
+                            set.abort_all();
+                            break;
+                        }
+                    }
+                }
+                None => set.join_next().await,
+            };
+            let Some(joined) = joined else { break };
+            let Ok((k, outcome)) = joined else {
+                continue; // a task panicked or was aborted: the file stays pending
+            };
+            match outcome {
+                Outcome::Uploaded(n) => {
+                    ok += 1;
+                    let p = self.pending.remove(&k);
+                    self.shared.c.files_uploaded.fetch_add(1, Relaxed);
+                    self.shared.c.bytes_uploaded.fetch_add(n, Relaxed);
+                    self.consecutive_failures = 0;
+                    self.pause_until = None;
+                    if let Err(e) = self.state.record(std::slice::from_ref(&k.1), true) {
+                        self.state_error(&e);
+                    }
+                    if self.cfg.delete_after_upload {
+                        if let Some(p) = p {
+                            self.delete_local(&p.path);
+                        }
+                    }
+                    done.push(k.1);
+                }
+                Outcome::Vanished => {
+                    if let Some(p) = self.pending.remove(&k) {
+                        self.vanished(&k.1, p.bytes);
+                    }
+                }
+                Outcome::Failed(msg) => {
+                    failed += 1;
+                    self.shared.c.failures.fetch_add(1, Relaxed);
+                    if let Ok(mut g) = self.shared.c.last_error.lock() {
+                        *g = Some(msg.clone());
+                    }
+                    if let Some(p) = self.pending.get_mut(&k) {
+                        p.failures += 1;
+                        p.not_before = Some(
+                            Instant::now()
+                                + backoff(
+                                    self.cfg.retry_initial_ms,
+                                    self.cfg.retry_max_ms,
+                                    p.failures,
+                                ),
+                        );
+                    }
+                    if ok == 0 {
+                        // Nothing got through this round: treat the destination as down.
+                        self.consecutive_failures += 1;
+                        let wait = backoff(
+                            self.cfg.retry_initial_ms,
+                            self.cfg.retry_max_ms,
+                            self.consecutive_failures,
+                        );
+                        self.pause_until = Some(Instant::now() + wait);
+                    }
+                    if let Some(suppressed) = self.fail_log.allow() {
+                        tracing::warn!(error = %msg, suppressed, "Upload failed; retrying with backoff.");
+                    }
+                }
+            }
+        }
+        if !done.is_empty() {
+            tracing::debug!(files = done.len(), "Uploaded.");
+        }
+        self.shared
+            .c
+            .backing_off
+            .store(self.pause_until.is_some(), Relaxed);
+        self.publish_pending();
+        (ok, failed)
+    }
+
+    /// How long to sleep before the next round.
+    fn next_wake(&self) -> Duration {
+        let scan = Duration::from_millis(self.cfg.scan_interval_ms);
+        let now = Instant::now();
+        let mut d = scan;
+        if let Some(p) = self.pause_until {
+            d = d.max(p.saturating_duration_since(now));
+        } else if let Some(t) = self.pending.values().filter_map(|p| p.not_before).min() {
+            d = d.min(t.saturating_duration_since(now));
+        }
+        d.max(Duration::from_millis(1))
+    }
+
+    async fn run(mut self) {
+        loop {
+            if self.shared.stop.load(Relaxed) {
+                break;
+            }
+            self.rescan();
+            self.upload_due(None).await;
+            let wait = self.next_wake();
+            let _ = tokio::time::timeout(wait, self.shared.wake.notified()).await;
+        }
+        // Final round: what the Parquet sink published at shutdown, bounded in time; the
+        // destination's backoff is ignored once (it may be back).
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.shutdown_timeout_ms);
+        self.rescan();
+        self.pause_until = None;
+        for p in self.pending.values_mut() {
+            p.not_before = None;
+        }
+        while Instant::now() < deadline && !self.pending.is_empty() {
+            let (ok, _) = self.upload_due(Some(deadline)).await;
+            if ok == 0 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                tokio::time::sleep(self.next_wake().min(left)).await;
+                self.pause_until = None;
+            }
+        }
+        if !self.pending.is_empty() {
+            tracing::warn!(
+                files = self.pending.len(),
+                "Uploader stopped with files not uploaded; they are uploaded at the next start."
+            );
+        }
+        let _ = self.state.compact();
+    }
+}
+
+/// The running uploader: its thread and its counters.
+#[derive(Debug)]
+pub struct Uploader {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Uploader {
+    /// Checks the config and destination, opens the state file in `data_dir`, and starts the
+    /// uploader thread. The destination being unreachable is not an error here: it is retried.
+    ///
+    /// # Errors
+    /// An invalid config, an unusable destination URL or S3 setting, an unreadable state file.
+    pub fn start(cfg: UploadConfig, data_dir: &Path) -> Result<Self, Error> {
+        cfg.validate()?;
+        let dest = Dest::parse(cfg.to.trim(), data_dir)?;
+        fs::create_dir_all(data_dir).map_err(|source| Error::State {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        let destination = cfg.to.trim().to_string();
+        let state = State::open(data_dir, &destination).map_err(|source| Error::State {
+            path: data_dir.join(STATE_FILE),
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            destination,
+            c: Counters::default(),
+            stop: AtomicBool::new(false),
+            wake: Notify::new(),
+        });
+        let engine = Engine {
+            dir: data_dir.to_owned(),
+            dest,
+            state,
+            shared: Arc::clone(&shared),
+            pending: BTreeMap::new(),
+            consecutive_failures: 0,
+            pause_until: None,
+            fail_log: Limiter::new(),
+            vanish_log: Limiter::new(),
+            first_scan: true,
+            cfg,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::Spawn)?;
+        let thread = std::thread::Builder::new()
+            .name("stel-upload".into())
+            .spawn(move || rt.block_on(engine.run()))
+            .map_err(Error::Spawn)?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> UploadStats {
+        self.shared.stats()
+    }
+
+    /// Scans now instead of at the next interval (e.g. right after a publish).
+    pub fn wake(&self) {
+        self.shared.wake.notify_one();
+    }
+
+    /// Uploads what is pending (bounded by `shutdown_timeout_ms`), writes the state and stops.
+    pub fn shutdown(mut self) -> UploadStats {
+        self.stop();
+        self.shared.stats()
+    }
+
+    fn stop(&mut self) {
+        self.shared.stop.store(true, Relaxed);
+        self.shared.wake.notify_one();
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("The uploader thread panicked.");
+            }
+        }
+    }
+}
+
+impl Drop for Uploader {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+//! Uploader tests over real files: the Parquet sink publishes into a temp data dir, the uploader
+//! copies to a temp "lake" directory. (S3 against a real moto server: ingest/tests/upload.rs.)
+use std::sync::Arc;
+
+use super::*;
+use crate::{
+    batch::CounterBatch,
+    parquet::{ParquetSink, ParquetSinkConfig},
+    sai::StatKey,
+    schema::{CounterColumn, SessionSchema},
+};
+
+const T0: i64 = 1_700_000_000_000_000_000;
+
+fn schema() -> Arc<SessionSchema> {
+    let columns = (0..4u16)
+        .map(|o| CounterColumn {
+            label: o + 1,
+            object: format!("Ethernet{}", 4 * o),
+            key: StatKey {
+                object_type: 1,
+                stat_id: 0,
+            },
+        })
+        .collect();
+    Arc::new(SessionSchema {
+        profile: "lab/1".into(), // escaped as lab%2F1: the key must keep the escape
+        group: "PORT".into(),
+        domain: 0,
+        template_ids: vec![256],
+        part_offsets: vec![0],
+        columns,
+        generation: 1,
+    })
+}
+
+/// Publishes one file of `rows` snapshots starting at `t` through the real Parquet sink.
+fn publish(dir: &Path, t: i64, rows: usize) {
+    let s = schema();
+    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir)).unwrap();
+    sink.submit(Arc::new(CounterBatch {
+        schema: Arc::clone(&s),
+        ts: (0..rows as i64).map(|i| t + i * 1000).collect(),
+        values: (0..rows * s.width()).map(|i| i as u64 * 7).collect(),
+        part_masks: Vec::new(),
+    }))
+    .unwrap();
+    let st = sink.shutdown().unwrap();
+    assert_eq!(st.files_published, 1);
+}
+
+fn published(dir: &Path) -> Vec<(String, PathBuf, u64)> {
+    let mut v = scan(dir);
+    v.sort();
+    v
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn same_files(data: &Path, lake: &Path) {
+    for (rel, path, _) in published(data) {
+        let a = fs::read(&path).unwrap();
+        let b = fs::read(lake.join(&rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        assert!(a == b, "{rel} differs");
+    }
+}
+
+#[test]
+fn uploads_to_a_directory_resumes_and_never_reuploads() {
+    let data = tempfile::tempdir().unwrap();
+    let lake = tempfile::tempdir().unwrap();
+    for k in 0..3 {
+        publish(data.path(), T0 + k * 3_600_000_000_000, 100); // three hours
+    }
+    let files = published(data.path());
+    assert_eq!(files.len(), 3);
+    assert!(files[0]
+        .0
+        .starts_with("profile=lab%2F1/group=PORT/date=2023-11-14/hour=22/part-"));
+    let cfg = UploadConfig::for_test(lake.path().to_str().unwrap());
+    let up = Uploader::start(cfg.clone(), data.path()).unwrap();
+    wait_for("3 uploads", || up.stats().files_uploaded == 3);
+    same_files(data.path(), lake.path());
+    // A file published while it runs.
+    publish(data.path(), T0 + 10_000_000, 50);
+    wait_for("the 4th upload", || up.stats().files_uploaded == 4);
+    let st = up.shutdown();
+    assert_eq!(
+        (st.failures, st.vanished_files, st.pending_files),
+        (0, 0, 0)
+    );
+    let total: u64 = published(data.path())
+        .iter()
+        .map(|(_, p, _)| fs::metadata(p).unwrap().len())
+        .sum();
+    assert_eq!(st.bytes_uploaded, total);
+    same_files(data.path(), lake.path());
+    // No temp files left in the lake.
+    let mut stack = vec![lake.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            assert!(!e.file_name().to_string_lossy().starts_with('.'));
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    // Restart: nothing is uploaded again; a new file is.
+    publish(data.path(), T0 + 20_000_000, 50);
+    let up = Uploader::start(cfg.clone(), data.path()).unwrap();
+    wait_for("the 5th upload", || up.stats().files_uploaded == 1);
+    let st = up.shutdown();
+    assert_eq!((st.resumed_files, st.files_uploaded), (4, 1), "{st:?}");
+    same_files(data.path(), lake.path());
+    // A torn last line (crash mid-append) is not "done": that file is uploaded again.
+    let state = data.path().join(STATE_FILE);
+    let mut text = fs::read_to_string(&state).unwrap();
+    let last = text.trim_end().rsplit('\n').next().unwrap().to_string();
+    text.truncate(text.len() - 3);
+    fs::write(&state, &text).unwrap();
+    fs::remove_file(lake.path().join(&last)).unwrap();
+    let up = Uploader::start(cfg, data.path()).unwrap();
+    wait_for("the re-upload", || up.stats().files_uploaded == 1);
+    let st = up.shutdown();
+    assert_eq!(st.resumed_files, 4, "{st:?}");
+    same_files(data.path(), lake.path());
+}
+
+#[test]
+fn a_failing_destination_is_retried_counted_and_recovered() {
+    let data = tempfile::tempdir().unwrap();
+    let lake_parent = tempfile::tempdir().unwrap();
+    let lake = lake_parent.path().join("lake");
+    publish(data.path(), T0, 100);
+    let up = Uploader::start(UploadConfig::for_test(lake.to_str().unwrap()), data.path()).unwrap();
+    wait_for("the first upload", || up.stats().files_uploaded == 1);
+    // The destination breaks: a plain file where the directory was (root ignores permissions,
+    // so this is the failure a test can cause reliably).
+    fs::remove_dir_all(&lake).unwrap();
+    fs::write(&lake, b"not a directory").unwrap();
+    publish(data.path(), T0 + 10_000_000, 100);
+    publish(data.path(), T0 + 20_000_000, 100);
+    wait_for("failures and retries", || {
+        let s = up.stats();
+        s.failures >= 3 && s.retries >= 1 && s.backing_off
+    });
+    let s = up.stats();
+    assert_eq!((s.files_uploaded, s.pending_files), (1, 2), "{s:?}");
+    assert!(s.last_error.is_some());
+    // A pending file deleted locally (retention) before the destination came back: counted.
+    let victim = published(data.path())[1].1.clone();
+    let victim_bytes = fs::metadata(&victim).unwrap().len();
+    fs::remove_file(&victim).unwrap();
+    // The destination comes back.
+    fs::remove_file(&lake).unwrap();
+    fs::create_dir(&lake).unwrap();
+    wait_for("recovery", || up.stats().files_uploaded == 2);
+    let s = up.shutdown();
+    assert_eq!(
+        (s.vanished_files, s.vanished_bytes),
+        (1, victim_bytes),
+        "{s:?}"
+    );
+    assert_eq!(s.pending_files, 0);
+    // The first file was deleted with the old lake directory; the third made it.
+    let third = &published(data.path())[1];
+    assert_eq!(
+        fs::read(lake.join(&third.0)).unwrap(),
+        fs::read(&third.1).unwrap()
+    );
+}
+
+#[test]
+fn delete_after_upload_and_no_backfill() {
+    let data = tempfile::tempdir().unwrap();
+    let lake = tempfile::tempdir().unwrap();
+    publish(data.path(), T0, 10);
+    let old = published(data.path());
+    let cfg = UploadConfig {
+        backfill: false,
+        delete_after_upload: true,
+        ..UploadConfig::for_test(lake.path().to_str().unwrap())
+    };
+    let up = Uploader::start(cfg, data.path()).unwrap();
+    wait_for("the first scan", || up.stats().scans >= 1);
+    publish(data.path(), T0 + 1_000_000, 10);
+    wait_for("one upload", || up.stats().files_uploaded == 1);
+    let s = up.shutdown();
+    assert_eq!(
+        (s.skipped_backfill, s.deleted_after_upload),
+        (1, 1),
+        "{s:?}"
+    );
+    // The old file stays local and never went to the lake; the new one moved.
+    assert_eq!(published(data.path()), old);
+    assert!(!lake.path().join(&old[0].0).exists());
+}
+
+#[test]
+fn bad_configs_say_what_to_change() {
+    let data = tempfile::tempdir().unwrap();
+    let e = Uploader::start(
+        UploadConfig {
+            concurrency: 0,
+            multipart_bytes: 1,
+            ..UploadConfig::default()
+        },
+        data.path(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("to is empty") && e.contains("concurrency") && e.contains("5 MiB"),
+        "{e}"
+    );
+    let e = Uploader::start(UploadConfig::for_test("ftp://x/y"), data.path())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unsupported scheme"), "{e}");
+    let inside = data.path().join("lake");
+    let e = Uploader::start(
+        UploadConfig::for_test(inside.to_str().unwrap()),
+        data.path(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("overlaps the data dir"), "{e}");
+    let e = Uploader::start(UploadConfig::for_test("s3:///p"), data.path())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no bucket"), "{e}");
+}
+
+#[test]
+fn backoff_doubles_and_caps() {
+    assert_eq!(backoff(100, 1000, 1), Duration::from_millis(100));
+    assert_eq!(backoff(100, 1000, 3), Duration::from_millis(400));
+    assert_eq!(backoff(100, 1000, 30), Duration::from_millis(1000));
+}
