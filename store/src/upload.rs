@@ -49,7 +49,7 @@ use std::{
 
 use object_store::{
     aws::AmazonS3Builder, path::Path as ObjectPath, ObjectStore, ObjectStoreExt, PutPayload,
-    WriteMultipart,
+    RetryConfig, WriteMultipart,
 };
 use serde::{Deserialize, Serialize};
 use tokio::{sync::Notify, task::JoinSet};
@@ -269,8 +269,16 @@ impl Dest {
             if bucket.is_empty() {
                 return Err(bad("no bucket; use s3://<bucket>/<prefix>".into()));
             }
+            // object_store's own retries are kept short (its default keeps retrying a request
+            // for 3 minutes): the uploader retries with its own backoff and counts each failure.
+            let retry = RetryConfig {
+                max_retries: 2,
+                retry_timeout: Duration::from_secs(10),
+                ..RetryConfig::default()
+            };
             let store = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
+                .with_retry(retry)
                 .build()
                 .map_err(|e| {
                     bad(format!(
