@@ -79,6 +79,14 @@ impl EncodeResult {
 /// Encodes `batches` into one in-memory Parquet file with `cfg`'s writer properties; returns
 /// (bytes, seconds).
 pub fn encode_once(batches: &[CounterBatch], cfg: &ParquetSinkConfig) -> (u64, f64) {
+    let t = Instant::now();
+    let buf = stel_store::parquet::encode_in_memory(batches, cfg).expect("in-memory encode");
+    (buf.len() as u64, t.elapsed().as_secs_f64())
+}
+
+/// The same with parquet's generic `ArrowWriter` (what the sink used before its own column-chunk
+/// encoder): the baseline for `ratio_vs_arrow_writer`.
+pub fn encode_once_arrow_writer(batches: &[CounterBatch], cfg: &ParquetSinkConfig) -> (u64, f64) {
     let schema = batches[0].schema.wide_arrow_schema();
     let t = Instant::now();
     let mut w = ArrowWriter::try_new(Vec::new(), schema, Some(cfg.writer_properties()))
@@ -355,17 +363,28 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
     let mut per_pattern = serde_json::Map::new();
     let mut steady = Vec::new();
     let mut fixed = 0;
+    let mut encode_rates = Vec::new();
+    let mut ratios_vs_arrow = Vec::new();
     for p in PATTERNS {
         let pool = pattern_batches(p, snapshots);
         fixed = fixed_file_bytes(&pool, &cfg); // also warms allocator and caches
         let (bytes, secs) = encode_once(&pool, &cfg);
         let bps = bytes.saturating_sub(fixed) as f64 / samples(&pool) as f64;
+        // Baseline in the same run: parquet's generic ArrowWriter on the same batches and
+        // properties (what the sink used before its column-chunk encoder).
+        let (abytes, asecs) = encode_once_arrow_writer(&pool, &cfg);
+        let abps = abytes.saturating_sub(fixed) as f64 / samples(&pool) as f64;
         eprintln!(
-            "parquet: {} {:.3} bytes/sample (data, without the fixed per-file cost), encode {:.0} M samples/s on one core",
+            "parquet: {} {:.3} bytes/sample (data, without the fixed per-file cost), encode {:.0} M samples/s on one core; ArrowWriter {:.3} bytes/sample, {:.0} M samples/s ({:.1}x)",
             pattern_name(p),
             bps,
-            samples(&pool) as f64 / secs / 1e6
+            samples(&pool) as f64 / secs / 1e6,
+            abps,
+            samples(&pool) as f64 / asecs / 1e6,
+            asecs / secs
         );
+        encode_rates.push(samples(&pool) as f64 / secs);
+        ratios_vs_arrow.push(asecs / secs);
         per_pattern.insert(
             format!("bytes_per_sample_{}", pattern_name(p)),
             serde_json::json!((bps * 1000.0).round() / 1000.0),
@@ -385,7 +404,6 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
     let mut bps = Vec::new();
     let mut raw = Vec::new();
     let mut per_cpu = Vec::new();
-    let mut per_cpu_1 = Vec::new();
     let mut last = None;
     for i in 0..runs {
         let dir = tmp.path().join(format!("run{i}"));
@@ -400,34 +418,11 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
             r.stats.files_published,
             w / 1e6
         );
-        // A/B in the same run (not with --quick, to stay under a minute): the same sink
-        // coalescing to 4,096 rows vs the config's `write_batch_rows`.
         rates.push(r.samples_per_s());
         per_cpu.push(r.stats.samples_written as f64 / r.cpu_s.max(1e-3));
         bps.push(r.bytes_per_sample());
         raw.push(w);
         last = Some(r);
-        if quick {
-            continue;
-        }
-        let dir1 = tmp.path().join(format!("run{i}-coalesce"));
-        let r1 = sink_run(
-            &dir1,
-            &steady,
-            loops,
-            ParquetSinkConfig {
-                write_batch_rows: 4096,
-                ..cfg.clone()
-            },
-        )?;
-        std::fs::remove_dir_all(&dir1).map_err(|e| e.to_string())?;
-        per_cpu_1.push(r1.stats.samples_written as f64 / r1.cpu_s.max(1e-3));
-        eprintln!(
-            "parquet: run {i}: per CPU-second {:.1} M samples with write_batch_rows = {}, {:.1} M coalesced to 4096 rows",
-            r.stats.samples_written as f64 / r.cpu_s.max(1e-3) / 1e6,
-            cfg.write_batch_rows,
-            r1.stats.samples_written as f64 / r1.cpu_s.max(1e-3) / 1e6
-        );
     }
     let (rate, bps, raw, per_cpu) = (median(rates), median(bps), median(raw), median(per_cpu));
     eprintln!(
@@ -441,7 +436,8 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
         "samples_per_s": rate.round(),
         "bytes_per_sample": (bps * 1000.0).round() / 1000.0,
         "samples_per_cpu_s": per_cpu.round(),
-        "samples_per_cpu_s_coalesced_4096": if per_cpu_1.is_empty() { serde_json::Value::Null } else { median(per_cpu_1).round().into() },
+        "encode_samples_per_s": median(encode_rates).round(),
+        "encode_ratio_vs_arrow_writer": (median(ratios_vs_arrow) * 100.0).round() / 100.0,
         "fixed_bytes_per_file": fixed,
         "raw_write_samples_per_s": raw.round(),
         "ratio_vs_raw_write": (rate / raw * 100.0).round() / 100.0,

@@ -65,12 +65,12 @@ impl CounterBatch {
         self.part_masks[row] & (1 << part) != 0
     }
 
-    /// Number of values that are null because their part never arrived.
-    pub fn missing_samples(&self) -> usize {
+    /// Of rows `start..end`, the values that are null because their part never arrived.
+    pub fn missing_samples_in(&self, start: usize, end: usize) -> usize {
         if self.part_masks.is_empty() {
             return 0;
         }
-        self.part_masks
+        self.part_masks[start..end]
             .iter()
             .map(|m| {
                 (0..self.schema.parts())
@@ -79,6 +79,11 @@ impl CounterBatch {
                     .sum::<usize>()
             })
             .sum()
+    }
+
+    /// Number of values that are null because their part never arrived.
+    pub fn missing_samples(&self) -> usize {
+        self.missing_samples_in(0, self.rows())
     }
 
     fn child_nulls(&self) -> Option<NullBuffer> {

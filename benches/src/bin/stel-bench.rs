@@ -171,6 +171,9 @@ fn query(quick: bool) -> Result<serde_json::Value, String> {
 
 fn main() -> ExitCode {
     let a = Args::parse();
+    // As the daemon does (see the function): the Parquet writer faults in 2 MiB per column per
+    // row group otherwise.
+    stel_ingest::sys::disable_transparent_huge_pages();
     let r = match a.bench {
         Bench::Decode { quick } => decode(quick),
         Bench::Netlink { quick, rate } => w::netlink::bench(quick, rate),

@@ -36,7 +36,7 @@ pub enum CounterEncoding {
 }
 
 impl CounterEncoding {
-    fn parquet(self) -> Encoding {
+    pub(crate) fn parquet(self) -> Encoding {
         match self {
             Self::DeltaBinaryPacked => Encoding::DELTA_BINARY_PACKED,
             Self::ByteStreamSplit => Encoding::BYTE_STREAM_SPLIT,

@@ -16,10 +16,12 @@
 
 use std::path::PathBuf;
 
+mod chunk;
 pub mod config;
 pub mod sink;
 pub mod writer;
 
+pub use chunk::encode_in_memory;
 pub use config::{Codec, CounterEncoding, ParquetSinkConfig, WhenFull};
 pub use sink::{ParquetSink, ParquetStats, Shed, ShedReason};
 pub use writer::{RecoveryReport, SessionRecovery};

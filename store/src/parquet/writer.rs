@@ -11,17 +11,18 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use ::parquet::{
-    arrow::ArrowWriter,
-    file::{
-        metadata::{KeyValue, ParquetMetaDataReader},
-        properties::WriterProperties,
-    },
+use ::parquet::file::{
+    metadata::{KeyValue, ParquetMetaDataReader},
+    properties::WriterProperties,
 };
-use arrow_array::{Array, RecordBatch};
 use serde::Serialize;
 
-use super::{keys, sink::Counters, ParquetSinkConfig};
+use super::{
+    chunk::{EncodeOptions, PartFile},
+    keys,
+    sink::Counters,
+    ParquetSinkConfig,
+};
 use crate::{
     batch::CounterBatch,
     paths::{classify, LayoutEntry, PartName, PartPaths, SessionDir, UtcHour},
@@ -109,7 +110,7 @@ impl LogLimiter {
 struct OpenPart {
     paths: PartPaths,
     schema: Arc<SessionSchema>,
-    writer: ArrowWriter<BufWriter<File>>,
+    writer: PartFile<BufWriter<File>>,
     opened: Instant,
     hour_start_ns: i64,
     hour_end_ns: i64,
@@ -129,8 +130,8 @@ impl std::fmt::Debug for OpenPart {
     }
 }
 
-/// Decoder batches of one session waiting to be written together: `ArrowWriter::write` has a
-/// fixed cost per column per call, so one write of 4,096 rows is much cheaper than eight of 512.
+/// Decoder batches of one session waiting to be written together (`write_batch_rows`; 1 by
+/// default: the column-chunk encoder has no per-call cost worth coalescing for).
 #[derive(Debug)]
 struct Pending {
     batches: Vec<Arc<CounterBatch>>,
@@ -500,17 +501,6 @@ impl Writer {
             }
             self.blocked = None;
         }
-        let wide = match batch.to_wide() {
-            Ok(w) => w,
-            Err(e) => {
-                self.c.encode_errors.fetch_add(1, Relaxed);
-                self.c.lost_encode_samples.fetch_add(samples, Relaxed);
-                if let Some(n) = self.log_err.allow() {
-                    tracing::error!(error = %e, suppressed = n, "Cannot build the wide batch; batch not written.");
-                }
-                return;
-            }
-        };
         let width = batch.schema.width() as u64;
         let mut start = 0;
         let mut ok = true;
@@ -522,10 +512,9 @@ impl Writer {
             while end < rows && batch.ts[end] >= lo && batch.ts[end] < h0 {
                 end += 1;
             }
-            let piece = wide.slice(start, end - start);
             let first = t0;
             let last = batch.ts[start..end].iter().copied().max().unwrap_or(t0);
-            ok &= self.write_piece(&batch.schema, &piece, first, last, width);
+            ok &= self.write_piece(batch, start, end, first, last, width);
             start = end;
         }
         if ok {
@@ -558,25 +547,25 @@ impl Writer {
         self.c.writer_bytes_peak.fetch_max(mem as u64, Relaxed);
     }
 
-    /// Bytes an open part holds: its encoded, unflushed row group plus at most one page of
-    /// raw values per column. (`ArrowWriter::memory_size` reports buffer *capacity*, ~1 MiB per
-    /// column whether touched or not: 2 GB for a 1,920-column session whose RSS is 80 MB.)
+    /// Bytes an open part holds: its encoded, unflushed row group (the encoder keeps no raw
+    /// values with DELTA_BINARY_PACKED; one page of them per column otherwise).
     fn part_memory(&self, p: &OpenPart) -> usize {
-        let raw_rows = p.writer.in_progress_rows().min(self.cfg.page_rows);
-        p.writer.in_progress_size() + raw_rows * (p.schema.width() + 1) * 8
+        p.writer.in_progress_size()
     }
 
     /// Returns false when the piece was not written (counted as lost).
     fn write_piece(
         &mut self,
-        schema: &Arc<SessionSchema>,
-        piece: &RecordBatch,
+        batch: &CounterBatch,
+        start: usize,
+        end: usize,
         first: i64,
         last: i64,
         width: u64,
     ) -> bool {
+        let schema = &batch.schema;
         let key = (schema.profile.clone(), schema.group.clone());
-        let rows = piece.num_rows() as u64;
+        let rows = (end - start) as u64;
         let samples = rows * width;
         if let Some(p) = self.parts.get(&key) {
             let rotation = if !Arc::ptr_eq(&p.schema, schema) && *p.schema != **schema {
@@ -604,25 +593,19 @@ impl Writer {
         let Some(p) = self.parts.get_mut(&key) else {
             return false;
         };
-        if let Err(e) = p.writer.write(piece) {
+        if let Err(e) = p.writer.write(batch, start, end) {
             let p = self.parts.remove(&key);
             self.failed(p, samples, &e, "write");
             return false;
         }
         p.rows += rows;
         p.samples += samples;
-        p.missing += piece
-            .columns()
-            .iter()
-            .map(|c| c.null_count() as u64)
-            .sum::<u64>();
+        p.missing += batch.missing_samples_in(start, end) as u64;
         p.first_ns = p.first_ns.min(first);
         p.last_ns = p.last_ns.max(last);
         // Memory budget: the writer may hold at most half of it in buffered row groups.
         let budget_half = (self.cfg.memory_budget_bytes / 2) as usize;
-        let raw_rows = p.writer.in_progress_rows().min(self.cfg.page_rows);
-        let held = p.writer.in_progress_size() + raw_rows * (p.schema.width() + 1) * 8;
-        if held > budget_half {
+        if p.writer.in_progress_size() > budget_half {
             self.c.budget_row_group_flushes.fetch_add(1, Relaxed);
             if let Err(e) = p.writer.flush() {
                 let p = self.parts.remove(&key);
@@ -663,17 +646,15 @@ impl Writer {
             .into_builder()
             .set_key_value_metadata(Some(static_kv(schema, &self.switch)))
             .build();
-        let writer = match ArrowWriter::try_new(
-            BufWriter::with_capacity(1 << 20, file),
-            schema.wide_arrow_schema(),
-            Some(props),
-        ) {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = fs::remove_file(&paths.temp);
-                return Err(e.into());
-            }
-        };
+        let opts = EncodeOptions::from(&self.cfg);
+        let writer =
+            match PartFile::try_new(BufWriter::with_capacity(1 << 20, file), schema, props, opts) {
+                Ok(w) => w,
+                Err(e) => {
+                    let _ = fs::remove_file(&paths.temp);
+                    return Err(e.into());
+                }
+            };
         let hour_end_ns = UtcHour::next_start_ns(first_ns);
         Ok(OpenPart {
             paths,
