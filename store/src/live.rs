@@ -344,7 +344,6 @@ impl Server {
             std::fs::remove_file(path).map_err(io_err)?;
         }
         let listener = UnixListener::bind(path).map_err(io_err)?;
-        listener.set_nonblocking(true).map_err(io_err)?;
         let shared = Arc::new(ServerShared {
             path: path.to_owned(),
             state,
@@ -392,7 +391,12 @@ impl Server {
     fn stop(&mut self) {
         self.shared.stop.store(true, Relaxed);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // accept() blocks (no polling while idle): a connection of our own wakes it.
+            if UnixStream::connect(&self.shared.path).is_ok() {
+                let _ = t.join();
+            } else {
+                tracing::warn!(path = %self.shared.path.display(), "Inspect socket gone; not waiting for its thread.");
+            }
             let _ = std::fs::remove_file(&self.shared.path);
         }
     }
@@ -409,8 +413,10 @@ fn accept_loop(listener: UnixListener, sh: Arc<ServerShared>) {
     while !sh.stop.load(Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
+                if sh.stop.load(Relaxed) {
+                    break; // the wake-up connection from `stop`
+                }
                 sh.c.clients.fetch_add(1, Relaxed);
-                let _ = stream.set_nonblocking(false);
                 clients.retain(|h| !h.is_finished());
                 if sh.c.active.load(Relaxed) >= sh.max_clients {
                     sh.c.refused.fetch_add(1, Relaxed);
@@ -442,9 +448,6 @@ fn accept_loop(listener: UnixListener, sh: Arc<ServerShared>) {
                         tracing::warn!(error = %e, "Cannot start an inspect client thread.");
                     }
                 }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "Inspect socket accept failed.");
