@@ -611,6 +611,9 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Before any thread or big allocation: the Parquet writer otherwise faults in a 2 MiB huge
+    // page per column per row group (see the function).
+    sys::disable_transparent_huge_pages();
     let a = Args::parse();
     if let Some(Command::Status { file }) = &a.command {
         let file = file.clone().unwrap_or_else(|| {
