@@ -120,9 +120,9 @@ impl Default for ParquetSinkConfig {
             max_file_bytes: 256 << 20,
             flush_interval_ms: 10_000,
             row_group_rows: 16_384,
-            // Measured: coalescing decoder batches (546 rows at the design session) to 4,096
-            // rows cost more (a copy, 63 MB of transpose buffers per write) than it saved in
-            // per-column write overhead: 24.9 vs 39.3 M samples per CPU-second (PERSISTENCE.md).
+            // Measured with ArrowWriter: coalescing decoder batches (546 rows at the design
+            // session) to 4,096 rows cost more (a copy) than it saved (24.9 vs 39.3 M samples per
+            // CPU-second); the column-chunk encoder has no per-call cost left to amortise.
             write_batch_rows: 1,
             page_rows: 8_192,
             encoding: CounterEncoding::DeltaBinaryPacked,

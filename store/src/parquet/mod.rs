@@ -2,13 +2,15 @@
 //!
 //! ```text
 //! decode threads ──submit(Arc<CounterBatch>)──▶ bounded queue ──▶ writer thread
-//!   (never block longer than block_timeout;       (queue_batches,   per session: to_wide() →
-//!    shed batches counted by reason)               memory budget)   ArrowWriter → .part-….tmp
+//!   (never block longer than block_timeout;       (queue_batches,   per session: chunk encoder
+//!    shed batches counted by reason)               memory budget)   (row-major → pages) → .part-….tmp
 //!                                                                   → fsync → rename → fsync dir
 //! ```
 //!
 //! * [`config`]: [`ParquetSinkConfig`] (serde, `deny_unknown_fields`, production defaults).
 //! * [`sink`]: [`ParquetSink`], the queue, the writer thread, shed accounting, [`ParquetStats`].
+//! * `chunk`: the column-chunk encoder (row-major batches → DELTA pages → column chunks spliced
+//!   into the file; [`encode_in_memory`] for benchmarks).
 //! * [`writer`]: one open part per session (rotation by schema, hour, size and age; atomic
 //!   publish), recovery at start (stale temp files, loss report), retention.
 //!
