@@ -444,14 +444,27 @@ fn run(a: Args) -> Result<(), String> {
     };
     let inspect = if inspect_cfg.enabled {
         let path = inspect_cfg.socket_path(&status_file);
-        let s = InspectServer::start(&path, &live, inspect_cfg.max_clients)
-            .map_err(|e| format!("{e} (choose a path with --inspect-socket, or --no-inspect)"))?;
-        eprintln!(
-            "stel-ingestd: live inspect on {} (stel-query inspect <profile>)",
-            path.display()
-        );
-        status_sources.push(Arc::clone(&s) as Arc<dyn StatusSource>);
-        Some(s)
+        match InspectServer::start(&path, &live, inspect_cfg.max_clients) {
+            Ok(s) => {
+                eprintln!(
+                    "stel-ingestd: live inspect on {} (stel-query inspect <profile>)",
+                    path.display()
+                );
+                status_sources.push(Arc::clone(&s) as Arc<dyn StatusSource>);
+                Some(s)
+            }
+            // A socket the operator chose must work; the default one is a convenience, and
+            // ingesting matters more (e.g. a second demo started in the same directory).
+            Err(e) if inspect_cfg.socket.as_os_str().is_empty() => {
+                tracing::warn!(error = %e, "Live inspect is off (set [inspect] socket or --inspect-socket).");
+                None
+            }
+            Err(e) => {
+                return Err(format!(
+                    "{e} (choose another path with --inspect-socket, or --no-inspect)"
+                ))
+            }
+        }
     } else {
         None
     };
