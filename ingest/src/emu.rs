@@ -30,6 +30,10 @@ pub enum Pattern {
     Microburst,
 }
 
+/// Longest stretch of switch time one message holds by default (10 ms: at the design rate a
+/// message fills up long before; at slow rates each message carries what 10 ms produced).
+pub const MAX_MESSAGE_SPAN_NS: u64 = 10_000_000;
+
 /// What to emulate.
 #[derive(Debug, Clone)]
 pub struct EmuConfig {
@@ -41,7 +45,7 @@ pub struct EmuConfig {
     /// Stat short names, in template order.
     pub stats: Vec<&'static StatName>,
     pub interval_ns: u64,
-    /// Snapshots per message; 0 = as many as fit.
+    /// Snapshots per message; 0 = as many as fit in 64 KiB and in [`MAX_MESSAGE_SPAN_NS`].
     pub snapshots_per_message: usize,
     pub pattern: Pattern,
     pub speed_gbps: f64,
@@ -317,7 +321,11 @@ impl Emulator {
             ));
         }
         let per_message = if cfg.snapshots_per_message == 0 {
-            fit
+            // As many as fit, but no more than MAX_MESSAGE_SPAN_NS of switch time: a switch
+            // sends what it has promptly. (At 1 counter every 100 ms "as many as fit" would be
+            // thousands of snapshots: one message every few minutes.)
+            let span = (MAX_MESSAGE_SPAN_NS / cfg.interval_ns.max(1)).max(1) as usize;
+            fit.min(span)
         } else {
             cfg.snapshots_per_message.min(fit)
         };

@@ -286,3 +286,54 @@ fn euid() -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(u32::MAX)
 }
+
+/// A slow demo (one counter every 100 ms) stops when asked. It used to pack thousands of
+/// snapshots into one message (one message every ~7 minutes) and sleep through the stop,
+/// hanging `--duration` and SIGINT for minutes. Checks that what was sent was decoded.
+#[test]
+fn slow_demo_stops_on_time_and_decodes_everything_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args([
+            "--demo",
+            "--no-ebpf",
+            "--no-inspect",
+            "--ports",
+            "1",
+            "--stats",
+            "1",
+            "--interval",
+            "100ms",
+            "--duration",
+            "2s",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Generous: a hang was minutes; this is not a performance threshold.
+    assert!(
+        took < std::time::Duration::from_secs(30),
+        "took {took:?}\n{err}"
+    );
+    let line = err
+        .lines()
+        .find(|l| l.contains("demo done"))
+        .unwrap_or_else(|| panic!("no summary line:\n{err}"));
+    // "emulator sent N snapshots (…), decoder decoded N (…)"
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(nums.len() >= 4, "{line}");
+    assert!(
+        nums[0] >= 10,
+        "a 2 s demo at 100 ms sent only {}: {line}",
+        nums[0]
+    );
+    assert_eq!(nums[0], nums[2], "{line}");
+}

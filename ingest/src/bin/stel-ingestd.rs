@@ -300,8 +300,12 @@ fn spawn_demo(
                 producer.data_message(&mut ipfix);
                 k += 1;
                 let due = start + period * k;
-                if let Some(left) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(left);
+                // In short naps, so a stop is seen within 50 ms even at slow demo rates.
+                while let Some(left) = due.checked_duration_since(Instant::now()) {
+                    if halt.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(left.min(Duration::from_millis(50)));
                 }
             }
             (producer.truth, sent)
