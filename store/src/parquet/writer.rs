@@ -430,6 +430,7 @@ impl Writer {
         let n = p.batches.len() as u64;
         if n == 1 {
             self.write_batch(&p.batches[0], 1);
+            p.batches.into_iter().for_each(crate::batch::release);
             return;
         }
         let schema = Arc::clone(&p.batches[0].schema);
@@ -455,7 +456,7 @@ impl Writer {
                 }
             }
         }
-        drop(p.batches);
+        p.batches.into_iter().for_each(crate::batch::release);
         let merged = CounterBatch {
             schema,
             ts,

@@ -564,6 +564,7 @@ impl Writer {
                 st.arrivals.push(arrived);
             }
         }
+        crate::batch::release(batch);
     }
 
     /// Looks every object up in the current name maps; an object whose OID appears or changes
