@@ -10,6 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
+use stel_store::testutil::{free_port, MotoS3};
 
 /// Runs the demo daemon for `secs` with `extra` config (TOML) under `dir`; returns its status.
 fn run_daemon(dir: &Path, extra: &str, secs: u32, env: &[(&str, &str)]) -> Value {
@@ -142,58 +143,6 @@ fn daemon_uploads_every_published_file_to_a_directory() {
     compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
 }
 
-struct Moto(Child);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `python3 -m moto.server` on `port` and creates `bucket`; panics if it cannot.
-fn moto(port: u16, bucket: &str) -> Moto {
-    let child = Command::new("python3")
-        .args(["-m", "moto.server", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 -m moto.server (install moto: deploy/setup.sh --test)");
-    let guard = Moto(child);
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ok = Command::new("python3")
-            .args([
-                "-c",
-                &format!(
-                    "import boto3; boto3.client('s3', endpoint_url='{url}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1').create_bucket(Bucket='{bucket}')"
-                ),
-            ])
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if ok {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "moto server on {url} did not come up (is moto installed? deploy/setup.sh --test)"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    guard
-}
-
 #[test]
 fn daemon_uploads_to_s3_and_rides_out_an_outage() {
     let dir = tempfile::tempdir().unwrap();
@@ -226,7 +175,7 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
     };
     assert_eq!(down["sinks"]["upload"]["files_uploaded"], 0);
     assert!(down["sinks"]["upload"]["last_error"].is_string());
-    let _moto = moto(port, "lake");
+    let _moto = MotoS3::start_on(port, "lake");
     let st = finish(child, &status);
     let up = &st["sinks"]["upload"];
     let pq = &st["sinks"]["parquet"];

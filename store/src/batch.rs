@@ -15,6 +15,7 @@ use arrow_array::{
 };
 use arrow_buffer::{BooleanBufferBuilder, NullBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, Field};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::schema::SessionSchema;
 
@@ -186,16 +187,13 @@ pub struct BatchBuilder {
 /// and the COUNTERS_DB writer usually hold it longer, so without this every batch (8.4 MB at
 /// the design session) was a fresh allocation: memset and page faults were 12 % of the decoder
 /// thread in `stel-bench e2e`. Bounded (a few batches' worth); a full pool frees the buffers.
-fn returned() -> &'static (
-    crossbeam_channel::Sender<(Vec<i64>, Vec<u64>)>,
-    crossbeam_channel::Receiver<(Vec<i64>, Vec<u64>)>,
-) {
-    static POOL: std::sync::OnceLock<(
-        crossbeam_channel::Sender<(Vec<i64>, Vec<u64>)>,
-        crossbeam_channel::Receiver<(Vec<i64>, Vec<u64>)>,
-    )> = std::sync::OnceLock::new();
+fn returned() -> &'static (Sender<Buffers>, Receiver<Buffers>) {
+    static POOL: std::sync::OnceLock<(Sender<Buffers>, Receiver<Buffers>)> =
+        std::sync::OnceLock::new();
     POOL.get_or_init(|| crossbeam_channel::bounded(RETURNED_MAX))
 }
+/// A batch's `ts` and `values` buffers.
+type Buffers = (Vec<i64>, Vec<u64>);
 const RETURNED_MAX: usize = 8;
 
 /// Called by a sink when it is done with a batch: if it was the last holder, the buffers go

@@ -22,6 +22,7 @@ pub mod sai;
 pub mod schema;
 #[cfg(feature = "redis")]
 pub mod sonic;
+pub mod testutil;
 #[cfg(feature = "upload")]
 pub mod upload;
 

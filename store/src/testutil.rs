@@ -1,0 +1,75 @@
+//! A local S3-compatible server for tests (`stel-ingest`'s uploader tests, `stel-query`'s export
+//! tests): `python3 -m moto.server` from PyPI (`deploy/setup.sh --test` installs it). If it cannot
+//! start it **panics** with how to install it: a test never passes silently without a server.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// A moto S3 server owned by a test (killed on drop), with one bucket created.
+#[derive(Debug)]
+pub struct MotoS3 {
+    child: Child,
+    port: u16,
+}
+
+/// A TCP port that was free a moment ago (for a server started later on purpose).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
+
+impl MotoS3 {
+    /// Starts the server on a free port and creates `bucket`.
+    pub fn start(bucket: &str) -> Self {
+        Self::start_on(free_port(), bucket)
+    }
+
+    /// Starts the server on `port` and creates `bucket`; waits up to 30 s for it.
+    pub fn start_on(port: u16, bucket: &str) -> Self {
+        let child = Command::new("python3")
+            .args(["-m", "moto.server", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m moto.server (install moto: deploy/setup.sh --test)");
+        let me = Self { child, port };
+        let url = me.url();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = Command::new("python3")
+                .args([
+                    "-c",
+                    &format!(
+                        "import boto3; boto3.client('s3', endpoint_url='{url}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1').create_bucket(Bucket='{bucket}')"
+                    ),
+                ])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return me;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "moto server on {url} did not come up (is moto installed? deploy/setup.sh --test)"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// `http://127.0.0.1:<port>` (set `AWS_ENDPOINT_URL` to it, with `AWS_ALLOW_HTTP=true`).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for MotoS3 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
