@@ -7,6 +7,18 @@ cd "$(dirname "$0")/.."
 bash deploy/setup.sh --test
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stel/target}"
 export CARGO_TERM_COLOR=never
+# A persistent target dir grows with every dependency or compiler change (old artifacts are never
+# removed) and a full disk shows up as a linker "Bus error" halfway through. Below 8 GiB free,
+# drop the incremental caches, then the whole dir if that was not enough; a cold build follows.
+free_gib() { mkdir -p "$CARGO_TARGET_DIR"; df -Pk "$CARGO_TARGET_DIR" | awk 'NR==2 {print int($4 / 1048576)}'; }
+if [ "$(free_gib)" -lt 8 ]; then
+    echo "test.sh: $(free_gib) GiB free under $CARGO_TARGET_DIR; removing incremental build caches"
+    rm -rf "$CARGO_TARGET_DIR"/debug/incremental "$CARGO_TARGET_DIR"/release/incremental
+    if [ "$(free_gib)" -lt 8 ]; then
+        echo "test.sh: still $(free_gib) GiB free; cargo clean (this run builds from scratch)"
+        cargo clean
+    fi
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
