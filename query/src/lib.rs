@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod cmd;
 pub mod engine;
 pub mod error;
+pub mod longview;
 pub mod output;
 pub mod plot;
 pub mod rates;

@@ -186,7 +186,8 @@ pub async fn stream_interval(cat: &Catalog, s: &Session, r: &TimeRange) -> Resul
 #[derive(Debug, Clone)]
 pub struct RateRow {
     pub t_ns: i64,
-    pub object: String,
+    /// Shared, not copied per row (a stream-resolution hour is 23 M rows).
+    pub object: std::sync::Arc<str>,
     pub rates: Rates,
 }
 
@@ -220,6 +221,7 @@ pub async fn compute(
     }
     let grid = Grid::new(r, width_ns);
     let mut states: Vec<RateState> = vec![RateState::default(); inputs.len()];
+    let names: Vec<std::sync::Arc<str>> = inputs.iter().map(|i| i.object.as_str().into()).collect();
     let mut seeded = false;
     let rows = scan_buckets(cat, s, &cols, r, grid, Aggs::default(), progress, |b| {
         if !seeded {
@@ -236,12 +238,12 @@ pub async fn compute(
             if t == i64::MIN {
                 continue;
             }
-            for (inp, stt) in inputs.iter().zip(states.iter_mut()) {
+            for ((inp, stt), name) in inputs.iter().zip(states.iter_mut()).zip(&names) {
                 let q = inp.quantities(|c| b.last(i, c));
                 if let Some(rates) = stt.poll(t, q, alpha) {
                     each(RateRow {
                         t_ns: t,
-                        object: inp.object.clone(),
+                        object: std::sync::Arc::clone(name),
                         rates,
                     })?;
                 }
@@ -296,7 +298,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             cells.push(Cell::time(row.t_ns));
         }
         cells.extend([
-            Cell::str(row.object.clone()),
+            Cell::str(&*row.object),
             x.rx_ok.map_or_else(Cell::na, |v| Cell {
                 json: json!(v),
                 text: fmt_ok(v),
@@ -313,10 +315,10 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             Cell::opt_f64(tx_util, fmt_util),
         ]);
         if want_plot {
-            match series.iter_mut().find(|(n, _)| *n == row.object) {
+            match series.iter_mut().find(|(n, _)| **n == *row.object) {
                 Some((_, v)) => v.push((row.t_ns, x.rx_bps.unwrap_or(f64::NAN))),
                 None => series.push((
-                    row.object.clone(),
+                    row.object.to_string(),
                     vec![(row.t_ns, x.rx_bps.unwrap_or(f64::NAN))],
                 )),
             }

@@ -2,19 +2,16 @@
 //!
 //! Tables: one wide table per session, `<profile>_<group>` (e.g. `stel_demo_port`: `ts`, one
 //! `"<object>.<STAT>"` column per counter, partition columns `date`, `hour`), and the long view
-//! `counters(ts, profile, "group", object, stat, value)` over all of them. Filters on
-//! `object`/`stat` in the long view prune whole branches at planning time, and `ts` filters reach
+//! `counters(ts, profile, "group", object, stat, value)` over all of them
+//! ([`crate::longview`]): filters on `profile`/`group`/`object`/`stat` choose the wide columns
+//! read (one column for one object × stat), and `ts` filters reach the partition directories and
 //! the Parquet statistics in both.
 
-use std::{process::ExitCode, sync::Arc, time::Instant};
+use std::{process::ExitCode, time::Instant};
 
 use arrow_array::Array;
 use arrow_schema::DataType;
-use datafusion::{
-    arrow::util::display::{ArrayFormatter, FormatOptions},
-    common::Column as DfColumn,
-    logical_expr::{col, lit, Expr, LogicalPlan, Union},
-};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -44,47 +41,6 @@ pub struct Args {
     pub query: String,
 }
 
-/// The long view: one `UNION ALL` input per (session, counter column), built as a single flat
-/// n-ary union (a SQL text of thousands of `UNION ALL`s would nest as deep and overflow the
-/// parser's stack).
-///
-/// # Errors
-/// Planning failures.
-pub async fn long_view_plan(cat: &Catalog) -> Result<Option<LogicalPlan>> {
-    let mut inputs = Vec::new();
-    for s in &cat.sessions {
-        let base = cat.ctx.table(s.table.as_str()).await?;
-        for c in &s.columns {
-            let df = base.clone().select(vec![
-                col("ts"),
-                lit(s.profile.clone()).alias("profile"),
-                lit(s.group.clone()).alias("group"),
-                lit(c.object.clone()).alias("object"),
-                lit(c.stat.clone()).alias("stat"),
-                Expr::Column(DfColumn::new_unqualified(&c.name)).alias("value"),
-            ])?;
-            inputs.push(Arc::new(df.into_unoptimized_plan()));
-        }
-    }
-    Ok(match inputs.len() {
-        0 => None,
-        1 => inputs.pop().map(|p| p.as_ref().clone()),
-        _ => Some(LogicalPlan::Union(Union::try_new_with_loose_types(inputs)?)),
-    })
-}
-
-/// Registers the long view `counters`.
-///
-/// # Errors
-/// Planning failures.
-pub async fn register_long_view(cat: &Catalog) -> Result<()> {
-    if let Some(plan) = long_view_plan(cat).await? {
-        let view = datafusion::catalog::view::ViewTable::new(plan, None);
-        cat.ctx.register_table("counters", Arc::new(view))?;
-    }
-    Ok(())
-}
-
 fn cell(a: &dyn Array, f: &ArrayFormatter<'_>, i: usize) -> Cell {
     if a.is_null(i) {
         return Cell::na();
@@ -107,7 +63,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let set = a.common.resolve();
     let cat = Catalog::open(&set.data).await?;
     if a.query.to_ascii_lowercase().contains("counters") {
-        register_long_view(&cat).await?;
+        crate::longview::LongView::register(&cat).await?;
     }
     let df = cat.ctx.sql(&a.query).await?;
     let schema = df.schema().as_arrow().clone();

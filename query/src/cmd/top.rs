@@ -89,7 +89,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 let x = &row.rates;
                 p.row(vec![
                     Cell::u64(i as u64 + 1),
-                    Cell::str(row.object.clone()),
+                    Cell::str(&*row.object),
                     Cell::opt_f64(x.rx_bps, fmt_bps),
                     Cell::opt_f64(x.tx_bps, fmt_bps),
                     Cell::opt_f64(Rates::util(x.rx_bps, Some(speed)), fmt_util),

@@ -1,0 +1,531 @@
+//! stel-query on data the daemon wrote: the real `stel-ingestd --demo` binary (its in-process
+//! emulator through the real reader, decoders and Parquet sink, no root needed) fills a temp
+//! directory, then every data command runs over it and is checked against what the demo's load
+//! pattern implies — the ramp's known slope for rates, the microburst's known length for bursts,
+//! and the emulator's own counters (regenerated here from the same config) for history and SQL.
+//!
+//! The daemon binary is taken from the target directory this test runs from (`cargo test
+//! --workspace` builds it); when it is missing it is built with `cargo build -p stel-ingest --bin
+//! stel-ingestd` first, and the test says so on stderr.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+use stel_ingest::{
+    decode::{CounterBatch, DecodeConfig, Decoder},
+    emu::{default_stats, EmuConfig, Emulator, Pattern},
+};
+
+/// Line rate of the demo's 100 G ports, bytes/s.
+const LINE: f64 = 100e9 / 8.0;
+/// The demo's ramp: 0 → 100 % over 10 s (EmuConfig::design().ramp_ns).
+const RAMP_NS: f64 = 10e9;
+
+/// `target/<profile>/stel-ingestd` next to this test's executable, built when missing.
+fn daemon() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/daemon-<hash>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf();
+    let bin = profile_dir.join("stel-ingestd");
+    if bin.exists() {
+        return bin;
+    }
+    let target = profile_dir.parent().expect("target dir").to_path_buf();
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    eprintln!(
+        "daemon test: {} is missing; building it: cargo build -p stel-ingest --bin stel-ingestd{} --target-dir {}",
+        bin.display(),
+        if release { " --release" } else { "" },
+        target.display()
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.args(["build", "-p", "stel-ingest", "--bin", "stel-ingestd"])
+        .arg("--target-dir")
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if release {
+        c.arg("--release");
+    }
+    let st = c.status().expect("run cargo build");
+    assert!(st.success(), "building stel-ingestd failed");
+    assert!(
+        bin.exists(),
+        "cargo build did not produce {}",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs the demo for 2 s into `dir/data`; returns the daemon's final counters (`--json`).
+fn run_demo(dir: &Path, pattern: &str, extra: &[&str]) -> Value {
+    let data = dir.join("data");
+    let out = Command::new(daemon())
+        .args([
+            "--demo",
+            "--no-ebpf",
+            "--pattern",
+            pattern,
+            "--duration",
+            "2s",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--status-file")
+        .arg(dir.join("status.json"))
+        .args(["--no-inspect", "--json"])
+        .args(extra)
+        .current_dir(dir)
+        .output()
+        .expect("run stel-ingestd");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stel-ingestd failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let counters: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("daemon --json output: {e}: {stdout}\n{stderr}"));
+    // The daemon must have written history: files, and every decoded snapshot in them.
+    let files = parquet_files(&data);
+    assert!(
+        !files.is_empty(),
+        "stel-ingestd wrote no Parquet file under {}: {stderr}",
+        data.display()
+    );
+    let records = counters["pipeline"]["decode"]["records"].as_u64().unwrap();
+    assert!(
+        records >= 100,
+        "the demo decoded only {records} snapshots: {stderr}"
+    );
+    counters
+}
+
+fn parquet_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn rows(&self) -> Vec<Value> {
+        assert_eq!(self.code, 0, "{}", self.stderr);
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .filter(|v| v["type"] == "row")
+            .map(|v| v["data"].clone())
+            .collect()
+    }
+}
+
+fn query(d: &Path, args: &[&str]) -> Out {
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+        .args(args)
+        .arg("-d")
+        .arg(d)
+        .output()
+        .expect("run stel-query");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
+}
+
+fn sql_i64(d: &Path, q: &str) -> i64 {
+    let rows = query(d, &["sql", q, "--json"]).rows();
+    rows[0]["v"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{q}: {:?}", rows[0]))
+}
+
+/// The demo's emulator (same config as `stel-ingestd --demo` with these flags), decoded: the
+/// counters the daemon was sent, snapshot by snapshot.
+fn truth(pattern: Pattern, ports: usize, interval_ns: u64, start_ns: u64, n: u64) -> CounterBatch {
+    let mut cfg = EmuConfig::design();
+    cfg.ports = ports;
+    cfg.stats = default_stats(cfg.group, 30);
+    cfg.interval_ns = interval_ns;
+    cfg.pattern = pattern;
+    cfg.start_ns = start_ns;
+    let mut emu = Emulator::new(cfg).expect("emulator");
+    let mut dec = Decoder::new(DecodeConfig::default());
+    let mut batches: Vec<CounterBatch> = Vec::new();
+    dec.register_session(
+        emu.session_spec(),
+        &emu.session_config(),
+        &mut |b: CounterBatch| batches.push(b),
+    )
+    .expect("session");
+    let mut buf = Vec::new();
+    while emu.snapshots() < n {
+        buf.clear();
+        emu.data_message(&mut buf);
+        dec.decode(&buf, &mut |b: CounterBatch| batches.push(b));
+    }
+    dec.flush(&mut |b: CounterBatch| batches.push(b));
+    let schema = std::sync::Arc::clone(&batches[0].schema);
+    CounterBatch {
+        ts: batches.iter().flat_map(|b| b.ts.iter().copied()).collect(),
+        values: batches
+            .iter()
+            .flat_map(|b| b.values.iter().copied())
+            .collect(),
+        schema,
+        part_masks: Vec::new(),
+    }
+}
+
+fn col(b: &CounterBatch, object: &str, stat: &str) -> usize {
+    b.schema
+        .columns
+        .iter()
+        .position(|c| c.object == object && c.key.short_name() == stat)
+        .unwrap_or_else(|| panic!("no {object}.{stat}"))
+}
+
+#[test]
+fn every_command_answers_correctly_on_the_daemons_ramp() {
+    let dir = tempfile::tempdir().unwrap();
+    let counters = run_demo(
+        dir.path(),
+        "ramp",
+        &["--ports", "8", "--stats", "30", "--interval", "1ms"],
+    );
+    let d = dir.path().join("data");
+    let records = counters["pipeline"]["decode"]["records"].as_u64().unwrap();
+    // Everything decoded is in the history, once.
+    let n = sql_i64(&d, "SELECT count(*) AS v FROM stel_demo_port");
+    assert_eq!(n as u64, records, "rows in Parquet vs snapshots decoded");
+    let t0 = sql_i64(
+        &d,
+        "SELECT CAST(min(ts) AS BIGINT) AS v FROM stel_demo_port",
+    );
+    let t1 = sql_i64(
+        &d,
+        "SELECT CAST(max(ts) AS BIGINT) AS v FROM stel_demo_port",
+    );
+    assert_eq!(t1 - t0, (n - 1) * 1_000_000, "one snapshot per ms, no gap");
+    let b = truth(Pattern::Ramp, 8, 1_000_000, t0 as u64, n as u64);
+    assert_eq!(b.ts[0], t0);
+    let w = b.schema.width();
+    let (from, to) = (t0.to_string(), (t1 + 1).to_string());
+    let win = ["--from", from.as_str(), "--to", to.as_str()];
+
+    // rates, per 100 ms: the ramp's slope. Utilisation rises 10 %/s, so the mean rate over the
+    // steps (t_a, t_b] of a bucket is LINE × mean(t)/10 s = LINE × (t_a + 1 ms + t_b)/2/10 s.
+    let rows = query(
+        &d,
+        &[&["rates", "-r", "100ms", "--json"][..], &win[..]].concat(),
+    )
+    .rows();
+    let eth0: Vec<&Value> = rows.iter().filter(|r| r["iface"] == "Ethernet0").collect();
+    assert!(eth0.len() >= 10, "{} intervals", eth0.len());
+    let mut prev_t = t0;
+    for r in &eth0 {
+        let t = chrono_ns(r["time"].as_str().unwrap());
+        let mid_s = ((prev_t - t0) + 1_000_000 + (t - t0)) as f64 / 2.0 / 1e9;
+        let want = LINE * mid_s / (RAMP_NS / 1e9);
+        let got = r["rx_bps"].as_f64().unwrap();
+        assert!(
+            (got - want).abs() <= 0.002 * want + 800.0 * 1e9 / (t - prev_t) as f64,
+            "RX_BPS at {t}: {got} want {want}"
+        );
+        // Below 100 % nothing queues: TX follows RX.
+        let tx = r["tx_bps"].as_f64().unwrap();
+        assert!((tx - got).abs() <= 0.002 * got + 1e6, "TX {tx} vs RX {got}");
+        // Packets are octets / 800.
+        let pps = r["rx_pps"].as_f64().unwrap();
+        // Unicast packets are octets / 800; the non-unicast trickle adds one packet per port
+        // every 1,000 snapshots (1 s here) without octets.
+        let dt = (t - prev_t) as f64;
+        let trickle = 800.0 * 1e9 / dt * (1.0 + dt / 1e9).floor();
+        assert!(
+            (pps * 800.0 - got).abs() <= 1e-6 * got + trickle,
+            "PPS {pps} vs BPS {got}"
+        );
+        prev_t = t;
+    }
+    // Every port ramps the same way.
+    assert_eq!(rows.len(), 8 * eth0.len());
+
+    // history: the emulator's exact counters at the first ten snapshots.
+    let c = col(&b, "Ethernet4", "IF_OUT_OCTETS");
+    let ten = (t0 + 10_000_000).to_string();
+    let rows = query(
+        &d,
+        &[
+            "history",
+            "-o",
+            "Ethernet4",
+            "-s",
+            "SAI_PORT_STAT_IF_OUT_OCTETS",
+            "--from",
+            &from,
+            "--to",
+            &ten,
+            "--json",
+        ],
+    )
+    .rows();
+    assert_eq!(rows.len(), 10);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["value"].as_u64().unwrap(), b.values[i * w + c], "row {i}");
+        assert_eq!(chrono_ns(r["time"].as_str().unwrap()), b.ts[i]);
+    }
+    // history, bucketed: min/max/last of 100 ms buckets are the counters at the bucket's edges.
+    let rows = query(
+        &d,
+        &[
+            &[
+                "history",
+                "-o",
+                "Ethernet4",
+                "-s",
+                "IF_OUT_OCTETS",
+                "-r",
+                "100ms",
+                "--agg",
+                "min,max,last",
+                "--json",
+            ][..],
+            &win[..],
+        ]
+        .concat(),
+    )
+    .rows();
+    assert!(rows.len() >= 10, "{} buckets", rows.len());
+    for r in rows.iter().skip(1).take(rows.len().saturating_sub(2)) {
+        let start = chrono_ns(r["time"].as_str().unwrap());
+        // Snapshots are t0 + k ms: the bucket holds k in [⌈(start − t0)/1 ms⌉, ⌊(end − 1 − t0)/1 ms⌋].
+        let first = ((start - t0) as u64).div_ceil(1_000_000) as usize;
+        let last = ((start + 100_000_000 - 1 - t0) / 1_000_000) as usize;
+        assert_eq!(r["min"].as_u64().unwrap(), b.values[first * w + c]);
+        assert_eq!(r["max"].as_u64().unwrap(), b.values[last * w + c]);
+        assert_eq!(r["last"].as_u64().unwrap(), b.values[last * w + c]);
+    }
+
+    // top by rate: the whole window's rate, the mean of the ramp.
+    let rows = query(&d, &[&["top", "-n", "3", "--json"][..], &win[..]].concat()).rows();
+    assert_eq!(rows.len(), 3);
+    let rx = col(&b, "Ethernet0", "IF_IN_OCTETS");
+    let last = n as usize - 1;
+    let want = (b.values[last * w + rx] - b.values[rx]) as f64 * 1e9 / (t1 - t0) as f64;
+    let got = rows[0]["rx_bps"].as_f64().unwrap();
+    assert!(
+        (got - want).abs() <= 1e-9 * want,
+        "top RX_BPS {got} want {want}"
+    );
+    let analytic = LINE * ((1_000_000 + (t1 - t0)) as f64 / 2.0 / 1e9) / (RAMP_NS / 1e9);
+    assert!(
+        (got - analytic).abs() <= 0.002 * analytic,
+        "{got} vs ramp {analytic}"
+    );
+
+    // sql: wide table and long view agree with the emulator.
+    let v = sql_i64(
+        &d,
+        "SELECT CAST(max(value) AS BIGINT) AS v FROM counters WHERE object = 'Ethernet0' AND stat = 'IF_IN_OCTETS'",
+    );
+    assert_eq!(v as u64, b.values[last * w + rx]);
+    let v = sql_i64(
+        &d,
+        "SELECT CAST(count(*) AS BIGINT) AS v FROM counters WHERE stat = 'IF_IN_OCTETS'",
+    );
+    assert_eq!(v, 8 * n);
+    let v = sql_i64(
+        &d,
+        "SELECT CAST(max(\"Ethernet4.IF_OUT_OCTETS\") AS BIGINT) AS v FROM stel_demo_port",
+    );
+    assert_eq!(v as u64, b.values[last * w + c]);
+
+    // export: the copy answers the same.
+    let lake = dir.path().join("lake");
+    let lake_s = lake.to_str().unwrap();
+    let o = query(&d, &["export", lake_s, "--json"]);
+    assert!(!o.rows().is_empty());
+    let n2 = sql_i64(&lake, "SELECT count(*) AS v FROM stel_demo_port");
+    assert_eq!(n2, n);
+    let a = query(&d, &[&["rates", "--json"][..], &win[..]].concat()).rows();
+    let z = query(&lake, &[&["rates", "--json"][..], &win[..]].concat()).rows();
+    assert_eq!(a, z);
+    // A half window: only the rows inside, trimmed.
+    let half = dir.path().join("half");
+    let mid = (t0 + (t1 - t0) / 2).to_string();
+    query(
+        &d,
+        &["export", half.to_str().unwrap(), "--from", &mid, "--json"],
+    )
+    .rows();
+    let n3 = sql_i64(&half, "SELECT count(*) AS v FROM stel_demo_port");
+    let first_kept = (((n - 1) * 1_000_000 / 2) as u64).div_ceil(1_000_000) as i64;
+    assert_eq!(n3, n - first_kept);
+}
+
+#[test]
+fn bursts_on_the_daemons_microbursts() {
+    let dir = tempfile::tempdir().unwrap();
+    // 10 µs snapshots: 50 µs bursts at 130 % every 1 ms (phase 0 on Ethernet0).
+    let counters = run_demo(
+        dir.path(),
+        "microburst",
+        &["--ports", "2", "--stats", "13", "--interval", "10us"],
+    );
+    let d = dir.path().join("data");
+    let records = counters["pipeline"]["decode"]["records"].as_u64().unwrap();
+    let n = sql_i64(&d, "SELECT count(*) AS v FROM stel_demo_port");
+    assert_eq!(n as u64, records);
+    let t0 = sql_i64(
+        &d,
+        "SELECT CAST(min(ts) AS BIGINT) AS v FROM stel_demo_port",
+    );
+    let t1 = sql_i64(
+        &d,
+        "SELECT CAST(max(ts) AS BIGINT) AS v FROM stel_demo_port",
+    );
+    assert_eq!(t1 - t0, (n - 1) * 10_000, "one snapshot per 10 µs, no gap");
+    let (from, to) = (t0.to_string(), (t1 + 1).to_string());
+    let rows = query(
+        &d,
+        &[
+            "bursts",
+            "-i",
+            "Ethernet0",
+            "--threshold",
+            "90",
+            "--min-duration",
+            "30us",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--json",
+        ],
+    )
+    .rows();
+    let ms = (t1 - t0) / 1_000_000;
+    let rx: Vec<&Value> = rows.iter().filter(|r| r["dir"] == "RX").collect();
+    let tx: Vec<&Value> = rows.iter().filter(|r| r["dir"] == "TX").collect();
+    // One RX and one TX burst per millisecond of data.
+    assert!(
+        (rx.len() as i64 - ms - 1).abs() <= 1,
+        "{} RX bursts in {ms} ms",
+        rx.len()
+    );
+    assert_eq!(rx.len(), tx.len());
+    for (k, r) in rx.iter().enumerate() {
+        let start = chrono_ns(r["start"].as_str().unwrap());
+        let dur = r["duration"].as_i64().unwrap();
+        let peak = r["peak_util"].as_f64().unwrap();
+        // The first burst starts with the data (no earlier snapshot to compare with).
+        if k > 0 {
+            // Bursts are the 5 snapshots from each millisecond on (phase 0), so the first
+            // interval above 90 % starts 10 µs before it; 50 µs long, at 130 % of line rate.
+            assert_eq!(
+                (start - t0 + 10_000) % 1_000_000,
+                0,
+                "burst {k} starts at {start}"
+            );
+            if start + 60_000 <= t1 {
+                assert_eq!(dur, 50_000, "RX burst {k}");
+            }
+        }
+        assert!((128.0..=132.0).contains(&peak), "RX peak {peak}");
+    }
+    // TX stays at line rate for the burst plus the queue's drain: 187.5 KB at 70 % of line
+    // rate = 21.4 µs, i.e. two more 10 µs snapshots above 90 %: 70 µs.
+    for (k, r) in tx.iter().enumerate().skip(1) {
+        let start = chrono_ns(r["start"].as_str().unwrap());
+        if start + 80_000 <= t1 {
+            assert_eq!(r["duration"].as_i64().unwrap(), 70_000, "TX burst {k}");
+        }
+        let peak = r["peak_util"].as_f64().unwrap();
+        assert!((99.0..=101.0).contains(&peak), "TX peak {peak}");
+    }
+    // Ethernet4's bursts are staggered (phase 7.919 ms mod 1 ms = 919 µs: the snapshots at 90…130 µs
+    // of each millisecond) and as long.
+    let rows = query(
+        &d,
+        &[
+            "bursts",
+            "-i",
+            "Ethernet4",
+            "--direction",
+            "rx",
+            "--min-duration",
+            "30us",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--json",
+        ],
+    )
+    .rows();
+    assert!((rows.len() as i64 - ms).abs() <= 1, "{} bursts", rows.len());
+    for r in rows.iter().skip(1) {
+        let start = chrono_ns(r["start"].as_str().unwrap());
+        assert_eq!(
+            (start - t0) % 1_000_000,
+            80_000,
+            "Ethernet4 burst at {start}"
+        );
+        if start + 60_000 <= t1 {
+            assert_eq!(r["duration"].as_i64().unwrap(), 50_000);
+        }
+    }
+    // rates at stream resolution see the 130 % intervals too.
+    let rows = query(
+        &d,
+        &[
+            "rates",
+            "-r",
+            "stream",
+            "-i",
+            "Ethernet0",
+            "--from",
+            &from,
+            "--to",
+            &(t0 + 2_000_000).to_string(),
+            "--json",
+        ],
+    )
+    .rows();
+    let over: usize = rows
+        .iter()
+        .filter(|r| r["rx_util"].as_f64().unwrap() > 120.0)
+        .count();
+    assert!(
+        (9..=10).contains(&over),
+        "{over} intervals at 130 % in 2 ms"
+    );
+}
+
+/// RFC 3339 (as the commands print times) → ns since the epoch.
+fn chrono_ns(s: &str) -> i64 {
+    stel_query::settings::parse_time_ns(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+}
