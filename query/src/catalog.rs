@@ -17,16 +17,19 @@ use std::{path::PathBuf, sync::Arc};
 
 use arrow_schema::{DataType, SchemaRef};
 use datafusion::{
-    common::{Column as DfColumn, ScalarValue},
+    common::{DFSchema, ScalarValue},
     datasource::{
         file_format::parquet::ParquetFormat,
         listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
+        source::DataSourceExec,
     },
     execution::SendableRecordBatchStream,
     logical_expr::{col, lit, Expr},
+    physical_plan::ExecutionPlan,
     prelude::{SessionConfig, SessionContext},
 };
 use object_store::{aws::AmazonS3Builder, local::LocalFileSystem, path::Path, ObjectStore};
+use stel_store::paths::unescape_value;
 use url::Url;
 
 use crate::{
@@ -176,13 +179,24 @@ impl Location {
         u
     }
 
-    /// `prefix/rel` as a store path.
+    /// `prefix/rel` as a store path. `rel` is a path the store wrote (Hive-escaped values, so
+    /// only `[A-Za-z0-9_=.%-]`), taken verbatim: `Path::join` would percent-encode the `%` of
+    /// `profile=lab%201` into a different key (`lab%25201`), which no listing returns.
     pub fn path(&self, rel: &str) -> Path {
-        let mut p = self.prefix.clone();
-        for part in rel.split('/').filter(|s| !s.is_empty()) {
-            p = p.join(part);
-        }
-        p
+        let rel = rel.trim_matches('/');
+        let full = if self.prefix.as_ref().is_empty() {
+            rel.to_string()
+        } else if rel.is_empty() {
+            self.prefix.as_ref().to_string()
+        } else {
+            format!("{}/{rel}", self.prefix.as_ref())
+        };
+        Path::parse(&full).unwrap_or_else(|_| {
+            // Not a store-written path (empty segments, `..`): escape it part by part.
+            rel.split('/')
+                .filter(|s| !s.is_empty())
+                .fold(self.prefix.clone(), |p, part| p.join(part))
+        })
     }
 
     /// The `key=value` subdirectories of `rel`, values sorted.
@@ -199,6 +213,8 @@ impl Location {
         let mut out: Vec<String> = list
             .common_prefixes
             .iter()
+            // The directory's own name (object_store 0.13 keeps a listed name verbatim); its
+            // value is Hive-escaped by the store.
             .filter_map(|c| c.filename().map(str::to_string))
             .filter_map(|f| f.strip_prefix(&format!("{key}=")).map(str::to_string))
             .collect();
@@ -258,12 +274,16 @@ impl Catalog {
         let ctx = session_context();
         ctx.register_object_store(&location.store_url(), location.store_for_df()?);
         let mut sessions = Vec::new();
-        for profile in location.subdirs("", "profile").await? {
-            for group in location
-                .subdirs(&format!("profile={profile}"), "group")
+        // Directory values are Hive-escaped (`lab 1` → `profile=lab%201`); tables and messages
+        // use the names themselves.
+        for pdir in location.subdirs("", "profile").await? {
+            let profile = unescape_value(&pdir).unwrap_or_else(|| pdir.clone());
+            for gdir in location
+                .subdirs(&format!("profile={pdir}"), "group")
                 .await?
             {
-                let dir = format!("profile={profile}/group={group}");
+                let group = unescape_value(&gdir).unwrap_or_else(|| gdir.clone());
+                let dir = format!("profile={pdir}/group={gdir}");
                 let Some(s) = Self::register(&ctx, &location, &profile, &group, &dir).await? else {
                     continue;
                 };
@@ -290,7 +310,8 @@ impl Catalog {
         group: &str,
         dir: &str,
     ) -> Result<Option<Session>> {
-        let url = ListingTableUrl::parse(format!("{}{dir}/", location.url))?;
+        // In a URL a `%` of the directory name must be `%25`.
+        let url = ListingTableUrl::parse(format!("{}{}/", location.url, dir.replace('%', "%25")))?;
         let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
             .with_file_extension(".parquet")
             .with_table_partition_cols(partition_cols());
@@ -402,29 +423,48 @@ impl Catalog {
         }
     }
 
-    /// Streams `ts` plus `columns` of `s` within `r`, one stream per partition.
+    /// Streams `ts` plus `columns` of `s` around `r`, split into (up to) `partitions` streams
+    /// by file byte ranges.
+    ///
+    /// The table's own scan is used directly, without a logical plan: the window prunes
+    /// `date`/`hour` directories, row groups and pages (statistics), but rows are **not**
+    /// filtered — callers keep only rows inside `r` (the bucket engine does so for free, while a
+    /// filter operator would copy every batch that straddles an edge). Skipping the planner also
+    /// skips resolving the projection against a 1,920-column schema on every chunk.
     ///
     /// # Errors
     /// Engine failures.
-    pub async fn scan(
+    pub async fn scan_partitions(
         &self,
         s: &Session,
         columns: &[String],
         r: &TimeRange,
+        partitions: usize,
     ) -> Result<Vec<SendableRecordBatchStream>> {
-        let mut sel: Vec<Expr> = vec![col("ts")];
-        sel.extend(
-            columns
-                .iter()
-                .map(|c| Expr::Column(DfColumn::new_unqualified(c))),
-        );
-        let df = self
-            .ctx
-            .table(s.table.as_str())
-            .await?
-            .filter(time_filter(r))?
-            .select(sel)?;
-        Ok(df.execute_stream_partitioned().await?)
+        let table = self.ctx.table_provider(s.table.as_str()).await?;
+        let schema = table.schema();
+        let mut proj = vec![schema.index_of("ts")?];
+        for c in columns {
+            proj.push(schema.index_of(c)?);
+        }
+        let ts_type = schema.field(proj[0]).data_type().clone();
+        let mut state = self.ctx.state();
+        state.config_mut().options_mut().execution.target_partitions = partitions.max(1);
+        let plan = table
+            .scan(&state, Some(&proj), &[partition_filter(r)], None)
+            .await?;
+        let plan = with_pruning(plan, &ts_filter_typed(r, &ts_type), &state)?;
+        let plan = if partitions > 1 {
+            plan.repartitioned(partitions, state.config_options())?
+                .unwrap_or(plan)
+        } else {
+            plan
+        };
+        let ctx = state.task_ctx();
+        use datafusion::physical_plan::ExecutionPlanProperties;
+        (0..plan.output_partitioning().partition_count())
+            .map(|i| plan.execute(i, Arc::clone(&ctx)).map_err(Into::into))
+            .collect()
     }
 }
 
@@ -447,8 +487,47 @@ fn ts_lit(ns: i64) -> Expr {
     ))
 }
 
-/// `date`/`hour` partition predicates plus `ts` predicates for `[from, to)`.
-pub fn time_filter(r: &TimeRange) -> Expr {
+/// The `ts` predicates of [`time_filter`] with literals of the column's exact type (a scan
+/// built directly from a table gets no type coercion).
+fn ts_filter_typed(r: &TimeRange, ts_type: &DataType) -> Expr {
+    let tz = match ts_type {
+        DataType::Timestamp(_, tz) => tz.clone(),
+        _ => Some("UTC".into()),
+    };
+    let l = |ns: i64| lit(ScalarValue::TimestampNanosecond(Some(ns), tz.clone()));
+    col("ts").gt_eq(l(r.from_ns)).and(col("ts").lt(l(r.to_ns)))
+}
+
+/// Gives a table scan `predicate` (over its output columns) for statistics pruning: row groups
+/// and pages whose statistics miss it are skipped. Rows are not filtered.
+///
+/// DataFusion 55's `ListingTable::scan` uses filters only for partition pruning; the planner
+/// normally hands a `FilterExec`'s predicate down to the Parquet source afterwards. Scans built
+/// without the planner (the bucket engine, the long view) do that step here.
+///
+/// # Errors
+/// A predicate that does not fit the scan's schema.
+pub fn with_pruning(
+    plan: Arc<dyn ExecutionPlan>,
+    predicate: &Expr,
+    state: &dyn datafusion::catalog::Session,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(exec) = plan.downcast_ref::<DataSourceExec>() else {
+        return Ok(plan);
+    };
+    let schema = DFSchema::try_from(plan.schema())?;
+    let pe = state.create_physical_expr(predicate.clone(), &schema)?;
+    let res = exec
+        .data_source()
+        .try_pushdown_filters(vec![pe], state.config_options())?;
+    Ok(match res.updated_node {
+        Some(ds) => Arc::new(exec.clone().with_data_source(ds)),
+        None => plan,
+    })
+}
+
+/// `date`/`hour` partition predicates for `[from, to)`.
+fn partition_filter(r: &TimeRange) -> Expr {
     let part = |ns: i64| {
         let t = chrono::DateTime::from_timestamp_nanos(ns);
         (t.format("%Y-%m-%d").to_string(), t.format("%H").to_string())
@@ -461,8 +540,12 @@ pub fn time_filter(r: &TimeRange) -> Expr {
     let upper = col("date")
         .lt(lit(d1.clone()))
         .or(col("date").eq(lit(d1)).and(col("hour").lt_eq(lit(h1))));
-    lower
-        .and(upper)
+    lower.and(upper)
+}
+
+/// `date`/`hour` partition predicates plus `ts` predicates for `[from, to)`.
+pub fn time_filter(r: &TimeRange) -> Expr {
+    partition_filter(r)
         .and(col("ts").gt_eq(ts_lit(r.from_ns)))
         .and(col("ts").lt(ts_lit(r.to_ns)))
 }

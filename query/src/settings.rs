@@ -71,10 +71,11 @@ impl std::fmt::Display for TimeRange {
     }
 }
 
-/// RFC 3339 with µs, UTC.
+/// RFC 3339 with ns, UTC: exact (the store's timestamps are ns; µs lost the sub-µs phase of a
+/// stream, so a printed time did not name the snapshot it came from).
 pub fn fmt_ts(ns: i64) -> String {
     chrono::DateTime::from_timestamp_nanos(ns)
-        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .format("%Y-%m-%dT%H:%M:%S%.9fZ")
         .to_string()
 }
 

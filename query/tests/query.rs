@@ -5,9 +5,9 @@
 
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
@@ -18,6 +18,7 @@ use stel_ingest::{
 use stel_store::{
     parquet::{ParquetSink, ParquetSinkConfig},
     sai::ObjectType,
+    testutil::MotoS3,
 };
 
 const START: i64 = 1_700_000_000_000_000_000;
@@ -460,8 +461,9 @@ fn history_top_sql_and_errors() {
         o.stderr
     );
     assert!(
-        o.stderr
-            .contains("data exists for 2023-11-14T22:13:20.000000Z..2023-11-14T22:13:20.029990Z"),
+        o.stderr.contains(
+            "data exists for 2023-11-14T22:13:20.000000000Z..2023-11-14T22:13:20.029990000Z"
+        ),
         "{}",
         o.stderr
     );
@@ -488,59 +490,6 @@ fn history_top_sql_and_errors() {
     let o = query(&["completions", "bash"], &[]);
     assert_eq!(o.code, 0);
     assert!(o.stdout.contains("stel-query"));
-}
-
-struct Moto(Child);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `python3 -m moto.server` and creates a bucket; panics (never skips) if it cannot.
-fn moto(bucket: &str) -> (Moto, String) {
-    let port = free_port();
-    let child = Command::new("python3")
-        .args(["-m", "moto.server", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 -m moto.server (install moto: deploy/setup.sh --test)");
-    let guard = Moto(child);
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ok = Command::new("python3")
-            .args([
-                "-c",
-                &format!(
-                    "import boto3; boto3.client('s3', endpoint_url='{url}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1').create_bucket(Bucket='{bucket}')"
-                ),
-            ])
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if ok {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "moto server on {url} did not come up (is moto installed? deploy/setup.sh --test)"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    (guard, url)
 }
 
 #[test]
@@ -599,7 +548,8 @@ fn export_to_and_query_from_a_real_s3_server() {
     );
     assert_eq!(o.rows()[0]["n"].as_u64().unwrap(), 4000);
     // S3.
-    let (_moto, url) = moto("lake");
+    let moto = MotoS3::start("lake");
+    let url = moto.url();
     let env = [
         ("AWS_ENDPOINT_URL", url.as_str()),
         ("AWS_ACCESS_KEY_ID", "k"),
@@ -725,4 +675,70 @@ fn inspect_tails_newly_published_files() {
     let rows = out.rows();
     assert_eq!(rows.len(), 2, "{}", out.stdout);
     assert!(rows[1]["rate/s"].as_f64().unwrap() > 0.0, "{}", out.stdout);
+}
+
+/// A profile name the store percent-escapes in its directory (`lab 1` → `profile=lab%201`)
+/// keeps exactly that directory name in the lake, local and S3 (rebuilding the key from a string
+/// escaped the `%` a second time: `lab%25201`, which no reader maps back to `lab 1`).
+#[test]
+fn export_keeps_escaped_profile_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(Pattern::Ramp, 2);
+    c.profile = "lab 1".into();
+    write_emulated(dir.path(), c, 2_000, 1000);
+    let d = dir.path().to_str().unwrap();
+    let src_dirs = |root: &Path| -> Vec<String> {
+        std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("profile="))
+            .collect()
+    };
+    assert_eq!(src_dirs(dir.path()), ["profile=lab%201"]);
+    let lake = tempfile::tempdir().unwrap();
+    let l = lake.path().to_str().unwrap();
+    let o = query(&["export", "-d", d, l, "--json"], &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(src_dirs(lake.path()), ["profile=lab%201"]);
+    let count = |data: &str, env: &[(&str, &str)]| {
+        let o = query(
+            &[
+                "sql",
+                "-d",
+                data,
+                "SELECT count(*) AS n FROM lab_1_port",
+                "--json",
+            ],
+            env,
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.rows()[0]["n"].as_u64().unwrap()
+    };
+    assert_eq!(count(l, &[]), 2000);
+    let moto = MotoS3::start("lake");
+    let url = moto.url();
+    let env = [
+        ("AWS_ENDPOINT_URL", url.as_str()),
+        ("AWS_ACCESS_KEY_ID", "k"),
+        ("AWS_SECRET_ACCESS_KEY", "s"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ALLOW_HTTP", "true"),
+    ];
+    let o = query(&["export", "-d", d, "s3://lake/x", "--json"], &env);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let keys = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import boto3; c = boto3.client('s3', endpoint_url='{url}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1'); print('\\n'.join(o['Key'] for o in c.list_objects_v2(Bucket='lake')['Contents']))"
+            ),
+        ])
+        .output()
+        .unwrap();
+    let keys = String::from_utf8_lossy(&keys.stdout).into_owned();
+    assert!(!keys.trim().is_empty(), "no objects in the bucket");
+    for k in keys.lines() {
+        assert!(k.starts_with("x/profile=lab%201/group=PORT/"), "{k}");
+    }
+    assert_eq!(count("s3://lake/x", &env), 2000);
 }

@@ -117,7 +117,12 @@ async fn export_file(
     if hi < r.from_ns || lo >= r.to_ns {
         return Ok(None);
     }
-    let dest = dst.path(rel);
+    // The source's own (already encoded) path parts under its prefix: rebuilding the key from the
+    // `rel` string would percent-encode a `%` of a Hive-escaped profile name a second time.
+    let dest = match meta.location.prefix_match(&src.prefix) {
+        Some(parts) => parts.fold(dst.prefix.clone(), |p, part| p.join(part)),
+        None => dst.path(rel),
+    };
     if lo >= r.from_ns && hi < r.to_ns {
         let n = bytes.len() as u64;
         dst.store.put(&dest, PutPayload::from(bytes)).await?;

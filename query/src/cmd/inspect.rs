@@ -37,7 +37,10 @@ use futures::TryStreamExt;
 use object_store::ObjectMeta;
 use object_store::ObjectStoreExt;
 use serde_json::json;
-use stel_store::live::{self, Client, Message, Request, Snapshot};
+use stel_store::{
+    live::{self, Client, Message, Request, Snapshot},
+    paths::{escape_value, unescape_value},
+};
 
 use crate::{
     catalog::{Column, Location},
@@ -366,10 +369,15 @@ pub async fn run(a: Args) -> Result<ExitCode> {
 async fn run_files(a: Args, format: Format, dur: Duration, every: Duration) -> Result<ExitCode> {
     let data_dir = a.data_dir.as_deref().unwrap_or(DEFAULT_DATA_DIR);
     let loc = Location::parse(data_dir, false)?;
-    let pdir = format!("profile={}", a.profile);
+    let pdir = format!("profile={}", escape_value(&a.profile));
     let groups = loc.subdirs_pub(&pdir, "group").await?;
     if groups.is_empty() {
-        let profiles = loc.subdirs_pub("", "profile").await?;
+        let profiles: Vec<String> = loc
+            .subdirs_pub("", "profile")
+            .await?
+            .iter()
+            .map(|p| unescape_value(p).unwrap_or_else(|| p.clone()))
+            .collect();
         return Err(Error::NotFound(format!(
             "no data for profile {} under {}; profiles there: {}",
             a.profile,
