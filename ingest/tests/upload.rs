@@ -95,8 +95,8 @@ for k, b in local.items():
     rows += a.num_rows
 print(len(local), rows)
 "#;
-    let mut c = Command::new("python3");
-    c.args(["-c", SCRIPT, data.to_str().unwrap(), dest]);
+    let mut c = stel_store::testutil::python3(SCRIPT);
+    c.args([data.to_str().unwrap(), dest]);
     for (k, v) in env {
         c.env(k, v);
     }

@@ -726,14 +726,10 @@ fn export_keeps_escaped_profile_directories() {
     ];
     let o = query(&["export", "-d", d, "s3://lake/x", "--json"], &env);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let keys = Command::new("python3")
-        .args([
-            "-c",
-            &format!(
-                "import boto3; c = boto3.client('s3', endpoint_url='{url}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1'); print('\\n'.join(o['Key'] for o in c.list_objects_v2(Bucket='lake')['Contents']))"
-            ),
-        ])
-        .output()
+    let keys = stel_store::testutil::python3(&format!(
+        "import boto3; c = boto3.client('s3', endpoint_url='{url}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1'); print('\\n'.join(o['Key'] for o in c.list_objects_v2(Bucket='lake')['Contents']))"
+    ))
+    .output()
         .unwrap();
     let keys = String::from_utf8_lossy(&keys.stdout).into_owned();
     assert!(!keys.trim().is_empty(), "no objects in the bucket");

@@ -1,11 +1,25 @@
 //! A local S3-compatible server for tests (`stel-ingest`'s uploader tests, `stel-query`'s export
 //! tests): `python3 -m moto.server` from PyPI (`deploy/setup.sh --test` installs it). If it cannot
 //! start it **panics** with how to install it: a test never passes silently without a server.
+//! Also the one way tests run a Python read-back script ([`python3`]).
 
 use std::{
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
+
+/// A `python3 -c` command for `script` that ends the interpreter with `os._exit(0)` once the
+/// script has run to its end (stdout flushed). pyarrow and DuckDB keep native thread pools that
+/// can `std::terminate` while Python tears down ("terminate called without an active
+/// exception", apache/arrow#34314): that failed a CI run after every comparison had passed. A
+/// script that fails raises before the epilogue, so its exit status still fails the test.
+pub fn python3(script: &str) -> Command {
+    let mut c = Command::new("python3");
+    c.arg("-c").arg(format!(
+        "{script}\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
+    ));
+    c
+}
 
 /// A moto S3 server owned by a test (killed on drop), with one bucket created.
 #[derive(Debug)]
