@@ -10,7 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
-use stel_store::testutil::{free_port, MotoS3};
+use stel_store::testutil::{free_port, s3_client_env, MotoS3};
 
 /// Runs the demo daemon for `secs` with `extra` config (TOML) under `dir`; returns its status.
 fn run_daemon(dir: &Path, extra: &str, secs: u32, env: &[(&str, &str)]) -> Value {
@@ -148,13 +148,7 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let env = [
-        ("AWS_ENDPOINT_URL", url.as_str()),
-        ("AWS_ACCESS_KEY_ID", "k"),
-        ("AWS_SECRET_ACCESS_KEY", "s"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ALLOW_HTTP", "true"),
-    ];
+    let env = s3_client_env(&url);
     // The daemon starts while the S3 server is not there yet: uploads fail, are counted, and
     // are retried with backoff; once it is up, everything goes through.
     let extra = "[upload]\nto = \"s3://lake/stel\"\nscan_interval_ms = 200\nretry_initial_ms = 100\nretry_max_ms = 400\n";

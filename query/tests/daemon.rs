@@ -15,8 +15,8 @@ use std::{
 
 use serde_json::Value;
 use stel_ingest::{
-    decode::{CounterBatch, DecodeConfig, Decoder},
-    emu::{default_stats, EmuConfig, Emulator, Pattern},
+    decode::CounterBatch,
+    emu::{default_stats, EmuConfig, Pattern},
 };
 
 /// Line rate of the demo's 100 G ports, bytes/s.
@@ -91,7 +91,7 @@ fn run_demo(dir: &Path, pattern: &str, extra: &[&str]) -> Value {
     let counters: Value = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("daemon --json output: {e}: {stdout}\n{stderr}"));
     // The daemon must have written history: files, and every decoded snapshot in them.
-    let files = parquet_files(&data);
+    let files = stel_store::paths::published_parts(&data);
     assert!(
         !files.is_empty(),
         "stel-ingestd wrote no Parquet file under {}: {stderr}",
@@ -103,25 +103,6 @@ fn run_demo(dir: &Path, pattern: &str, extra: &[&str]) -> Value {
         "the demo decoded only {records} snapshots: {stderr}"
     );
     counters
-}
-
-fn parquet_files(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "parquet") {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 struct Out {
@@ -163,6 +144,22 @@ fn sql_i64(d: &Path, q: &str) -> i64 {
         .unwrap_or_else(|| panic!("{q}: {:?}", rows[0]))
 }
 
+/// What the daemon's history holds: every decoded snapshot once (rows), from `t0` to `t1`, one
+/// snapshot per `interval_ns` without a gap.
+fn history_span(d: &Path, counters: &Value, interval_ns: i64) -> (i64, i64, i64) {
+    let records = counters["pipeline"]["decode"]["records"].as_u64().unwrap();
+    let n = sql_i64(d, "SELECT count(*) AS v FROM stel_demo_port");
+    assert_eq!(n as u64, records, "rows in Parquet vs snapshots decoded");
+    let t0 = sql_i64(d, "SELECT CAST(min(ts) AS BIGINT) AS v FROM stel_demo_port");
+    let t1 = sql_i64(d, "SELECT CAST(max(ts) AS BIGINT) AS v FROM stel_demo_port");
+    assert_eq!(
+        t1 - t0,
+        (n - 1) * interval_ns,
+        "one snapshot per {interval_ns} ns, no gap"
+    );
+    (n, t0, t1)
+}
+
 /// The demo's emulator (same config as `stel-ingestd --demo` with these flags), decoded: the
 /// counters the daemon was sent, snapshot by snapshot.
 fn truth(pattern: Pattern, ports: usize, interval_ns: u64, start_ns: u64, n: u64) -> CounterBatch {
@@ -172,39 +169,12 @@ fn truth(pattern: Pattern, ports: usize, interval_ns: u64, start_ns: u64, n: u64
     cfg.interval_ns = interval_ns;
     cfg.pattern = pattern;
     cfg.start_ns = start_ns;
-    let mut emu = Emulator::new(cfg).expect("emulator");
-    let mut dec = Decoder::new(DecodeConfig::default());
-    let mut batches: Vec<CounterBatch> = Vec::new();
-    dec.register_session(
-        emu.session_spec(),
-        &emu.session_config(),
-        &mut |b: CounterBatch| batches.push(b),
-    )
-    .expect("session");
-    let mut buf = Vec::new();
-    while emu.snapshots() < n {
-        buf.clear();
-        emu.data_message(&mut buf);
-        dec.decode(&buf, &mut |b: CounterBatch| batches.push(b));
-    }
-    dec.flush(&mut |b: CounterBatch| batches.push(b));
-    let schema = std::sync::Arc::clone(&batches[0].schema);
-    CounterBatch {
-        ts: batches.iter().flat_map(|b| b.ts.iter().copied()).collect(),
-        values: batches
-            .iter()
-            .flat_map(|b| b.values.iter().copied())
-            .collect(),
-        schema,
-        part_masks: Vec::new(),
-    }
+    stel_ingest::emu::decoded(cfg, n).expect("emulator round trip")
 }
 
 fn col(b: &CounterBatch, object: &str, stat: &str) -> usize {
     b.schema
-        .columns
-        .iter()
-        .position(|c| c.object == object && c.key.short_name() == stat)
+        .column_index(object, stat)
         .unwrap_or_else(|| panic!("no {object}.{stat}"))
 }
 
@@ -217,19 +187,7 @@ fn every_command_answers_correctly_on_the_daemons_ramp() {
         &["--ports", "8", "--stats", "30", "--interval", "1ms"],
     );
     let d = dir.path().join("data");
-    let records = counters["pipeline"]["decode"]["records"].as_u64().unwrap();
-    // Everything decoded is in the history, once.
-    let n = sql_i64(&d, "SELECT count(*) AS v FROM stel_demo_port");
-    assert_eq!(n as u64, records, "rows in Parquet vs snapshots decoded");
-    let t0 = sql_i64(
-        &d,
-        "SELECT CAST(min(ts) AS BIGINT) AS v FROM stel_demo_port",
-    );
-    let t1 = sql_i64(
-        &d,
-        "SELECT CAST(max(ts) AS BIGINT) AS v FROM stel_demo_port",
-    );
-    assert_eq!(t1 - t0, (n - 1) * 1_000_000, "one snapshot per ms, no gap");
+    let (n, t0, t1) = history_span(&d, &counters, 1_000_000);
     let b = truth(Pattern::Ramp, 8, 1_000_000, t0 as u64, n as u64);
     assert_eq!(b.ts[0], t0);
     let w = b.schema.width();
@@ -396,18 +354,7 @@ fn bursts_on_the_daemons_microbursts() {
         &["--ports", "2", "--stats", "13", "--interval", "10us"],
     );
     let d = dir.path().join("data");
-    let records = counters["pipeline"]["decode"]["records"].as_u64().unwrap();
-    let n = sql_i64(&d, "SELECT count(*) AS v FROM stel_demo_port");
-    assert_eq!(n as u64, records);
-    let t0 = sql_i64(
-        &d,
-        "SELECT CAST(min(ts) AS BIGINT) AS v FROM stel_demo_port",
-    );
-    let t1 = sql_i64(
-        &d,
-        "SELECT CAST(max(ts) AS BIGINT) AS v FROM stel_demo_port",
-    );
-    assert_eq!(t1 - t0, (n - 1) * 10_000, "one snapshot per 10 µs, no gap");
+    let (_, t0, t1) = history_span(&d, &counters, 10_000);
     let (from, to) = (t0.to_string(), (t1 + 1).to_string());
     let rows = query(
         &d,

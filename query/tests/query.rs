@@ -12,13 +12,13 @@ use std::{
 
 use serde_json::Value;
 use stel_ingest::{
-    decode::{CounterBatch, DecodeConfig, Decoder},
-    emu::{default_stats, EmuConfig, Emulator, Pattern},
+    decode::CounterBatch,
+    emu::{default_stats, EmuConfig, Pattern},
 };
 use stel_store::{
     parquet::{ParquetSink, ParquetSinkConfig},
     sai::ObjectType,
-    testutil::MotoS3,
+    testutil::{s3_client_env, MotoS3},
 };
 
 const START: i64 = 1_700_000_000_000_000_000;
@@ -32,48 +32,9 @@ fn write_emulated(
     snapshots: u64,
     rows_per_file: usize,
 ) -> CounterBatch {
-    let mut emu = Emulator::new(cfg).expect("emulator");
-    let mut dec = Decoder::new(DecodeConfig::default());
-    let mut batches: Vec<CounterBatch> = Vec::new();
-    dec.register_session(
-        emu.session_spec(),
-        &emu.session_config(),
-        &mut |b: CounterBatch| batches.push(b),
-    )
-    .expect("session");
-    let mut buf = Vec::new();
-    while emu.snapshots() < snapshots {
-        buf.clear();
-        emu.data_message(&mut buf);
-        dec.decode(&buf, &mut |b: CounterBatch| batches.push(b));
-    }
-    dec.flush(&mut |b: CounterBatch| batches.push(b));
-    let schema = Arc::clone(&batches[0].schema);
-    let w = schema.width();
-    let ts: Vec<i64> = batches.iter().flat_map(|b| b.ts.iter().copied()).collect();
-    let values: Vec<u64> = batches
-        .iter()
-        .flat_map(|b| b.values.iter().copied())
-        .collect();
-    let ts = ts[..snapshots as usize].to_vec();
-    let values = values[..snapshots as usize * w].to_vec();
-    publish(
-        root,
-        &CounterBatch {
-            schema: Arc::clone(&schema),
-            ts: ts.clone(),
-            values: values.clone(),
-            part_masks: Vec::new(),
-        },
-        0,
-        rows_per_file,
-    );
-    CounterBatch {
-        schema,
-        ts,
-        values,
-        part_masks: Vec::new(),
-    }
+    let b = stel_ingest::emu::decoded(cfg, snapshots).expect("emulator round trip");
+    publish(root, &b, 0, rows_per_file);
+    b
 }
 
 /// Writes snapshots `from..` of `b` through the store's `ParquetSink`, one sink run (start,
@@ -146,9 +107,7 @@ fn query(args: &[&str], env: &[(&str, &str)]) -> Out {
 
 fn col(b: &CounterBatch, object: &str, stat: &str) -> usize {
     b.schema
-        .columns
-        .iter()
-        .position(|c| c.object == object && c.key.short_name() == stat)
+        .column_index(object, stat)
         .unwrap_or_else(|| panic!("no {object}.{stat}"))
 }
 
@@ -550,13 +509,7 @@ fn export_to_and_query_from_a_real_s3_server() {
     // S3.
     let moto = MotoS3::start("lake");
     let url = moto.url();
-    let env = [
-        ("AWS_ENDPOINT_URL", url.as_str()),
-        ("AWS_ACCESS_KEY_ID", "k"),
-        ("AWS_SECRET_ACCESS_KEY", "s"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ALLOW_HTTP", "true"),
-    ];
+    let env = s3_client_env(&url);
     let o = query(
         &[
             "export",
@@ -717,13 +670,7 @@ fn export_keeps_escaped_profile_directories() {
     assert_eq!(count(l, &[]), 2000);
     let moto = MotoS3::start("lake");
     let url = moto.url();
-    let env = [
-        ("AWS_ENDPOINT_URL", url.as_str()),
-        ("AWS_ACCESS_KEY_ID", "k"),
-        ("AWS_SECRET_ACCESS_KEY", "s"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ALLOW_HTTP", "true"),
-    ];
+    let env = s3_client_env(&url);
     let o = query(&["export", "-d", d, "s3://lake/x", "--json"], &env);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let keys = stel_store::testutil::python3(&format!(

@@ -280,6 +280,44 @@ pub fn classify(root: &Path, path: &Path) -> LayoutEntry {
     }
 }
 
+/// Published parts under `root`: (relative path with `/`, full path, first_ns). Unreadable
+/// directories are skipped (nothing found there). The uploader's scan and the tests' listing.
+pub fn published_parts(root: &Path) -> Vec<(String, PathBuf, u64)> {
+    fn subdirs(d: &Path, key: &str) -> Vec<(String, PathBuf)> {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            return Vec::new();
+        };
+        rd.filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| {
+                let n = e.file_name().into_string().ok()?;
+                n.starts_with(key).then(|| (n, e.path()))
+            })
+            .collect()
+    }
+    let mut out = Vec::new();
+    for (p, pd) in subdirs(root, "profile=") {
+        for (g, gd) in subdirs(&pd, "group=") {
+            for (d, dd) in subdirs(&gd, "date=") {
+                for (h, hd) in subdirs(&dd, "hour=") {
+                    let Ok(rd) = std::fs::read_dir(&hd) else {
+                        continue;
+                    };
+                    for e in rd.filter_map(Result::ok) {
+                        let path = e.path();
+                        if let LayoutEntry::Part { name, .. } = classify(root, &path) {
+                            let f = e.file_name();
+                            let f = f.to_string_lossy();
+                            out.push((format!("{p}/{g}/{d}/{h}/{f}"), path, name.first_ns));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,13 @@ impl SessionSchema {
         self.columns.len()
     }
 
+    /// Index of the column of `object`'s stat `stat` (short name, `IF_IN_OCTETS`).
+    pub fn column_index(&self, object: &str, stat: &str) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.object == object && c.key.short_name() == stat)
+    }
+
     /// Number of template parts per snapshot.
     pub fn parts(&self) -> usize {
         self.template_ids.len()

@@ -36,6 +36,18 @@ pub fn free_port() -> u16 {
         .expect("bind 127.0.0.1:0")
 }
 
+/// The environment a client (stel-query, stel-ingestd's uploader) needs for a moto server at
+/// `url`: endpoint, moto's dummy credentials, a region, and plain HTTP allowed.
+pub fn s3_client_env(url: &str) -> [(&'static str, &str); 5] {
+    [
+        ("AWS_ENDPOINT_URL", url),
+        ("AWS_ACCESS_KEY_ID", "k"),
+        ("AWS_SECRET_ACCESS_KEY", "s"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]
+}
+
 impl MotoS3 {
     /// Starts the server on a free port and creates `bucket`.
     pub fn start(bucket: &str) -> Self {

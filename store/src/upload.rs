@@ -54,7 +54,7 @@ use object_store::{
 use serde::{Deserialize, Serialize};
 use tokio::{sync::Notify, task::JoinSet};
 
-use crate::paths::{classify, LayoutEntry};
+use crate::paths::published_parts;
 
 /// Name of the progress file in the data dir.
 pub const STATE_FILE: &str = ".stel-upload-state";
@@ -620,44 +620,6 @@ fn read_full(f: &mut fs::File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Published parts under `root`: (relative path with `/`, full path, first_ns). Unreadable
-/// directories are skipped (and counted by the caller as nothing found there).
-fn scan(root: &Path) -> Vec<(String, PathBuf, u64)> {
-    fn subdirs(d: &Path, key: &str) -> Vec<(String, PathBuf)> {
-        let Ok(rd) = fs::read_dir(d) else {
-            return Vec::new();
-        };
-        rd.filter_map(Result::ok)
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| {
-                let n = e.file_name().into_string().ok()?;
-                n.starts_with(key).then(|| (n, e.path()))
-            })
-            .collect()
-    }
-    let mut out = Vec::new();
-    for (p, pd) in subdirs(root, "profile=") {
-        for (g, gd) in subdirs(&pd, "group=") {
-            for (d, dd) in subdirs(&gd, "date=") {
-                for (h, hd) in subdirs(&dd, "hour=") {
-                    let Ok(rd) = fs::read_dir(&hd) else {
-                        continue;
-                    };
-                    for e in rd.filter_map(Result::ok) {
-                        let path = e.path();
-                        if let LayoutEntry::Part { name, .. } = classify(root, &path) {
-                            let f = e.file_name();
-                            let f = f.to_string_lossy();
-                            out.push((format!("{p}/{g}/{d}/{h}/{f}"), path, name.first_ns));
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 /// The uploader's state, owned by its thread.
 #[derive(Debug)]
 struct Engine {
@@ -679,7 +641,7 @@ impl Engine {
     /// Scans the data dir: new files become pending; files gone are forgotten (and counted as
     /// vanished when they were still pending).
     fn rescan(&mut self) {
-        let found = scan(&self.dir);
+        let found = published_parts(&self.dir);
         self.shared.c.scans.fetch_add(1, Relaxed);
         let present: HashSet<&str> = found.iter().map(|(r, ..)| r.as_str()).collect();
         // Pending files that disappeared: deleted before upload.

@@ -50,7 +50,7 @@ fn publish(dir: &Path, t: i64, rows: usize) {
 }
 
 fn published(dir: &Path) -> Vec<(String, PathBuf, u64)> {
-    let mut v = scan(dir);
+    let mut v = crate::paths::published_parts(dir);
     v.sort();
     v
 }
