@@ -15,6 +15,7 @@
 
 pub mod batch;
 pub mod live;
+pub mod metrics;
 pub mod parquet;
 pub mod paths;
 pub mod rate;
