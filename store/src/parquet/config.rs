@@ -159,6 +159,8 @@ impl ParquetSinkConfig {
         Self {
             dir: dir.into(),
             queue_batches: 64,
+            // Tests count every sample: they wait for room rather than shed.
+            when_full: WhenFull::Block,
             block_timeout_ms: 5_000,
             max_file_bytes: 4 << 20,
             flush_interval_ms: 60_000,
