@@ -1236,7 +1236,7 @@ mod tests {
                     };
                     values.push(v);
                 }
-                masks.push(if parts > 1 && mix(row + 7) % 50 == 0 {
+                masks.push(if parts > 1 && mix(row + 7).is_multiple_of(50) {
                     1
                 } else {
                     3

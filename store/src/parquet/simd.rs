@@ -22,6 +22,10 @@
 //! `[u64; 8]` lanes and compiled per target feature (the AVX2 and scalar kernels here) reaches
 //! half the speed, because its bit packing stays scalar; `bitpacking::BitPacker1x` packs u32
 //! only and needs a transpose first.
+#![expect(
+    clippy::needless_range_loop,
+    reason = "lane j indexes several parallel per-column arrays (widths, outputs, transposed rows)"
+)]
 
 /// Deltas per DELTA_BINARY_PACKED block and per miniblock (what the rest of the encoder writes).
 pub(crate) const BLOCK: usize = 128;
