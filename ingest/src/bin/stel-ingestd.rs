@@ -364,8 +364,10 @@ fn demo_pace_line(asked: f64, counters: u64, p: &DemoPace) -> String {
         ));
         line.push_str(if blocked >= 0.5 {
             "the daemon could not take the data as fast (see the status lines for where it was shed or queued)"
+        } else if busy >= 0.8 {
+            "it is CPU-bound: generating and framing the counters takes a whole core (on a switch the ASIC's DMA engine does this)"
         } else {
-            "it is CPU-bound: generating and framing the counters takes more CPU than this machine gives it beside the daemon (on a switch the ASIC's DMA engine does this)"
+            "it did not get the CPU: the daemon's threads and other processes on this machine kept the cores busy (see the load average)"
         });
     }
     line
