@@ -9,6 +9,14 @@
 //!   counters: 2,000 distinct messages = 80 ms of switch time, timestamps continued per cycle).
 //! - `counters_db_lag_p99_ms`: a batch's arrival at the writer → its values acknowledged by
 //!   Redis, p99 over the run.
+//! - `daemon_cpu_s_per_g_counters`: CPU seconds of the daemon's threads (reader, decoder,
+//!   Parquet writer and encoders, COUNTERS_DB writer: this process less the emulator's sender
+//!   thread, from `/proc/self/stat` and the sender's `/proc/thread-self/stat`) per 10⁹ counters
+//!   persisted; `emulator_cpu_share` is the sender thread's share of the process's CPU in the
+//!   run (redis-server is another process and counted in neither).
+//! - `STEL_BENCH_PARQUET_DELAY_US=<µs>` slows the Parquet writer by that much per batch (the
+//!   sink's test knob): the decoders must not wait, COUNTERS_DB must stay fresh, every shed batch
+//!   is counted.
 use std::{
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -50,8 +58,13 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     cfg.pipeline.decoders = 1;
     cfg.status.file = Default::default();
     let mut d = Daemon::setup(cfg, None)?;
+    let delay_us = std::env::var("STEL_BENCH_PARQUET_DELAY_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let history = ParquetHistory::start(ParquetSinkConfig {
         dir: dir.path().to_path_buf(),
+        test_write_delay_us: delay_us,
         ..ParquetSinkConfig::default()
     })?;
     let counters = CountersDb::start(CountersDbConfig {
@@ -74,9 +87,25 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     );
     let stop = AtomicBool::new(false);
     let received = AtomicU64::new(0);
+    let emu_cpu = std::sync::Mutex::new(0.0f64);
+    let cpu0 = crate::parquet::process_cpu_s();
     let t0 = Instant::now();
     let (sent, st) = std::thread::scope(|s| {
-        let h = s.spawn(|| send(&w, group, count, Some(period), &stop));
+        let h = std::thread::Builder::new()
+            .name("stel-bench-emu".into())
+            .spawn_scoped(s, || {
+                let c0 = thread_stat_cpu_s();
+                let r = send(&w, group, count, Some(period), &stop);
+                if let Ok(mut c) = emu_cpu.lock() {
+                    *c = thread_stat_cpu_s() - c0;
+                }
+                r
+            })
+            .map_err(|e| e.to_string());
+        let h = match h {
+            Ok(h) => h,
+            Err(e) => return (Err(e), None),
+        };
         let mut last = Instant::now();
         while !h.is_finished() {
             if let Err(e) = d.step() {
@@ -108,6 +137,9 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     counters.shutdown();
     let p = history.shutdown()?;
     let elapsed = t0.elapsed().as_secs_f64();
+    let process_cpu = crate::parquet::process_cpu_s() - cpu0;
+    let emu_cpu = emu_cpu.into_inner().unwrap_or(0.0);
+    let daemon_cpu = (process_cpu - emu_cpu).max(0.0);
 
     let sent_counters = sent * w.counters_per_message;
     let lost_msgs = st.kernel_drops + st.recv.truncated + st.pipeline.dispatch.shed_decoder_full;
@@ -115,11 +147,18 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let persisted = p.samples_written;
     let unaccounted = sent_counters as i64 - persisted as i64 - lost as i64;
     let cps = persisted as f64 / elapsed;
+    let per_g = daemon_cpu / (persisted.max(1) as f64 / 1e9);
+    let emu_share = emu_cpu / process_cpu.max(1e-9);
     eprintln!(
-        "e2e: sent {sent_counters} counters, persisted {persisted} in {} files ({:.3} B/sample), lost {lost} (kernel drops {} msgs), unaccounted {unaccounted}, COUNTERS_DB lag p99 {cdb_lag_p99:.1} ms",
+        "e2e: sent {sent_counters} counters, persisted {persisted} in {} files ({:.3} B/sample), lost {lost} (kernel drops {} msgs, parquet shed {} samples), unaccounted {unaccounted}, COUNTERS_DB lag p99 {cdb_lag_p99:.1} ms",
         p.files_published,
         p.bytes_published as f64 / persisted.max(1) as f64,
-        st.kernel_drops
+        st.kernel_drops,
+        p.shed_samples()
+    );
+    eprintln!(
+        "e2e: CPU: daemon threads {daemon_cpu:.2} s ({per_g:.2} CPU-s per G counters persisted), emulator sender {emu_cpu:.2} s ({:.0} % of the process)",
+        emu_share * 100.0
     );
     Ok(json!({
         "bench": "e2e",
@@ -129,6 +168,13 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "unaccounted": unaccounted,
         "parquet_bytes_per_sample": (p.bytes_published as f64 / persisted.max(1) as f64 * 1000.0).round() / 1000.0,
         "counters_db_lag_p99_ms": (cdb_lag_p99 * 10.0).round() / 10.0,
+        "daemon_cpu_s_per_g_counters": (per_g * 100.0).round() / 100.0,
+        "emulator_cpu_share": (emu_share * 100.0).round() / 100.0,
+        "daemon_cpu_s": (daemon_cpu * 100.0).round() / 100.0,
+        "emulator_cpu_s": (emu_cpu * 100.0).round() / 100.0,
+        "parquet_shed_batches": p.shed_queue_full_batches + p.shed_queue_timeout_batches + p.shed_memory_budget_batches + p.shed_closed_batches,
+        "parquet_shed_samples": p.shed_samples(),
+        "parquet_write_delay_us": delay_us,
         "sent_counters": sent_counters,
         "persisted_counters": persisted,
         "files": p.files_published,
@@ -136,4 +182,15 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "seconds": elapsed,
         "counters_db_fields_written": lag.fields_written,
     }))
+}
+
+/// CPU seconds (user + system) of the calling thread, from `/proc/thread-self/stat` (the same
+/// clock as the process total, so the two subtract).
+fn thread_stat_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    (ut + st) / 100.0
 }

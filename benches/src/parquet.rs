@@ -21,7 +21,7 @@ use stel_store::parquet::{Codec, CounterEncoding, ParquetSink, ParquetSinkConfig
 
 /// About `snapshots` design-rate snapshots (64 ports × 30 stats every 10 µs) of `pattern`,
 /// decoded into batches as the daemon's decoder cuts them.
-pub fn pattern_batches(pattern: Pattern, snapshots: usize) -> Vec<CounterBatch> {
+pub fn pattern_batches(pattern: Pattern, snapshots: usize) -> Vec<Arc<CounterBatch>> {
     let cfg = EmuConfig {
         pattern,
         ..EmuConfig::design()
@@ -39,7 +39,7 @@ pub fn pattern_batches(pattern: Pattern, snapshots: usize) -> Vec<CounterBatch> 
         d.decode(&msg, &mut |b: CounterBatch| out.push(b));
     }
     d.flush(&mut |b: CounterBatch| out.push(b));
-    out
+    out.into_iter().map(Arc::new).collect()
 }
 
 /// A copy of `b` with every timestamp moved by `shift_ns` (to feed the same counters again as
@@ -54,7 +54,7 @@ pub fn shifted(b: &CounterBatch, shift_ns: i64) -> CounterBatch {
 }
 
 /// Samples (counter values) in `batches`.
-pub fn samples(batches: &[CounterBatch]) -> u64 {
+pub fn samples(batches: &[Arc<CounterBatch>]) -> u64 {
     batches.iter().map(|b| b.samples() as u64).sum()
 }
 
@@ -78,7 +78,7 @@ impl EncodeResult {
 
 /// Encodes `batches` into one in-memory Parquet file with `cfg`'s writer properties; returns
 /// (bytes, seconds).
-pub fn encode_once(batches: &[CounterBatch], cfg: &ParquetSinkConfig) -> (u64, f64) {
+pub fn encode_once(batches: &[Arc<CounterBatch>], cfg: &ParquetSinkConfig) -> (u64, f64) {
     let t = Instant::now();
     let buf = stel_store::parquet::encode_in_memory(batches, cfg).expect("in-memory encode");
     (buf.len() as u64, t.elapsed().as_secs_f64())
@@ -86,7 +86,10 @@ pub fn encode_once(batches: &[CounterBatch], cfg: &ParquetSinkConfig) -> (u64, f
 
 /// The same with parquet's generic `ArrowWriter` (what the sink used before its own column-chunk
 /// encoder): the baseline for `ratio_vs_arrow_writer`.
-pub fn encode_once_arrow_writer(batches: &[CounterBatch], cfg: &ParquetSinkConfig) -> (u64, f64) {
+pub fn encode_once_arrow_writer(
+    batches: &[Arc<CounterBatch>],
+    cfg: &ParquetSinkConfig,
+) -> (u64, f64) {
     let schema = batches[0].schema.wide_arrow_schema();
     let t = Instant::now();
     let mut w = ArrowWriter::try_new(Vec::new(), schema, Some(cfg.writer_properties()))
@@ -101,15 +104,23 @@ pub fn encode_once_arrow_writer(batches: &[CounterBatch], cfg: &ParquetSinkConfi
 
 /// Bytes of a file that holds one row: the fixed cost of a file (footer with 1,921 column
 /// chunks' metadata, `ARROW:schema` with every field's `stel.*` metadata, key-value metadata).
-pub fn fixed_file_bytes(batches: &[CounterBatch], cfg: &ParquetSinkConfig) -> u64 {
+pub fn fixed_file_bytes(batches: &[Arc<CounterBatch>], cfg: &ParquetSinkConfig) -> u64 {
     let b = &batches[0];
-    let one = CounterBatch {
+    let one = Arc::new(CounterBatch {
         schema: Arc::clone(&b.schema),
         ts: b.ts[..1].to_vec(),
         values: b.values[..b.schema.width()].to_vec(),
         part_masks: Vec::new(),
-    };
+    });
     encode_once(std::slice::from_ref(&one), cfg).0
+}
+
+/// CPU seconds the calling thread has run so far (`/proc/thread-self/schedstat`, ns).
+pub fn thread_cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 / 1e9)
 }
 
 /// CPU seconds (user + system) this process has used so far, from `/proc/self/stat`.
@@ -126,7 +137,10 @@ pub fn process_cpu_s() -> f64 {
 
 /// The encodings and codecs compared in the table (label, config).
 pub fn sweep_configs() -> Vec<(String, ParquetSinkConfig)> {
-    let base = ParquetSinkConfig::default();
+    let base = ParquetSinkConfig {
+        encode_threads: 1,
+        ..ParquetSinkConfig::default()
+    };
     let mut v = Vec::new();
     for (enc, en) in [
         (CounterEncoding::Plain, "plain"),
@@ -175,7 +189,7 @@ pub fn row_group_configs(max_rows: usize) -> Vec<(String, ParquetSinkConfig)> {
 /// Runs `configs` over `batches` (best of `runs` for speed; size is deterministic).
 pub fn measure(
     pattern: Pattern,
-    batches: &[CounterBatch],
+    batches: &[Arc<CounterBatch>],
     configs: &[(String, ParquetSinkConfig)],
     runs: usize,
 ) -> Vec<EncodeResult> {
@@ -230,7 +244,7 @@ impl SinkRun {
 /// A sink that failed to start, or any shed/lost sample (the bench must not hide loss).
 pub fn sink_run(
     dir: &Path,
-    pool: &[CounterBatch],
+    pool: &[Arc<CounterBatch>],
     loops: usize,
     cfg: ParquetSinkConfig,
 ) -> Result<SinkRun, String> {
@@ -360,31 +374,57 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
         .tempdir_in(&base)
         .map_err(|e| format!("temp dir under {}: {e}", base.display()))?;
     let cfg = ParquetSinkConfig::default();
+    // Per core: one encoding thread, timed by its own CPU time (this box is shared; wall time
+    // is reported beside it).
+    let one = ParquetSinkConfig {
+        encode_threads: 1,
+        ..cfg.clone()
+    };
     let mut per_pattern = serde_json::Map::new();
     let mut steady = Vec::new();
     let mut fixed = 0;
     let mut encode_rates = Vec::new();
+    let mut encode_wall = Vec::new();
     let mut ratios_vs_arrow = Vec::new();
+    eprintln!(
+        "parquet: DELTA kernel {}, {} encode threads by default",
+        stel_store::parquet::kernel_name(),
+        cfg.encode_threads()
+    );
     for p in PATTERNS {
         let pool = pattern_batches(p, snapshots);
-        fixed = fixed_file_bytes(&pool, &cfg); // also warms allocator and caches
-        let (bytes, secs) = encode_once(&pool, &cfg);
-        let bps = bytes.saturating_sub(fixed) as f64 / samples(&pool) as f64;
+        let n = samples(&pool) as f64;
+        fixed = fixed_file_bytes(&pool, &one); // also warms allocator and caches
+        let mut cpu = f64::MAX;
+        let mut wall = f64::MAX;
+        let mut bytes = 0;
+        for _ in 0..3 {
+            let c0 = thread_cpu_s();
+            let (b, secs) = encode_once(&pool, &one);
+            cpu = cpu.min(thread_cpu_s() - c0);
+            wall = wall.min(secs);
+            bytes = b;
+        }
+        let bps = bytes.saturating_sub(fixed) as f64 / n;
         // Baseline in the same run: parquet's generic ArrowWriter on the same batches and
-        // properties (what the sink used before its column-chunk encoder).
-        let (abytes, asecs) = encode_once_arrow_writer(&pool, &cfg);
-        let abps = abytes.saturating_sub(fixed) as f64 / samples(&pool) as f64;
+        // properties (what the sink used before its column-chunk encoder), same clock.
+        let c0 = thread_cpu_s();
+        let (abytes, _) = encode_once_arrow_writer(&pool, &one);
+        let acpu = thread_cpu_s() - c0;
+        let abps = abytes.saturating_sub(fixed) as f64 / n;
         eprintln!(
-            "parquet: {} {:.3} bytes/sample (data, without the fixed per-file cost), encode {:.0} M samples/s on one core; ArrowWriter {:.3} bytes/sample, {:.0} M samples/s ({:.1}x)",
+            "parquet: {} {:.3} bytes/sample (data, without the fixed per-file cost), encode {:.0} M samples per CPU-second ({:.0} M/s wall) on one thread; ArrowWriter {:.3} bytes/sample, {:.0} M samples per CPU-second ({:.1}x)",
             pattern_name(p),
             bps,
-            samples(&pool) as f64 / secs / 1e6,
+            n / cpu / 1e6,
+            n / wall / 1e6,
             abps,
-            samples(&pool) as f64 / asecs / 1e6,
-            asecs / secs
+            n / acpu / 1e6,
+            acpu / cpu
         );
-        encode_rates.push(samples(&pool) as f64 / secs);
-        ratios_vs_arrow.push(asecs / secs);
+        encode_rates.push(n / cpu);
+        encode_wall.push(n / wall);
+        ratios_vs_arrow.push(acpu / cpu);
         per_pattern.insert(
             format!("bytes_per_sample_{}", pattern_name(p)),
             serde_json::json!((bps * 1000.0).round() / 1000.0),
@@ -392,6 +432,23 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
         if p == Pattern::Steady {
             steady = pool;
         }
+    }
+    // Scaling of the column-chunk pool (wall time, steady pattern): 1 and 2 threads here.
+    let mut scaling = serde_json::Map::new();
+    for threads in [1, 2] {
+        let c = ParquetSinkConfig {
+            encode_threads: threads,
+            ..cfg.clone()
+        };
+        let best = (0..3)
+            .map(|_| encode_once(&steady, &c).1)
+            .fold(f64::MAX, f64::min);
+        let rate = samples(&steady) as f64 / best;
+        eprintln!(
+            "parquet: steady, {threads} encode thread(s): {:.0} M samples/s wall",
+            rate / 1e6
+        );
+        scaling.insert(format!("{threads}"), serde_json::json!(rate.round()));
     }
     let per_run = samples(&steady) * loops as u64;
     eprintln!(
@@ -437,6 +494,9 @@ pub fn bench(quick: bool, with_sweep: bool) -> Result<serde_json::Value, String>
         "bytes_per_sample": (bps * 1000.0).round() / 1000.0,
         "samples_per_cpu_s": per_cpu.round(),
         "encode_samples_per_s": median(encode_rates).round(),
+        "encode_wall_samples_per_s": median(encode_wall).round(),
+        "encode_kernel": stel_store::parquet::kernel_name(),
+        "encode_wall_samples_per_s_by_threads": scaling,
         "encode_ratio_vs_arrow_writer": (median(ratios_vs_arrow) * 100.0).round() / 100.0,
         "fixed_bytes_per_file": fixed,
         "raw_write_samples_per_s": raw.round(),

@@ -198,8 +198,10 @@ const RETURNED_MAX: usize = 8;
 
 /// Called by a sink when it is done with a batch: if it was the last holder, the buffers go
 /// back to the decoders (through a bounded lock-free pool) instead of to the allocator.
+/// `Arc::into_inner`: when several threads release their references at once, exactly one of
+/// them gets the buffers (with `try_unwrap` all could fail and the buffers be freed).
 pub fn release(batch: Arc<CounterBatch>) {
-    if let Ok(b) = Arc::try_unwrap(batch) {
+    if let Some(b) = Arc::into_inner(batch) {
         let _ = returned().0.try_send((b.ts, b.values));
     }
 }

@@ -490,6 +490,43 @@ fn memory_budget_sheds_and_counts() {
     assert_eq!(st.memory_budget_bytes, 1000);
 }
 
+/// Issue 13: with the production policy (`drop_newest` + memory budget) a writer slower than the
+/// feed (the test knob delays every batch) never makes `submit` wait: the queue and the budget
+/// absorb what they can, the rest is shed as whole batches, and every sample is written or
+/// counted as shed. (Decoder freshness under that load is measured by
+/// `STEL_BENCH_PARQUET_DELAY_US=… stel-bench e2e`, no timing here.)
+#[test]
+fn slow_writer_sheds_whole_batches_counted_and_never_blocks_submit() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = schema("slow", 8, &[0, 1, 2, 3], 1);
+    let cfg = ParquetSinkConfig {
+        dir: dir.path().to_path_buf(),
+        queue_batches: 4,
+        test_write_delay_us: 50_000,
+        ..ParquetSinkConfig::default()
+    };
+    assert_eq!(cfg.when_full, stel_store::parquet::WhenFull::DropNewest);
+    let sink = ParquetSink::start(cfg).unwrap();
+    let (mut taken, mut shed) = (0u64, 0u64);
+    for i in 0..40 {
+        match sink.submit(Arc::new(batch(&s, T0 + i * 100 * INTERVAL, 100))) {
+            Ok(()) => taken += 1,
+            Err(e) => {
+                assert_eq!(e.reason, ShedReason::QueueFull);
+                assert_eq!(e.samples, 100 * 32);
+                shed += 1;
+            }
+        }
+    }
+    // 40 submits against a writer that takes 50 ms per batch: most must have been shed at once.
+    assert!(shed > 0 && taken > 0, "taken {taken}, shed {shed}");
+    let st = sink.shutdown().unwrap();
+    assert_accounted(&st);
+    assert_eq!(st.shed_queue_full_batches, shed);
+    assert_eq!(st.shed_queue_full_samples, shed * 3200);
+    assert_eq!(st.samples_written, taken * 3200);
+}
+
 // ---- kill -9 ----
 
 const CHILD_ENV: &str = "STEL_PARQUET_KILL_CHILD_DIR";

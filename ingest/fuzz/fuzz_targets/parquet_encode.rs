@@ -86,7 +86,32 @@ fuzz_target!(|data: &[u8]| {
         compression_level: 1,
         ..ParquetSinkConfig::default()
     };
-    let file = encode_in_memory(std::slice::from_ref(&batch), &cfg).expect("encode");
+    // Split into several batches so DELTA blocks span batch boundaries (the encoder keeps rows
+    // by reference until a block is complete).
+    let batch = Arc::new(batch);
+    let cut = rows / 3;
+    let piece = |a: usize, b: usize| {
+        Arc::new(CounterBatch {
+            schema: Arc::clone(&schema),
+            ts: batch.ts[a..b].to_vec(),
+            values: batch.values[a * width..b * width].to_vec(),
+            part_masks: if batch.part_masks.is_empty() {
+                Vec::new()
+            } else {
+                batch.part_masks[a..b].to_vec()
+            },
+        })
+    };
+    let input: Vec<Arc<CounterBatch>> = [(0, cut), (cut, rows)]
+        .into_iter()
+        .filter(|(a, b)| a < b)
+        .map(|(a, b)| piece(a, b))
+        .collect();
+    let cfg = ParquetSinkConfig {
+        encode_threads: 1 + data[1] as usize % 3,
+        ..cfg
+    };
+    let file = encode_in_memory(&input, &cfg).expect("encode");
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(file))
         .expect("footer")
         .build()

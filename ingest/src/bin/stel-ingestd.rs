@@ -267,13 +267,35 @@ fn demo_emulator(a: &Args) -> Result<Emulator, String> {
     Emulator::new(cfg).map_err(|e| format!("demo: {e}"))
 }
 
+/// What the demo's emulator thread did besides sending: for the "achieved vs asked" line.
+#[derive(Debug, Clone, Copy, Default)]
+struct DemoPace {
+    /// Wall time the thread ran, s.
+    wall_s: f64,
+    /// Its own CPU time (generating, framing, copying into the socket), s.
+    cpu_s: f64,
+    /// Time spent in `send` (copying into the socket, or waiting for room when the daemon's
+    /// socket is full), s.
+    blocked_s: f64,
+}
+
+/// CPU seconds (user + system) of the calling thread, from `/proc/thread-self/stat`.
+fn thread_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    (ut + st) / 100.0
+}
+
 /// The demo's emulator thread: frames messages like a switch and sends them over the local
 /// socket pair (blocking when the daemon is behind: the demo never loses data).
 fn spawn_demo(
     mut producer: Emulator,
     tx: std::os::fd::OwnedFd,
     halt: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<(GroundTruth, u64)>, String> {
+) -> Result<std::thread::JoinHandle<(GroundTruth, u64, DemoPace)>, String> {
     let _ = sys::set_sndbuf(tx.as_fd(), 8 << 20);
     std::thread::Builder::new()
         .name("stel-demo-emu".into())
@@ -284,14 +306,18 @@ fn spawn_demo(
             let (mut ipfix, mut frame) = (Vec::new(), Vec::new());
             let mut sent = 0u64;
             let start = Instant::now();
+            let cpu0 = thread_cpu_s();
+            let mut blocked = Duration::ZERO;
             let mut k = 0u32;
             producer.template_message(&mut ipfix);
             loop {
                 frame.clear();
                 netlink::frame(&mut frame, netlink::USERSOCK_MSG_TYPE, k, &ipfix);
+                let t = Instant::now();
                 if sys::send(tx.as_fd(), &frame).is_err() {
                     break;
                 }
+                blocked += t.elapsed();
                 sent += 1;
                 if halt.load(Ordering::Relaxed) {
                     break;
@@ -308,9 +334,43 @@ fn spawn_demo(
                     std::thread::sleep(left.min(Duration::from_millis(50)));
                 }
             }
-            (producer.truth, sent)
+            let pace = DemoPace {
+                wall_s: start.elapsed().as_secs_f64(),
+                cpu_s: thread_cpu_s() - cpu0,
+                blocked_s: blocked.as_secs_f64(),
+            };
+            (producer.truth, sent, pace)
         })
         .map_err(|e| e.to_string())
+}
+
+/// "asked X, achieved Y" and, when the emulator fell behind, why: its own CPU (generating the
+/// counters took a whole core) or the daemon (sends blocked on a full socket).
+fn demo_pace_line(asked: f64, counters: u64, p: &DemoPace) -> String {
+    let achieved = counters as f64 / p.wall_s.max(1e-9);
+    let mut line = format!(
+        "demo rate: asked {:.0} M counters/s, achieved {:.0} M counters/s ({:.0} %)",
+        asked / 1e6,
+        achieved / 1e6,
+        achieved / asked * 100.0
+    );
+    if achieved < 0.95 * asked {
+        let busy = p.cpu_s / p.wall_s.max(1e-9);
+        let blocked = p.blocked_s / p.wall_s.max(1e-9);
+        line.push_str(&format!(
+            "; the emulator fell behind: its thread used {:.0} % of a core and spent {:.0} % of the time in send (copying into the socket or waiting for the daemon to make room) — ",
+            busy * 100.0,
+            blocked * 100.0
+        ));
+        line.push_str(if blocked >= 0.5 {
+            "the daemon could not take the data as fast (see the status lines for where it was shed or queued)"
+        } else if busy >= 0.8 {
+            "it is CPU-bound: generating and framing the counters takes a whole core (on a switch the ASIC's DMA engine does this)"
+        } else {
+            "it did not get the CPU: the daemon's threads and other processes on this machine kept the cores busy (see the load average)"
+        });
+    }
+    line
 }
 
 fn config_from(a: &Args) -> Result<DaemonConfig, String> {
@@ -503,13 +563,15 @@ fn run(a: Args) -> Result<(), String> {
     }
     let halt = Arc::new(AtomicBool::new(false));
     let mut producer = None;
+    let mut asked_rate: Option<f64> = None;
     if let Some(tx) = local_tx {
         let emu = demo_emulator(&a)?;
         // Registered before the first message leaves: the filter keeps only registered data.
         daemon.register(emu.session_spec(), emu.session_config())?;
         let h = spawn_demo(demo_emulator(&a)?, tx, Arc::clone(&halt))?;
+        asked_rate = Some(emu.cfg.counters_per_s());
         eprintln!(
-            "stel-ingestd: demo: emulating {} ports × {} stats every {} ns ({:.0} M counters/s) through the daemon's reader; Ctrl-C stops",
+            "stel-ingestd: demo: asking the emulator for {} ports × {} stats every {} ns ({:.0} M counters/s) through the daemon's reader; the rate it achieves is printed at the end; Ctrl-C stops",
             a.ports, a.stats, a.interval, emu.cfg.counters_per_s() / 1e6
         );
         producer = Some(h);
@@ -551,12 +613,12 @@ fn run(a: Args) -> Result<(), String> {
             daemon.step()?;
         }
     }
-    let (truth, sent) = match producer.take() {
+    let (truth, sent, pace) = match producer.take() {
         Some(h) => {
-            let (t, s) = h.join().map_err(|_| "emulator thread panicked")?;
-            (Some(t), s)
+            let (t, s, p) = h.join().map_err(|_| "emulator thread panicked")?;
+            (Some(t), s, Some(p))
         }
-        None => (None, 0),
+        None => (None, 0, None),
     };
     let drained = move |r: &sys::uring::RecvStats| r.datagrams + r.truncated >= sent;
     let mut st = daemon.finish(
@@ -609,6 +671,9 @@ fn run(a: Args) -> Result<(), String> {
             "stel-ingestd: demo done: emulator sent {} snapshots ({} counters), decoder decoded {} ({} counters)",
             t.records, t.samples, st.pipeline.decode.records, st.pipeline.decode.counters
         );
+        if let (Some(p), Some(asked)) = (pace, asked_rate) {
+            eprintln!("stel-ingestd: {}", demo_pace_line(asked, t.samples, &p));
+        }
     }
     if a.json {
         println!("{}", serde_json::to_string(&st).unwrap_or_default());

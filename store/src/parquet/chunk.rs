@@ -35,8 +35,12 @@ use ::parquet::{
     schema::types::ColumnDescPtr,
 };
 use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
 
-use super::{Codec, CounterEncoding};
+use super::{
+    simd::{Kernel, StripOut, STRIP},
+    Codec, CounterEncoding,
+};
 use crate::{batch::CounterBatch, schema::SessionSchema};
 
 /// Rows taken from the row-major batch at a time: 128 rows × 15 KiB (a 1,920-counter row) stay
@@ -69,45 +73,245 @@ impl EncodeOptions {
 }
 
 /// One open Parquet file of one session.
+///
+/// Counter columns live in `shards` (contiguous column ranges, multiples of eight columns) so
+/// the [`EncodePool`] can encode them on several threads; file order is the shard order.
 pub(crate) struct PartFile<W: Write + Send> {
     file: SerializedFileWriter<W>,
-    cols: Vec<ColumnState>,
+    ts: ColumnState,
+    shards: Vec<Vec<ColumnState>>,
+    /// First counter column of each shard.
+    shard_start: Vec<usize>,
+    /// All columns, `ts` first.
     descrs: Vec<ColumnDescPtr>,
-    /// Column index → template part (counter columns only; `ts` has none).
+    /// Counter column → template part.
     part_of: Vec<u8>,
+    width: usize,
     opts: EncodeOptions,
     compression: Compression,
+    kernel: Kernel,
+    pool: Arc<EncodePool>,
     rows_in_group: usize,
+    rows_in_page: usize,
     rows_total: u64,
-    scratch: Scratch,
+    /// Every counter column of the open page has had every row so far (no null yet), so all
+    /// have the same DELTA block layout and the vectorised path can run.
+    aligned: bool,
+    /// Off only in tests: every row through the general (column at a time) path, the reference
+    /// the vectorised path must match byte for byte.
+    vectorised: bool,
+    fast: FastRows,
+    gathered: Vec<u64>,
+    valid: Vec<bool>,
 }
 
 impl<W: Write + Send> std::fmt::Debug for PartFile<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PartFile")
-            .field("columns", &self.cols.len())
+            .field("columns", &(self.width + 1))
             .field("rows_in_group", &self.rows_in_group)
+            .field("kernel", &self.kernel.name())
             .finish_non_exhaustive()
     }
 }
 
-/// Buffers reused by every column and page (never freed while the file is open).
-#[derive(Default)]
-struct Scratch {
-    gathered: Vec<u64>,
-    valid: Vec<bool>,
-    values: Vec<u8>,
-    compressed: Vec<u8>,
+/// Rows of the open page waiting for a full DELTA block (< 128 of them), by reference to their
+/// batches (no copy), and a copy of the row before them.
+#[derive(Debug, Default)]
+struct FastRows {
+    /// The last row already encoded (the deltas of the next block start from it).
+    prev: Arc<Vec<u64>>,
+    started: bool,
+    pending: Vec<(Arc<CounterBatch>, usize, usize)>,
+    rows: usize,
+}
+
+/// A run of whole DELTA blocks handed to the shards: `prev` then the rows of `ranges`.
+#[derive(Debug, Clone)]
+struct BlockRows {
+    prev: Arc<Vec<u64>>,
+    ranges: Arc<Vec<(Arc<CounterBatch>, usize, usize)>>,
+    width: usize,
+}
+
+impl BlockRows {
+    /// `prev` followed by every row, as slices.
+    fn slices(&self) -> Vec<&[u64]> {
+        let mut v = Vec::with_capacity(1 + self.ranges.iter().map(|r| r.2 - r.1).sum::<usize>());
+        v.push(self.prev.as_slice());
+        for (b, s, e) in self.ranges.iter() {
+            v.extend((*s..*e).map(|r| &b.values[r * self.width..(r + 1) * self.width]));
+        }
+        v
+    }
+}
+
+/// Encodes DELTA blocks of `rows` (`rows[0]` = the row before) into `cols` (counter columns
+/// `first..first + cols.len()`): whole strips of eight columns with the SIMD kernel, the rest
+/// one column at a time.
+fn encode_blocks(kernel: Kernel, rows: &[&[u64]], first: usize, cols: &mut [ColumnState]) {
+    let total = rows.len() - 1;
+    let mut out = StripOut::default();
+    let mut gathered = Vec::with_capacity(BLOCK);
+    let mut b0 = 0;
+    while b0 < total {
+        let n = (total - b0).min(BLOCK);
+        let block = &rows[b0..=b0 + n];
+        let strips = cols.len() / STRIP;
+        for s in 0..strips {
+            let c0 = first + s * STRIP;
+            kernel.strip(block, c0, n, &mut out);
+            for (j, col) in cols[s * STRIP..(s + 1) * STRIP].iter_mut().enumerate() {
+                col.packed.extend_from_slice(out.bytes(j));
+                col.prev = block[n][c0 + j];
+                col.n += n as u32;
+                col.page_rows += n as u32;
+                if col.any {
+                    col.min = col.min.min(out.lo[j]);
+                    col.max = col.max.max(out.hi[j]);
+                } else {
+                    (col.min, col.max, col.any) = (out.lo[j], out.hi[j], true);
+                }
+            }
+        }
+        for (k, col) in cols.iter_mut().enumerate().skip(strips * STRIP) {
+            let c = first + k;
+            gathered.clear();
+            gathered.extend(block[1..].iter().map(|r| r[c]));
+            col.push(&gathered, None);
+            // A partial block (the page's last) stays open in the column; flushed with the page.
+        }
+        b0 += n;
+    }
+}
+
+/// The threads that encode a row group's column chunks: the caller plus `threads - 1` workers.
+/// Column ranges (shards) move to a worker with each task and come back with the answer, so
+/// no column state is ever shared.
+pub(crate) struct EncodePool {
+    workers: Vec<PoolWorker>,
+}
+
+type Task = Box<dyn FnOnce(&mut [ColumnState]) -> Result<()> + Send>;
+
+struct PoolWorker {
+    tx: Option<Sender<(Vec<ColumnState>, Task)>>,
+    rx: Receiver<(Vec<ColumnState>, Result<()>)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for EncodePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncodePool")
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+impl EncodePool {
+    /// A pool of `threads` encoding threads (at least 1: the caller).
+    ///
+    /// # Errors
+    /// A worker thread could not be started.
+    pub(crate) fn new(threads: usize) -> std::io::Result<Self> {
+        let mut workers = Vec::new();
+        for i in 1..threads.max(1) {
+            let (tx, task_rx) = crossbeam_channel::bounded::<(Vec<ColumnState>, Task)>(1);
+            let (done_tx, rx) = crossbeam_channel::bounded(1);
+            let thread = std::thread::Builder::new()
+                .name(format!("stel-parquet-enc-{i}"))
+                .spawn(move || {
+                    while let Ok((mut shard, task)) = task_rx.recv() {
+                        let r = task(&mut shard);
+                        if done_tx.send((shard, r)).is_err() {
+                            break;
+                        }
+                    }
+                })?;
+            workers.push(PoolWorker {
+                tx: Some(tx),
+                rx,
+                thread: Some(thread),
+            });
+        }
+        Ok(Self { workers })
+    }
+
+    /// Encoding threads, the caller included.
+    pub(crate) fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `f(shard index, shard)` on every shard, shard 0 on the calling thread, and waits.
+    fn run<F>(&self, shards: &mut [Vec<ColumnState>], f: F) -> Result<()>
+    where
+        F: Fn(usize, &mut [ColumnState]) -> Result<()> + Clone + Send + 'static,
+    {
+        let mut sent = 0;
+        let mut result = Ok(());
+        for (i, shard) in shards.iter_mut().enumerate().skip(1) {
+            let Some(w) = self.workers.get(i - 1) else {
+                result = result.and(f(i, shard));
+                continue;
+            };
+            let g = f.clone();
+            let task: Task = Box::new(move |cols| g(i, cols));
+            match w
+                .tx
+                .as_ref()
+                .map(|tx| tx.send((std::mem::take(shard), task)))
+            {
+                Some(Ok(())) => sent += 1,
+                Some(Err(e)) => {
+                    // The worker is gone: take the shard back and do it here.
+                    let (cols, task) = e.into_inner();
+                    *shard = cols;
+                    result = result.and(task(shard));
+                }
+                None => result = result.and(f(i, shard)),
+            }
+        }
+        if let Some(s0) = shards.first_mut() {
+            result = result.and(f(0, s0));
+        }
+        for (i, shard) in shards.iter_mut().enumerate().skip(1).take(sent) {
+            match self.workers[i - 1].rx.recv() {
+                Ok((cols, r)) => {
+                    *shard = cols;
+                    result = result.and(r);
+                }
+                Err(_) => {
+                    result = Err(ParquetError::General(
+                        "a parquet encoder thread died".into(),
+                    ))
+                }
+            }
+        }
+        result
+    }
+}
+
+impl Drop for EncodePool {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            drop(w.tx.take());
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 impl<W: Write + Send> PartFile<W> {
     /// Opens a file for `schema` with `props` (their key-value metadata is kept; `ARROW:schema`
-    /// is added so Arrow readers get the wide schema's types and field metadata back).
+    /// is added so Arrow readers get the wide schema's types and field metadata back). Column
+    /// chunks are encoded on `pool`.
     pub(crate) fn try_new(
         file: W,
         schema: &SessionSchema,
         props: WriterProperties,
         opts: EncodeOptions,
+        pool: Arc<EncodePool>,
     ) -> Result<Self> {
         let arrow = schema.wide_arrow_schema();
         let descr = ArrowSchemaConverter::new().convert(&arrow)?;
@@ -115,57 +319,90 @@ impl<W: Write + Send> PartFile<W> {
         add_encoded_arrow_schema_to_metadata(&arrow, &mut props);
         let descrs: Vec<ColumnDescPtr> = descr.columns().to_vec();
         let file = SerializedFileWriter::new(file, descr.root_schema_ptr(), Arc::new(props))?;
-        let mut part_of = vec![0u8; descrs.len()];
-        for (i, p) in part_of.iter_mut().enumerate().skip(1) {
-            let col = i - 1;
-            *p = schema
-                .part_offsets
-                .partition_point(|&off| off <= col)
-                .saturating_sub(1) as u8;
-        }
-        let cols = descrs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                // ts is always DELTA: timestamps rise by the stream interval.
-                let enc = if i == 0 {
-                    CounterEncoding::DeltaBinaryPacked
-                } else {
-                    opts.encoding
-                };
-                ColumnState::new(enc, i > 0, d.max_def_level() > 0)
+        let width = descrs.len() - 1;
+        let part_of = (0..width)
+            .map(|col| {
+                schema
+                    .part_offsets
+                    .partition_point(|&off| off <= col)
+                    .saturating_sub(1) as u8
             })
             .collect();
+        // ts is always DELTA: timestamps rise by the stream interval.
+        let ts = ColumnState::new(
+            CounterEncoding::DeltaBinaryPacked,
+            false,
+            descrs[0].max_def_level() > 0,
+        );
+        // Shards of whole strips, one per thread (fewer for narrow sessions).
+        let strips = width.div_ceil(STRIP).max(1);
+        let per = strips.div_ceil(pool.threads()) * STRIP;
+        let mut shards = Vec::new();
+        let mut shard_start = Vec::new();
+        let mut c = 0;
+        while c < width {
+            let end = (c + per).min(width);
+            shard_start.push(c);
+            shards.push(
+                (c..end)
+                    .map(|k| {
+                        ColumnState::new(opts.encoding, true, descrs[k + 1].max_def_level() > 0)
+                    })
+                    .collect(),
+            );
+            c = end;
+        }
         Ok(Self {
             file,
-            cols,
+            ts,
+            shards,
+            shard_start,
             descrs,
             part_of,
+            width,
             compression: opts.compression(),
             opts,
+            kernel: Kernel::detect(),
+            pool,
             rows_in_group: 0,
+            rows_in_page: 0,
             rows_total: 0,
-            scratch: Scratch::default(),
+            aligned: true,
+            vectorised: true,
+            fast: FastRows::default(),
+            gathered: Vec::new(),
+            valid: Vec::new(),
         })
     }
 
-    /// Appends rows `start..end` of `batch` (whose schema is this file's).
-    pub(crate) fn write(&mut self, batch: &CounterBatch, start: usize, end: usize) -> Result<()> {
+    /// Appends rows `start..end` of `batch` (whose schema is this file's). The file may keep a
+    /// reference to the batch until a DELTA block is complete.
+    pub(crate) fn write(
+        &mut self,
+        batch: &Arc<CounterBatch>,
+        start: usize,
+        end: usize,
+    ) -> Result<()> {
         let width = batch.schema.width();
-        if width + 1 != self.cols.len() {
+        if width != self.width {
             return Err(ParquetError::General(format!(
                 "batch has {width} counters, the file {}",
-                self.cols.len() - 1
+                self.width
             )));
         }
         let mut r = start;
         while r < end {
-            let room = self.opts.row_group_rows - self.rows_in_group;
-            let n = (end - r).min(room).min(TILE_ROWS);
-            self.write_tile(batch, r, r + n)?;
+            let room_group = self.opts.row_group_rows - self.rows_in_group;
+            let room_page = self.opts.page_rows.saturating_sub(self.rows_in_page).max(1);
+            let n = (end - r).min(room_group).min(room_page);
+            self.push_rows(batch, r, r + n)?;
             r += n;
             self.rows_in_group += n;
+            self.rows_in_page += n;
             self.rows_total += n as u64;
+            if self.rows_in_page >= self.opts.page_rows {
+                self.finish_pages()?;
+            }
             if self.rows_in_group >= self.opts.row_group_rows {
                 self.flush()?;
             }
@@ -173,111 +410,182 @@ impl<W: Write + Send> PartFile<W> {
         Ok(())
     }
 
-    /// One tile of at most [`TILE_ROWS`] rows into every column.
-    fn write_tile(&mut self, batch: &CounterBatch, r0: usize, r1: usize) -> Result<()> {
-        let width = batch.schema.width();
-        let n = r1 - r0;
-        let masks = (!batch.part_masks.is_empty()).then(|| &batch.part_masks[r0..r1]);
-        let full = masks.is_some_and(|m| {
-            let all = m.iter().fold(u32::MAX, |a, &x| a & x);
+    /// Rows `r0..r1` into the open page of every column.
+    fn push_rows(&mut self, batch: &Arc<CounterBatch>, r0: usize, r1: usize) -> Result<()> {
+        self.gathered.clear();
+        self.gathered
+            .extend(batch.ts[r0..r1].iter().map(|&t| t as u64));
+        self.ts.push(&self.gathered, None);
+        let masked = !batch.part_masks.is_empty() && {
+            let all = batch.part_masks[r0..r1]
+                .iter()
+                .fold(u32::MAX, |a, &x| a & x);
             let parts = batch.schema.parts().max(1);
             let want = if parts >= 32 {
                 u32::MAX
             } else {
                 (1u32 << parts) - 1
             };
-            all & want == want
-        });
-        let masks = if full { None } else { masks };
-        let Scratch {
-            gathered, valid, ..
-        } = &mut self.scratch;
-        gathered.resize(n, 0);
-        // ts: contiguous, never null.
-        let ts = &batch.ts[r0..r1];
-        for (g, &t) in gathered.iter_mut().zip(ts) {
-            *g = t as u64;
+            all & want != want
+        };
+        let delta = self.opts.encoding == CounterEncoding::DeltaBinaryPacked;
+        if delta && self.aligned && !masked && self.vectorised {
+            return self.push_fast(batch, r0, r1);
         }
-        self.cols[0].push(gathered, None);
-        let rows = &batch.values[r0 * width..r1 * width];
-        for c in 0..width {
-            for (g, row) in gathered.iter_mut().zip(rows.chunks_exact(width)) {
-                *g = row[c];
-            }
-            let v = match masks {
-                None => None,
-                Some(m) => {
-                    let bit = 1u32 << self.part_of[c + 1];
-                    valid.clear();
-                    valid.extend(m.iter().map(|&x| x & bit != 0));
-                    Some(valid.as_slice())
+        if self.aligned {
+            self.spill_pending();
+            self.aligned = false;
+        }
+        // The general path: one column at a time, in tiles that stay in cache.
+        let width = self.width;
+        let mut t0 = r0;
+        while t0 < r1 {
+            let t1 = (t0 + TILE_ROWS).min(r1);
+            let rows = &batch.values[t0 * width..t1 * width];
+            let masks = masked.then(|| &batch.part_masks[t0..t1]);
+            for (shard, &first) in self.shards.iter_mut().zip(&self.shard_start) {
+                for (k, col) in shard.iter_mut().enumerate() {
+                    let c = first + k;
+                    self.gathered.clear();
+                    self.gathered
+                        .extend(rows.chunks_exact(width).map(|row| row[c]));
+                    let v = match masks {
+                        None => None,
+                        Some(m) => {
+                            let bit = 1u32 << self.part_of[c];
+                            self.valid.clear();
+                            self.valid.extend(m.iter().map(|&x| x & bit != 0));
+                            Some(self.valid.as_slice())
+                        }
+                    };
+                    col.push(&self.gathered, v);
                 }
-            };
-            self.cols[c + 1].push(gathered, v);
-        }
-        if self.cols[0].page_rows as usize >= self.opts.page_rows {
-            for i in 0..self.cols.len() {
-                self.finish_page(i)?;
             }
+            t0 = t1;
         }
         Ok(())
     }
 
-    /// Encodes column `i`'s current page and hands it to the column's chunk buffer.
-    fn finish_page(&mut self, i: usize) -> Result<()> {
-        let col = &mut self.cols[i];
-        if col.page_rows == 0 {
+    /// The vectorised path: rows wait (by reference) until a DELTA block is complete, then
+    /// every shard encodes the complete blocks.
+    fn push_fast(&mut self, batch: &Arc<CounterBatch>, mut r0: usize, r1: usize) -> Result<()> {
+        let width = self.width;
+        if !self.fast.started {
+            // The page's first row is its DELTA header's first value.
+            let row = &batch.values[r0 * width..(r0 + 1) * width];
+            for (shard, &first) in self.shards.iter_mut().zip(&self.shard_start) {
+                for (k, col) in shard.iter_mut().enumerate() {
+                    col.push(std::slice::from_ref(&row[first + k]), None);
+                }
+            }
+            self.fast.prev = Arc::new(row.to_vec());
+            self.fast.started = true;
+            r0 += 1;
+        }
+        if r0 < r1 {
+            self.fast.pending.push((Arc::clone(batch), r0, r1));
+            self.fast.rows += r1 - r0;
+        }
+        if self.fast.rows >= BLOCK {
+            self.encode_pending(false)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes the pending rows' whole blocks (and, when `last`, the partial block that ends
+    /// the page) on the pool.
+    fn encode_pending(&mut self, last: bool) -> Result<()> {
+        let take = if last {
+            self.fast.rows
+        } else {
+            self.fast.rows / BLOCK * BLOCK
+        };
+        if take == 0 {
             return Ok(());
         }
-        let Scratch {
-            values, compressed, ..
-        } = &mut self.scratch;
-        values.clear();
-        let encoding = col.finish_values(values);
-        let mut buf = Vec::with_capacity(values.len() / 2 + 64);
-        let def_len = col.write_def_levels(&mut buf);
-        let uncompressed = def_len + values.len();
-        let is_compressed = match self.opts.codec {
-            Codec::None => {
-                buf.extend_from_slice(values);
-                false
+        // Split the pending ranges at `take` rows.
+        let mut now = Vec::new();
+        let mut left = take;
+        let mut rest = Vec::new();
+        for (b, s, e) in std::mem::take(&mut self.fast.pending) {
+            if left == 0 {
+                rest.push((b, s, e));
+            } else if e - s <= left {
+                left -= e - s;
+                now.push((b, s, e));
+            } else {
+                now.push((Arc::clone(&b), s, s + left));
+                rest.push((b, s + left, e));
+                left = 0;
             }
-            Codec::Lz4 => {
-                compressed.resize(lz4_flex::block::get_maximum_output_size(values.len()), 0);
-                let k = lz4_flex::block::compress_into(values, compressed)
-                    .map_err(|e| ParquetError::External(Box::new(e)))?;
-                buf.extend_from_slice(&compressed[..k]);
-                true
-            }
-            Codec::Zstd => {
-                let z = zstd::bulk::compress(values, self.opts.level)
-                    .map_err(|e| ParquetError::External(Box::new(e)))?;
-                buf.extend_from_slice(&z);
-                true
-            }
-        };
-        let page = Page::DataPageV2 {
-            buf: Bytes::from(buf),
-            num_values: col.page_rows,
-            encoding,
-            num_nulls: col.page_nulls,
-            num_rows: col.page_rows,
-            def_levels_byte_len: def_len as u32,
-            rep_levels_byte_len: 0,
-            is_compressed,
-            statistics: None,
-        };
-        let spec = SerializedPageWriter::new(&mut col.chunk)
-            .write_page(CompressedPage::new(page, uncompressed))?;
-        if col.chunk_pages == 0 {
-            col.first_page_offset = spec.offset;
         }
-        col.chunk_pages += 1;
-        col.chunk_compressed += spec.compressed_size as u64;
-        col.chunk_uncompressed += spec.uncompressed_size as u64;
-        col.chunk_rows += u64::from(col.page_rows);
-        col.chunk_nulls += u64::from(col.page_nulls);
-        col.reset_page();
+        let rows = BlockRows {
+            prev: Arc::clone(&self.fast.prev),
+            ranges: Arc::new(now),
+            width: self.width,
+        };
+        let kernel = self.kernel;
+        let starts: Arc<[usize]> = self.shard_start.clone().into();
+        let job_rows = rows.clone();
+        self.pool.run(&mut self.shards, move |i, cols| {
+            encode_blocks(kernel, &job_rows.slices(), starts[i], cols);
+            Ok(())
+        })?;
+        // The next block's deltas start from the last row taken.
+        if let Some((b, _, e)) = rows.ranges.last() {
+            self.fast.prev = Arc::new(b.values[(e - 1) * self.width..e * self.width].to_vec());
+        }
+        self.fast.pending = rest;
+        self.fast.rows -= take;
+        // Done with these rows: their buffers may go back to the decoders.
+        if let Ok(ranges) = Arc::try_unwrap(rows.ranges) {
+            ranges
+                .into_iter()
+                .for_each(|(b, _, _)| crate::batch::release(b));
+        }
+        Ok(())
+    }
+
+    /// Leaving the vectorised path mid-page (a row with a missing part): the pending rows go to
+    /// the columns one at a time, which then continue on their own.
+    fn spill_pending(&mut self) {
+        let width = self.width;
+        let pending = std::mem::take(&mut self.fast.pending);
+        self.fast.rows = 0;
+        for (shard, &first) in self.shards.iter_mut().zip(&self.shard_start) {
+            for (k, col) in shard.iter_mut().enumerate() {
+                let c = first + k;
+                self.gathered.clear();
+                for (b, s, e) in &pending {
+                    self.gathered
+                        .extend((*s..*e).map(|r| b.values[r * width + c]));
+                }
+                if !self.gathered.is_empty() {
+                    col.push(&self.gathered, None);
+                }
+            }
+        }
+        pending
+            .into_iter()
+            .for_each(|(b, _, _)| crate::batch::release(b));
+    }
+
+    /// Closes the open page of every column (encoded in parallel).
+    fn finish_pages(&mut self) -> Result<()> {
+        if self.rows_in_page == 0 {
+            return Ok(());
+        }
+        if self.aligned {
+            self.encode_pending(true)?;
+        }
+        let opts = self.opts;
+        self.ts.finish_page(&opts)?;
+        self.pool.run(&mut self.shards, move |_, cols| {
+            cols.iter_mut().try_for_each(|c| c.finish_page(&opts))
+        })?;
+        self.rows_in_page = 0;
+        self.aligned = true;
+        self.fast.started = false;
         Ok(())
     }
 
@@ -286,12 +594,11 @@ impl<W: Write + Send> PartFile<W> {
         if self.rows_in_group == 0 {
             return Ok(());
         }
-        for i in 0..self.cols.len() {
-            self.finish_page(i)?;
-        }
+        self.finish_pages()?;
         let compression = self.compression;
         let mut rg = self.file.next_row_group()?;
-        for (col, descr) in self.cols.iter_mut().zip(&self.descrs) {
+        let cols = std::iter::once(&mut self.ts).chain(self.shards.iter_mut().flatten());
+        for (col, descr) in cols.zip(&self.descrs) {
             let (bytes, close) = col.take_chunk(descr, compression)?;
             rg.append_column(&bytes, close)?;
         }
@@ -300,9 +607,17 @@ impl<W: Write + Send> PartFile<W> {
         Ok(())
     }
 
-    /// Bytes held for the row group in progress: encoded pages plus open pages' state.
+    /// Bytes held for the row group in progress: encoded pages, open pages' state and the rows
+    /// waiting for a full DELTA block.
     pub(crate) fn in_progress_size(&self) -> usize {
-        self.cols.iter().map(ColumnState::memory).sum()
+        self.ts.memory()
+            + self
+                .shards
+                .iter()
+                .flatten()
+                .map(ColumnState::memory)
+                .sum::<usize>()
+            + self.fast.rows * self.width * 8
     }
 
     /// Bytes written to the file so far (row groups flushed).
@@ -322,14 +637,35 @@ impl<W: Write + Send> PartFile<W> {
 }
 
 /// Encodes `batches` (one session) into an in-memory Parquet file exactly as the sink would
-/// (same encoder, writer properties and layout, no footer key-values beyond the schema's):
-/// for benchmarks and the encoding table.
+/// (same encoder, writer properties, layout and `encode_threads`, no footer key-values beyond
+/// the schema's): for benchmarks, the encoding table and the differential fuzz target.
 ///
 /// # Errors
 /// Batches of different schemas, or an encoder error.
 pub fn encode_in_memory(
-    batches: &[CounterBatch],
+    batches: &[Arc<CounterBatch>],
     cfg: &super::ParquetSinkConfig,
+) -> Result<Vec<u8>> {
+    let pool =
+        EncodePool::new(cfg.encode_threads()).map_err(|e| ParquetError::External(e.into()))?;
+    encode_with(batches, cfg, Arc::new(pool), None)
+}
+
+/// How [`encode_with`] encodes DELTA blocks: the detected kernel, a given one, or (the
+/// reference) the general path only.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(test), expect(dead_code, reason = "only tests choose the path"))]
+pub(crate) enum Path {
+    Kernel(Kernel),
+    General,
+}
+
+/// [`encode_in_memory`] on a given pool and, in tests, kernel.
+pub(crate) fn encode_with(
+    batches: &[Arc<CounterBatch>],
+    cfg: &super::ParquetSinkConfig,
+    pool: Arc<EncodePool>,
+    path: Option<Path>,
 ) -> Result<Vec<u8>> {
     let Some(first) = batches.first() else {
         return Ok(Vec::new());
@@ -339,7 +675,13 @@ pub fn encode_in_memory(
         &first.schema,
         cfg.writer_properties(),
         EncodeOptions::from(cfg),
+        pool,
     )?;
+    match path {
+        None => {}
+        Some(Path::Kernel(k)) => f.kernel = k,
+        Some(Path::General) => f.vectorised = false,
+    }
     for b in batches {
         if *b.schema != *first.schema {
             return Err(ParquetError::General(
@@ -349,6 +691,11 @@ pub fn encode_in_memory(
         f.write(b, 0, b.rows())?;
     }
     f.into_inner()
+}
+
+/// The SIMD kernel this machine uses for DELTA blocks (`avx512`, `avx2` or `scalar`).
+pub fn kernel_name() -> &'static str {
+    Kernel::detect().name()
 }
 
 impl From<&super::ParquetSinkConfig> for EncodeOptions {
@@ -425,6 +772,85 @@ impl ColumnState {
             max: 0,
             any: false,
         }
+    }
+
+    /// Encodes the open page and appends it to the chunk. Compressed only where that makes it
+    /// smaller (a DATA_PAGE_V2 says per page whether its values are compressed).
+    fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
+        if self.page_rows == 0 {
+            return Ok(());
+        }
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const {
+                std::cell::RefCell::new((Vec::new(), Vec::new()))
+            };
+        }
+        SCRATCH.with(|s| {
+            let (values, compressed) = &mut *s.borrow_mut();
+            self.finish_page_with(opts, values, compressed)
+        })
+    }
+
+    fn finish_page_with(
+        &mut self,
+        opts: &EncodeOptions,
+        values: &mut Vec<u8>,
+        compressed: &mut Vec<u8>,
+    ) -> Result<()> {
+        values.clear();
+        let encoding = self.finish_values(values);
+        let mut buf = Vec::with_capacity(values.len() / 2 + 64);
+        let def_len = self.write_def_levels(&mut buf);
+        let uncompressed = def_len + values.len();
+        let packed = match opts.codec {
+            Codec::None => None,
+            Codec::Lz4 => {
+                compressed.resize(lz4_flex::block::get_maximum_output_size(values.len()), 0);
+                let k = lz4_flex::block::compress_into(values, compressed)
+                    .map_err(|e| ParquetError::External(Box::new(e)))?;
+                Some(&compressed[..k])
+            }
+            Codec::Zstd => {
+                compressed.clear();
+                let z = zstd::bulk::compress(values, opts.level)
+                    .map_err(|e| ParquetError::External(Box::new(e)))?;
+                compressed.extend_from_slice(&z);
+                Some(&compressed[..])
+            }
+        };
+        let is_compressed = match packed {
+            Some(c) if c.len() < values.len() => {
+                buf.extend_from_slice(c);
+                true
+            }
+            _ => {
+                buf.extend_from_slice(values);
+                false
+            }
+        };
+        let page = Page::DataPageV2 {
+            buf: Bytes::from(buf),
+            num_values: self.page_rows,
+            encoding,
+            num_nulls: self.page_nulls,
+            num_rows: self.page_rows,
+            def_levels_byte_len: def_len as u32,
+            rep_levels_byte_len: 0,
+            is_compressed,
+            statistics: None,
+        };
+        let spec = SerializedPageWriter::new(&mut self.chunk)
+            .write_page(CompressedPage::new(page, uncompressed))?;
+        if self.chunk_pages == 0 {
+            self.first_page_offset = spec.offset;
+        }
+        self.chunk_pages += 1;
+        self.chunk_compressed += spec.compressed_size as u64;
+        self.chunk_uncompressed += spec.uncompressed_size as u64;
+        self.chunk_rows += u64::from(self.page_rows);
+        self.chunk_nulls += u64::from(self.page_nulls);
+        self.reset_page();
+        Ok(())
     }
 
     fn memory(&self) -> usize {
@@ -753,6 +1179,113 @@ fn pack32_w<const W: u32>(vals: &[u64; MINI], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        parquet::{simd::Kernel, ParquetSinkConfig},
+        sai::StatKey,
+        schema::CounterColumn,
+    };
+
+    /// Deterministic noise.
+    fn mix(x: u64) -> u64 {
+        let x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (x ^ (x >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ (x >> 32)
+    }
+
+    /// `width` columns of every shape the kernels branch on: constant, steps of every width
+    /// class (≤ 8, ≤ 16, ≤ 32, > 32 bits), wrapping around u64::MAX, resets, full noise.
+    fn batches(width: usize, sizes: &[usize], parts: usize) -> Vec<Arc<CounterBatch>> {
+        let columns: Vec<CounterColumn> = (0..width)
+            .map(|c| CounterColumn {
+                label: c as u16 + 1,
+                object: format!("Ethernet{c}"),
+                key: StatKey {
+                    object_type: 1,
+                    stat_id: 0,
+                },
+            })
+            .collect();
+        let schema = Arc::new(SessionSchema {
+            profile: "p".into(),
+            group: "PORT".into(),
+            domain: 0,
+            template_ids: (0..parts as u16).map(|i| 256 + i).collect(),
+            part_offsets: (0..parts).map(|p| p * width / parts).collect(),
+            columns,
+            generation: 1,
+        });
+        let mut out = Vec::new();
+        let mut row = 0u64;
+        for (k, &n) in sizes.iter().enumerate() {
+            let mut values = Vec::with_capacity(n * width);
+            let mut ts = Vec::new();
+            let mut masks = Vec::new();
+            for _ in 0..n {
+                ts.push(1_700_000_000_000_000_000 + row as i64 * 10_000);
+                for c in 0..width as u64 {
+                    let r = row;
+                    let v = match c % 9 {
+                        0 => 42,
+                        1 => r * 3 + mix(r ^ c) % 4,
+                        2 => r * 1000 + mix(r + c) % 5000,
+                        3 => (r << 20) | (mix(c + r) % (1 << 20)),
+                        4 => (u64::MAX - 1000).wrapping_add(r * 7 + mix(r) % 3),
+                        5 => mix(r * 31 + c),
+                        6 => (r % 300) * 17,
+                        7 => r.wrapping_mul(1 << 40).wrapping_add(mix(r) % (1 << 36)),
+                        _ => (r / 64).wrapping_mul(mix(c)),
+                    };
+                    values.push(v);
+                }
+                masks.push(if parts > 1 && mix(row + 7).is_multiple_of(50) {
+                    1
+                } else {
+                    3
+                });
+                row += 1;
+            }
+            let part_masks = if parts > 1 && k % 2 == 1 {
+                masks
+            } else {
+                Vec::new()
+            };
+            out.push(Arc::new(CounterBatch {
+                schema: Arc::clone(&schema),
+                ts,
+                values,
+                part_masks,
+            }));
+        }
+        out
+    }
+
+    /// Every kernel (and the pool with 1 and 3 threads) writes the same bytes as the general
+    /// path, on every page/row-group cut, with and without nulls.
+    #[test]
+    fn kernels_match_the_general_path_byte_for_byte() {
+        for (width, parts) in [(21, 1), (64, 1), (19, 2), (3, 1)] {
+            let input = batches(width, &[1, 127, 300, 1, 572, 129, 40, 900], parts);
+            for (page_rows, rg) in [(8192, 16384), (300, 700), (129, 128), (1, 5)] {
+                let cfg = ParquetSinkConfig {
+                    page_rows,
+                    row_group_rows: rg,
+                    ..ParquetSinkConfig::default()
+                };
+                let pool = |n| Arc::new(EncodePool::new(n).unwrap());
+                let want = encode_with(&input, &cfg, pool(1), Some(Path::General)).unwrap();
+                for k in Kernel::available() {
+                    for threads in [1, 3] {
+                        let got = encode_with(&input, &cfg, pool(threads), Some(Path::Kernel(k)))
+                            .unwrap();
+                        assert!(
+                            got == want,
+                            "kernel {} threads {threads} width {width} parts {parts} pages {page_rows}",
+                            k.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn pack32_round_trips_every_width() {

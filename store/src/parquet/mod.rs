@@ -10,7 +10,10 @@
 //! * [`config`]: [`ParquetSinkConfig`] (serde, `deny_unknown_fields`, production defaults).
 //! * [`sink`]: [`ParquetSink`], the queue, the writer thread, shed accounting, [`ParquetStats`].
 //! * `chunk`: the column-chunk encoder (row-major batches → DELTA pages → column chunks spliced
-//!   into the file; [`encode_in_memory`] for benchmarks).
+//!   into the file, column ranges encoded on a small thread pool; [`encode_in_memory`] for
+//!   benchmarks).
+//! * `simd`: the DELTA block kernels (AVX-512 / AVX2 / portable, chosen at run time); the only
+//!   module of the crate with `unsafe`.
 //! * [`writer`]: one open part per session (rotation by schema, hour, size and age; atomic
 //!   publish), recovery at start (stale temp files, loss report), retention.
 //!
@@ -20,10 +23,12 @@ use std::path::PathBuf;
 
 mod chunk;
 pub mod config;
+#[allow(unsafe_code)]
+mod simd;
 pub mod sink;
 pub mod writer;
 
-pub use chunk::encode_in_memory;
+pub use chunk::{encode_in_memory, kernel_name};
 pub use config::{Codec, CounterEncoding, ParquetSinkConfig, WhenFull};
 pub use sink::{ParquetSink, ParquetStats, Shed, ShedReason};
 pub use writer::{RecoveryReport, SessionRecovery};

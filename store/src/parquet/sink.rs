@@ -261,7 +261,7 @@ impl ParquetSink {
         let c = Arc::new(Counters::default());
         c.memory_budget_bytes
             .store(cfg.memory_budget_bytes, Relaxed);
-        let mut writer = Writer::new(cfg.clone(), Arc::clone(&c));
+        let mut writer = Writer::new(cfg.clone(), Arc::clone(&c)).map_err(Error::Spawn)?;
         let recovery = writer.recover();
         if recovery.stale_temp_files > 0 {
             for s in recovery.sessions.iter().filter(|s| s.stale_temp_files > 0) {

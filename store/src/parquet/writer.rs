@@ -18,7 +18,7 @@ use ::parquet::file::{
 use serde::Serialize;
 
 use super::{
-    chunk::{EncodeOptions, PartFile},
+    chunk::{EncodeOptions, EncodePool, PartFile},
     keys,
     sink::Counters,
     ParquetSinkConfig,
@@ -159,6 +159,8 @@ enum Blocked {
 #[derive(Debug)]
 pub(crate) struct Writer {
     cfg: ParquetSinkConfig,
+    /// Encodes column chunks of the open parts (`encode_threads`).
+    pool: Arc<EncodePool>,
     props: WriterProperties,
     switch: String,
     c: Arc<Counters>,
@@ -254,9 +256,11 @@ pub fn read_footer_kv(path: &Path, key: &str) -> Result<Option<String>, String> 
 }
 
 impl Writer {
-    pub(crate) fn new(cfg: ParquetSinkConfig, c: Arc<Counters>) -> Self {
+    pub(crate) fn new(cfg: ParquetSinkConfig, c: Arc<Counters>) -> io::Result<Self> {
         let switch = cfg.switch_name.clone().unwrap_or_else(host_name);
-        Self {
+        let pool = Arc::new(EncodePool::new(cfg.encode_threads())?);
+        Ok(Self {
+            pool,
             props: cfg.writer_properties(),
             cfg,
             switch,
@@ -271,7 +275,7 @@ impl Writer {
             last_retention_scan: Instant::now(),
             log_err: LogLimiter::new(Duration::from_secs(10)),
             log_drop: LogLimiter::new(Duration::from_secs(10)),
-        }
+        })
     }
 
     /// Walks the root: removes stale temporary parts, indexes published ones for retention and
@@ -428,6 +432,9 @@ impl Writer {
             return;
         };
         let n = p.batches.len() as u64;
+        if self.cfg.test_write_delay_us > 0 {
+            std::thread::sleep(Duration::from_micros(self.cfg.test_write_delay_us * n));
+        }
         if n == 1 {
             self.write_batch(&p.batches[0], 1);
             p.batches.into_iter().for_each(crate::batch::release);
@@ -457,12 +464,12 @@ impl Writer {
             }
         }
         p.batches.into_iter().for_each(crate::batch::release);
-        let merged = CounterBatch {
+        let merged = Arc::new(CounterBatch {
             schema,
             ts,
             values,
             part_masks,
-        };
+        });
         self.write_batch(&merged, n);
     }
 
@@ -481,7 +488,7 @@ impl Writer {
 
     /// Writes `batch` (`n` submitted batches): split at hour boundaries, each piece into its
     /// session's open part.
-    fn write_batch(&mut self, batch: &CounterBatch, n: u64) {
+    fn write_batch(&mut self, batch: &Arc<CounterBatch>, n: u64) {
         let rows = batch.rows();
         if rows == 0 {
             return;
@@ -557,7 +564,7 @@ impl Writer {
     /// Returns false when the piece was not written (counted as lost).
     fn write_piece(
         &mut self,
-        batch: &CounterBatch,
+        batch: &Arc<CounterBatch>,
         start: usize,
         end: usize,
         first: i64,
@@ -648,14 +655,19 @@ impl Writer {
             .set_key_value_metadata(Some(static_kv(schema, &self.switch)))
             .build();
         let opts = EncodeOptions::from(&self.cfg);
-        let writer =
-            match PartFile::try_new(BufWriter::with_capacity(1 << 20, file), schema, props, opts) {
-                Ok(w) => w,
-                Err(e) => {
-                    let _ = fs::remove_file(&paths.temp);
-                    return Err(e.into());
-                }
-            };
+        let writer = match PartFile::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            schema,
+            props,
+            opts,
+            Arc::clone(&self.pool),
+        ) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = fs::remove_file(&paths.temp);
+                return Err(e.into());
+            }
+        };
         let hour_end_ns = UtcHour::next_start_ns(first_ns);
         Ok(OpenPart {
             paths,
