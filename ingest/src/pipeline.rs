@@ -519,7 +519,12 @@ impl Pipeline {
     /// control included), flushes their batches to the sinks, and returns the final counters.
     /// Decoder answers still in the channel stay readable ([`Self::poll_replies`]).
     pub fn finish(&mut self, reader: &mut Reader) -> PipelineStats {
-        while self.control_pending() > 0 {
+        // Deferred control goes first (in order); a decoder that died takes its queue with it.
+        while self
+            .workers
+            .iter()
+            .any(|w| !w.deferred.is_empty() && w.thread.as_ref().is_some_and(|t| !t.is_finished()))
+        {
             self.flush_control();
             self.collect_returns(reader);
             std::thread::sleep(Duration::from_micros(200));

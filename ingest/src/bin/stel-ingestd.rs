@@ -550,6 +550,7 @@ fn run(a: Args) -> Result<(), String> {
     let mut rates = Rates::default();
     let mut prev = daemon.status();
     let mut last_tick = Instant::now();
+    let mut last_warn: Option<Instant> = None;
     let files = is_file_input(&daemon);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         daemon.step()?;
@@ -569,10 +570,17 @@ fn run(a: Args) -> Result<(), String> {
             if let Some(g) = daemon.genl_status().filter(|g| g.starts_with("waiting")) {
                 line.push_str(&format!(" | {g}"));
             }
+            let nothing = st.nothing_decoded();
+            if let Some(w) = &nothing {
+                line.push_str(&format!(" | NOTHING DECODED: {w}"));
+            }
             eprintln!("{line}");
-            if let Some(w) = st.nothing_decoded() {
-                // Once per status interval at most: the operator must act.
-                tracing::warn!("Nothing decoded: {w}.");
+            if let Some(w) = nothing {
+                // The operator must act; logged once a minute at most (the line says it each tick).
+                if last_warn.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!("Nothing decoded: {w}.");
+                    last_warn = Some(Instant::now());
+                }
             }
             write_status(&status_file, &st);
             prev = st;
