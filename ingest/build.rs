@@ -38,6 +38,7 @@ fn main() {
         prog.join("src"),
         prog.join("Cargo.toml"),
         prog.join("Cargo.lock"),
+        prog.join(".cargo/config.toml"),
         common.join("src"),
         common.join("Cargo.toml"),
     ] {

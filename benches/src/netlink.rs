@@ -183,7 +183,17 @@ fn daemon(
     {
         cfg.reader.slots = n;
     }
+    // A/B of the slot size (0 = the default: the kernel's largest datagram).
+    if let Some(n) = std::env::var("STEL_BENCH_SLOT_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.reader.slot_bytes = n;
+    }
     cfg.filter.ebpf = ebpf;
+    // Only the registered session passes (the drain run registers none, so the user-space
+    // filter discards every payload right after framing, as it always did here).
+    cfg.filter.policy = stel_ingest::filter::FilterPolicy::Registered;
     // One observation domain: one decoder does the work; the other core runs the emulator.
     cfg.pipeline.decoders = 1;
     cfg.status.file = Default::default();
@@ -201,6 +211,34 @@ struct Paced {
     lost_counters: u64,
     unaccounted: i64,
     kernel_drops: u64,
+    /// Session changes made while data flowed (`STEL_BENCH_CHURN` per second).
+    churn_ops: u64,
+    /// Longest time the reader did not receive, µs (dispatch, session changes, …).
+    max_receive_gap_us: u64,
+}
+
+/// `STEL_BENCH_CHURN=N`: N session registrations/unregistrations per second of other sessions
+/// during each paced run (the session registry must never stall the reader).
+fn churn_rate() -> u64 {
+    std::env::var("STEL_BENCH_CHURN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Sessions of other exporters to register and unregister (domains 100.., templates 1000..).
+fn churn_sessions() -> Vec<Emulator> {
+    (0..64u32)
+        .map(|i| {
+            let mut c = EmuConfig::design();
+            c.ports = 1;
+            c.stats = stel_ingest::emu::default_stats(stel_store::sai::ObjectType::Port, 2);
+            c.domain = 100 + i;
+            c.template_id = 1000 + i as u16;
+            c.profile = format!("churn{i}");
+            Emulator::new(c).expect("churn config")
+        })
+        .collect()
 }
 
 fn paced_run(
@@ -216,12 +254,28 @@ fn paced_run(
     let count = (secs / period.as_secs_f64()) as u64;
     let stop = AtomicBool::new(false);
     let t0 = Instant::now();
+    let churn = churn_sessions();
+    let per_s = churn_rate();
+    let mut on = vec![false; churn.len()];
+    let mut ops = 0u64;
     let (sent, elapsed, st) = std::thread::scope(|s| {
         let h = s.spawn(|| send(w, group, count, Some(period), &stop));
         while !h.is_finished() {
             if let Err(e) = d.step() {
                 stop.store(true, Ordering::Relaxed);
                 return (Err(e), t0.elapsed(), None);
+            }
+            while per_s > 0 && ops < (t0.elapsed().as_secs_f64() * per_s as f64) as u64 {
+                let i = (ops as usize / 2) % churn.len();
+                let e = &churn[i];
+                if on[i] {
+                    d.unregister(&e.cfg.profile, "PORT");
+                } else if let Err(e) = d.register(e.session_spec(), e.session_config()) {
+                    stop.store(true, Ordering::Relaxed);
+                    return (Err(e), t0.elapsed(), None);
+                }
+                on[i] = !on[i];
+                ops += 1;
             }
         }
         let sent = h.join().unwrap_or_else(|_| Err("sender panicked".into()));
@@ -238,7 +292,7 @@ fn paced_run(
     let counted_msgs = st.kernel_drops
         + st.recv.truncated
         + st.pipeline.dispatch.shed_decoder_full
-        + st.pipeline.dispatch.filtered;
+        + st.filter.dropped;
     let unaccounted = lost as i64 - (counted_msgs * w.counters_per_message) as i64;
     let bytes = st.recv.bytes as f64;
     Ok(Paced {
@@ -248,6 +302,8 @@ fn paced_run(
         lost_counters: lost,
         unaccounted,
         kernel_drops: st.kernel_drops,
+        churn_ops: ops,
+        max_receive_gap_us: st.receive_gap_max_us,
     })
 }
 
@@ -316,13 +372,15 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
             group += 1;
             let p = paced_run(&w, group, kind, rate, secs)?;
             eprintln!(
-                "netlink: {kind:?} paced: {:.2} GB/s, {:.0} msgs/s, sent {} msgs, lost {} counters (kernel drops {}), unaccounted {}",
+                "netlink: {kind:?} paced: {:.2} GB/s, {:.0} msgs/s, sent {} msgs, lost {} counters (kernel drops {}), unaccounted {}; {} session changes, longest receive gap {} us",
                 p.bytes_per_s / 1e9,
                 p.msgs_per_s,
                 p.sent_msgs,
                 p.lost_counters,
                 p.kernel_drops,
-                p.unaccounted
+                p.unaccounted,
+                p.churn_ops,
+                p.max_receive_gap_us
             );
             paced.push(p);
         }
@@ -357,5 +415,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "drain_ratio_vs_recv": (uring_drain / recv_drain * 100.0).round() / 100.0,
         "target_rate": rate,
         "runs": runs,
+        "churn_per_s": churn_rate(),
+        "max_receive_gap_us": uring.iter().chain(recv.iter()).map(|p| p.max_receive_gap_us).max(),
     }))
 }

@@ -17,6 +17,8 @@ pub enum SourceKind {
     Usersock,
     /// The built-in emulator, in process, over a local socket pair (no root, no SONiC).
     Demo,
+    /// Capture files, read once (no root): `[source] files`, `stel-ingestd --input FILE…`.
+    File,
 }
 
 /// `[source]`.
@@ -33,6 +35,11 @@ pub struct SourceConfig {
     pub usersock_group: u32,
     /// Socket receive buffer, bytes (SO_RCVBUFFORCE; needs CAP_NET_ADMIN past rmem_max).
     pub rcvbuf_bytes: usize,
+    /// For `kind = "file"`: the files, read in order (IPFIX files, raw netlink recordings,
+    /// pcap / pcapng; see `input_format`).
+    pub files: Vec<PathBuf>,
+    /// For `kind = "file"`: `auto` (from each file's first bytes), `ipfix`, `netlink`, `pcap`.
+    pub input_format: crate::input::InputFormat,
 }
 
 impl Default for SourceConfig {
@@ -43,6 +50,8 @@ impl Default for SourceConfig {
             genl_resync_s: 5,
             usersock_group: 1,
             rcvbuf_bytes: 256 << 20,
+            files: Vec::new(),
+            input_format: crate::input::InputFormat::Auto,
         }
     }
 }
@@ -53,11 +62,23 @@ impl Default for SourceConfig {
 pub struct FilterConfig {
     /// Load the eBPF socket filter (false: filter in user space, same rule).
     pub ebpf: bool,
+    /// `auto` (`registered` for the switch's genl family with a `[state_db]` source, else
+    /// `learn`), `registered` (only STATE_DB / session-file templates pass: SONiC's rule) or
+    /// `learn` (a template seen on the socket is registered by the filter before its data
+    /// arrives).
+    pub policy: crate::filter::FilterPolicy,
+    /// Most template IDs the filter map holds (registered and learned together). A
+    /// registration past it fails as a whole and leaves nothing behind.
+    pub max_templates: u32,
 }
 
 impl Default for FilterConfig {
     fn default() -> Self {
-        Self { ebpf: true }
+        Self {
+            ebpf: true,
+            policy: crate::filter::FilterPolicy::Auto,
+            max_templates: crate::filter::TEMPLATE_MAP_MAX_ENTRIES,
+        }
     }
 }
 
@@ -135,24 +156,52 @@ impl SessionFile {
         let p = self.path.display();
         let text = std::fs::read_to_string(&self.path).map_err(|e| format!("{p}: {e}"))?;
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{p}: {e}"))?;
-        let s = |k: &str| {
-            v.get(k)
-                .and_then(|x| x.as_str())
-                .unwrap_or_default()
-                .to_string()
+        let opt = |k: &str| -> Result<Option<String>, String> {
+            match v.get(k) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+                Some(x) => Err(format!("{p}: {k}: expected a string, got {x}")),
+            }
         };
-        let list = |k: &str| -> Vec<String> {
-            s(k).split(',')
+        let required = |k: &str| -> Result<String, String> {
+            match opt(k)? {
+                Some(s) if !s.is_empty() => Ok(s),
+                _ => Err(format!(
+                    "{p}: missing \"{k}\" (a session needs profile, group, domain and \
+                     session_config_hex; stel-emu --session writes all of them)"
+                )),
+            }
+        };
+        let list = |k: &str| -> Result<Vec<String>, String> {
+            Ok(opt(k)?
+                .unwrap_or_default()
+                .split(',')
                 .filter(|x| !x.is_empty())
                 .map(String::from)
-                .collect()
+                .collect())
         };
-        let object_ids = list("object_ids")
+        let profile = required("profile")?;
+        let group = required("group")?;
+        let domain = match v.get("domain") {
+            Some(d) => d
+                .as_u64()
+                .and_then(|d| u32::try_from(d).ok())
+                .ok_or_else(|| {
+                    format!("{p}: domain: expected an integer 0..=4294967295, got {d}")
+                })?,
+            None => {
+                return Err(format!(
+                    "{p}: missing \"domain\" (the IPFIX observation domain of the session's \
+                     exporter)"
+                ))
+            }
+        };
+        let object_ids = list("object_ids")?
             .iter()
             .map(|x| x.trim().parse::<u16>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("{p}: object_ids: {e}"))?;
-        let hex = s("session_config_hex");
+        let hex = required("session_config_hex")?;
         if hex.len() % 2 != 0 {
             return Err(format!("{p}: session_config_hex: odd length"));
         }
@@ -161,10 +210,10 @@ impl SessionFile {
             .collect::<Result<Vec<u8>, _>>()
             .map_err(|e| format!("{p}: session_config_hex: {e}"))?;
         let spec = crate::decode::SessionSpec {
-            profile: s("profile"),
-            group: s("group"),
-            domain: v.get("domain").and_then(|d| d.as_u64()).unwrap_or(0) as u32,
-            object_names: list("object_names"),
+            profile,
+            group,
+            domain,
+            object_names: list("object_names")?,
             object_ids,
         };
         Ok((spec, config))
@@ -254,6 +303,13 @@ impl DaemonConfig {
                     .into(),
             });
         }
+        if cfg.source.kind == SourceKind::File && cfg.source.files.is_empty() {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: "source.kind = \"file\" needs source.files (or stel-ingestd --input FILE)"
+                    .into(),
+            });
+        }
         if !(1..=32).contains(&cfg.source.usersock_group) {
             return Err(ConfigError::Parse {
                 path: path.to_owned(),
@@ -334,6 +390,42 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("needs [history]"), "{e}");
+    }
+
+    /// A session file without profile, group or domain is an error naming the field (it used
+    /// to register a session named "" / domain 0).
+    #[test]
+    fn session_file_names_a_missing_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = serde_json::json!({
+            "profile": "p", "group": "PORT", "domain": 3,
+            "object_names": "Ethernet0", "object_ids": "1",
+            "session_config_hex": "000a0010000000000000000000000003",
+        });
+        let f = SessionFile {
+            path: dir.path().join("s.json"),
+        };
+        std::fs::write(&f.path, full.to_string()).unwrap();
+        let (spec, cfg) = f.load().unwrap();
+        assert_eq!(
+            (spec.profile.as_str(), spec.group.as_str(), spec.domain),
+            ("p", "PORT", 3)
+        );
+        assert_eq!(cfg.len(), 16);
+        for field in ["profile", "group", "domain", "session_config_hex"] {
+            let mut v = full.clone();
+            v.as_object_mut().unwrap().remove(field);
+            std::fs::write(&f.path, v.to_string()).unwrap();
+            let e = f.load().unwrap_err();
+            assert!(e.contains(&format!("missing \"{field}\"")), "{field}: {e}");
+        }
+        let mut v = full.clone();
+        v["domain"] = serde_json::json!("7");
+        std::fs::write(&f.path, v.to_string()).unwrap();
+        assert!(f
+            .load()
+            .unwrap_err()
+            .contains("domain: expected an integer"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The daemon's receive loop, wired: socket → (eBPF filter) → [`Reader`] → [`Pipeline`] → sinks,
-//! plus the control plane that registers sessions (decoders and filter map together).
+//! The daemon's receive loop, wired: socket (or capture files) → (eBPF filter) → [`Reader`] →
+//! [`Pipeline`] → sinks. Sessions are the [`SessionRegistry`]'s: this file only hands it the
+//! filter and the pipeline, and polls it every round so acknowledgements never block receive.
 //!
 //! Start-up is split in two so privileges can be dropped between them ([`crate::sys::caps`]):
 //! [`Daemon::setup`] does everything that needs CAP_NET_ADMIN / CAP_BPF (socket, multicast
@@ -16,28 +17,34 @@ use std::{
 
 use crate::{
     config::{DaemonConfig, SourceKind},
-    decode::{session_template_ids, SessionSpec},
-    filter::TemplateFilter,
+    decode::{Malformed, SessionSpec},
+    filter::{FilterPolicy, TemplateFilter},
     genl::{GenlConfig, GenlSource, GenlSourceConfig},
+    input::{FileInput, InputStats},
     pipeline::{Pipeline, PipelineStats, Sink},
     reader::Reader,
+    sessions::{Ack, SessionRegistry, SessionStats},
     sinks::StatusSource,
+    sources::state_db::{SessionAcker, SessionEvent},
     sys::{self, netlink::NetlinkSocket, slots::Lease, uring::RecvStats, SysError},
 };
 
-/// The socket the daemon reads.
+/// What the daemon reads.
 #[derive(Debug)]
 enum Socket {
     Netlink(NetlinkSocket),
     /// The demo's end of a local datagram socket pair.
     Local(OwnedFd),
+    /// Capture files: no socket at all.
+    Files,
 }
 
 impl Socket {
-    fn fd(&self) -> BorrowedFd<'_> {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
-            Socket::Netlink(s) => s.as_fd(),
-            Socket::Local(f) => f.as_fd(),
+            Socket::Netlink(s) => Some(s.as_fd()),
+            Socket::Local(f) => Some(f.as_fd()),
+            Socket::Files => None,
         }
     }
 }
@@ -47,11 +54,24 @@ impl Socket {
 pub struct FilterStatus {
     /// `kernel` (eBPF) or `user_space`.
     pub kind: &'static str,
+    /// `registered` or `learn`.
+    pub policy: &'static str,
+    /// Template IDs registered by sessions (plus, in user space, learned ones).
     pub templates: usize,
+    /// Most template IDs the filter holds.
+    pub max_templates: u32,
+    /// Messages examined (kernel: datagrams; user space: netlink payloads / IPFIX messages).
     pub seen: u64,
     pub kept: u64,
+    /// Messages dropped: data of templates that are not registered (or not yet learned).
     pub dropped: u64,
     pub too_short: u64,
+    /// Template IDs the filter registered itself from template sets (policy `learn`).
+    pub learned: u64,
+    /// Learned IDs the map had no room for.
+    pub learn_failed: u64,
+    /// Set ID of the last dropped message's first data set (0: none dropped).
+    pub last_dropped_template: u16,
 }
 
 /// Everything the daemon counts. Serialised into the status file each interval.
@@ -60,15 +80,76 @@ pub struct DaemonStatus {
     pub source: String,
     pub reader: &'static str,
     pub recv: RecvStats,
+    /// Longest time, µs, the reader spent between two receive waits (dispatching, session
+    /// changes, status output): how long the socket went unread.
+    pub receive_gap_max_us: u64,
+    /// Such gaps longer than 10 ms.
+    pub receive_gaps_over_10ms: u64,
+    /// File input counters (`--input`); absent for sockets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<InputStats>,
     /// Datagrams the kernel dropped on our socket because its buffer was full (SO_MEMINFO
     /// SK_MEMINFO_DROPS): true loss, counted as lost.
     pub kernel_drops: u64,
     pub filter: FilterStatus,
     pub pipeline: PipelineStats,
+    /// Sessions registered now.
     pub sessions: usize,
+    /// The session registry's counters.
+    pub session_registry: SessionStats,
     /// Per sink, whatever the sink reports.
     pub sinks: serde_json::Map<String, serde_json::Value>,
     pub capabilities_dropped: bool,
+}
+
+impl DaemonStatus {
+    /// Why nothing was decoded although input arrived, with the fix — `None` when something was
+    /// decoded or nothing arrived. The status line and the stop message print it at WARN.
+    pub fn nothing_decoded(&self) -> Option<String> {
+        let d = &self.pipeline.decode;
+        if d.records > 0 || self.recv.datagrams + self.filter.dropped == 0 {
+            return None;
+        }
+        let f = &self.filter;
+        if f.dropped > 0 {
+            let t = f.last_dropped_template;
+            return Some(match f.policy {
+                "registered" => format!(
+                    "{} messages filtered: template {t} not registered (filter policy \
+                     registered); pass --session FILE, register it in STATE_DB, or --filter learn",
+                    f.dropped
+                ),
+                _ => format!(
+                    "{} messages filtered: template {t} was never announced (data arrived \
+                     without its template set); the exporter must send its templates, or pass \
+                     --session FILE",
+                    f.dropped
+                ),
+            });
+        }
+        let unknown = d.malformed(Malformed::UnknownTemplate);
+        if unknown > 0 {
+            return Some(format!(
+                "{unknown} data sets of unknown templates discarded: no template arrived for \
+                 them; pass --session FILE or make the exporter send its templates"
+            ));
+        }
+        if self.recv.truncated > 0 {
+            return Some(format!(
+                "{} datagrams truncated: larger than a receive slot; raise [reader] slot_bytes \
+                 (0 = the kernel's largest)",
+                self.recv.truncated
+            ));
+        }
+        let bad = d.malformed_total();
+        if bad > 0 {
+            return Some(format!(
+                "{bad} malformed inputs discarded (see `malformed` in the status): the input is \
+                 not HFT IPFIX as stel reads it; check --input-format / the exporter"
+            ));
+        }
+        None
+    }
 }
 
 /// A wired, running (after [`Daemon::start`]) ingest loop.
@@ -84,8 +165,12 @@ pub struct Daemon {
     leases: Vec<Lease>,
     next_genl_poll: Instant,
     source_desc: String,
-    sessions: Vec<(String, String, u32, Vec<u16>)>,
+    sessions: SessionRegistry,
     caps_dropped: bool,
+    /// When the last receive wait returned (for the receive-gap figures).
+    last_poll_end: Option<Instant>,
+    gap_max: Duration,
+    gaps_over_10ms: u64,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -128,6 +213,10 @@ impl Daemon {
                 let d = format!("NETLINK_USERSOCK group {}", cfg.source.usersock_group);
                 (Socket::Netlink(s), d)
             }
+            SourceKind::File => (
+                Socket::Files,
+                format!("{} input file(s)", cfg.source.files.len()),
+            ),
             SourceKind::Genl => {
                 let names = GenlConfig::from_constants_file(&cfg.source.constants)
                     .map_err(|e| e.to_string())?;
@@ -148,20 +237,40 @@ impl Daemon {
                 tracing::warn!(error = %e, "Could not set the receive buffer; using the default.");
             }
         }
-        let mut filter = if cfg.filter.ebpf {
-            TemplateFilter::new()
-        } else {
-            TemplateFilter::user_space()
+        let max = cfg.filter.max_templates;
+        let mut filter = match socket.fd() {
+            None => TemplateFilter::user_space_quiet(max),
+            Some(_) if cfg.filter.ebpf => TemplateFilter::with_capacity(max),
+            Some(_) => {
+                tracing::warn!(
+                    "template filter: user space by request (eBPF socket filter not loaded)"
+                );
+                TemplateFilter::user_space_quiet(max)
+            }
         };
-        if let Err(e) = filter.attach(socket.fd()) {
-            tracing::error!(error = %e, "Could not attach the eBPF filter; filtering in user space.");
-            filter = TemplateFilter::user_space();
+        if let Some(fd) = socket.fd() {
+            if let Err(e) = filter.attach(fd) {
+                tracing::error!(error = %e, "Could not attach the eBPF filter; filtering in user space.");
+                filter = TemplateFilter::user_space_quiet(max);
+            }
         }
-        let reader = Reader::new(socket.fd(), &cfg.reader).map_err(|e| e.to_string())?;
+        let policy = cfg
+            .filter
+            .policy
+            .resolve(cfg.source.kind == SourceKind::Genl && cfg.state_db.is_some());
+        filter.set_policy(policy).map_err(|e| e.to_string())?;
+        let reader = match socket.fd() {
+            Some(fd) => Reader::new(fd, &cfg.reader).map_err(|e| e.to_string())?,
+            None => Reader::files(
+                FileInput::new(cfg.source.files.clone(), cfg.source.input_format),
+                &cfg.reader,
+            ),
+        };
         tracing::info!(
             source = %source_desc,
             reader = reader.kind(),
             filter = if filter.is_kernel() { "ebpf" } else { "user_space" },
+            policy = policy.name(),
             "Receive path set up."
         );
         let mut me = Self {
@@ -176,8 +285,11 @@ impl Daemon {
             leases: Vec::with_capacity(256),
             next_genl_poll: Instant::now(),
             source_desc,
-            sessions: Vec::new(),
+            sessions: SessionRegistry::new(),
             caps_dropped: false,
+            last_poll_end: None,
+            gap_max: Duration::ZERO,
+            gaps_over_10ms: 0,
         };
         // The first genl poll resolves the family and joins the group while we still may.
         me.poll_genl(Duration::ZERO);
@@ -223,51 +335,71 @@ impl Daemon {
         sinks
     }
 
-    fn pipeline(&self) -> &Pipeline {
-        self.pipeline.as_ref().expect("Daemon::start not called")
-    }
-
-    /// Registers a session: decoders learn its templates and names, the filter its template
-    /// IDs. Re-registering the same profile/group replaces it.
+    /// Registers a session (see [`SessionRegistry::register`]): validated, filter updated all or
+    /// nothing, queued for its decoder in order with the data; returns without waiting for the
+    /// decoder. Re-registering the same profile/group replaces it.
     ///
     /// # Errors
-    /// Invalid templates or labels; the filter map refusing the IDs.
+    /// Invalid templates or labels, a template another session holds, the filter refusing an
+    /// ID; nothing changed.
     pub fn register(&mut self, spec: SessionSpec, session_config: Vec<u8>) -> Result<(), String> {
-        let tids = session_template_ids(&session_config).map_err(|e| e.to_string())?;
-        let (profile, group, domain) = (spec.profile.clone(), spec.group.clone(), spec.domain);
-        self.unregister(&profile, &group);
-        self.pipeline().register(spec, session_config)?;
-        for &t in &tids {
-            self.filter.register(t).map_err(|e| e.to_string())?;
-        }
-        self.sessions.push((profile, group, domain, tids));
-        Ok(())
+        self.register_acked(spec, session_config, None)
     }
 
-    /// Unregisters a session (decoders flush it; its template IDs leave the filter map unless
-    /// another session uses them).
-    pub fn unregister(&mut self, profile: &str, group: &str) {
-        let Some(i) = self
-            .sessions
-            .iter()
-            .position(|(p, g, ..)| p == profile && g == group)
-        else {
-            return;
-        };
-        let (profile, group, domain, tids) = self.sessions.swap_remove(i);
-        for t in tids {
-            if !self.sessions.iter().any(|s| s.3.contains(&t)) {
-                if let Err(e) = self.filter.unregister(t) {
-                    tracing::warn!(template = t, error = %e, "Filter map update failed.");
+    /// [`Self::register`] with an acknowledgement that runs once the decoder applied it.
+    ///
+    /// # Errors
+    /// As [`Self::register`]; `ack` is dropped uncalled.
+    pub fn register_acked(
+        &mut self,
+        spec: SessionSpec,
+        session_config: Vec<u8>,
+        ack: Option<Ack>,
+    ) -> Result<(), String> {
+        let pipeline = self.pipeline.as_mut().expect("Daemon::start not called");
+        self.sessions
+            .register(spec, session_config, &mut self.filter, pipeline, ack)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Unregisters a session (its decoder flushes it; its template IDs leave the filter unless
+    /// another session uses them). Returns whether it existed.
+    pub fn unregister(&mut self, profile: &str, group: &str) -> bool {
+        let pipeline = self.pipeline.as_mut().expect("Daemon::start not called");
+        self.sessions
+            .unregister(profile, group, &mut self.filter, pipeline)
+    }
+
+    /// Applies a STATE_DB change; a registration is acknowledged (`config_version` + 1) once its
+    /// decoder applied it, or rejected with the reason.
+    pub fn apply_state_db(&mut self, ev: SessionEvent, acker: &SessionAcker) {
+        match ev {
+            SessionEvent::Register {
+                key,
+                spec,
+                session_config,
+                config_version,
+                ..
+            } => {
+                let a = acker.clone();
+                let k = key.clone();
+                let ack: Ack = Box::new(move |r: Result<(), String>| match r {
+                    Ok(()) => a.applied(&k, config_version),
+                    Err(e) => a.rejected(&k, &e),
+                });
+                if let Err(e) = self.register_acked(spec, session_config, Some(ack)) {
+                    acker.rejected(&key, &e);
                 }
             }
+            SessionEvent::Unregister { profile, group, .. } => {
+                self.unregister(&profile, &group);
+            }
         }
-        self.pipeline()
-            .control(crate::pipeline::Control::Unregister {
-                profile,
-                group,
-                domain,
-            });
+    }
+
+    /// The session registry (read-only).
+    pub fn sessions(&self) -> &SessionRegistry {
+        &self.sessions
     }
 
     fn poll_genl(&mut self, timeout: Duration) {
@@ -278,7 +410,7 @@ impl Daemon {
         match g.poll(s, timeout) {
             Ok(Some(crate::genl::Change::Rejoined { .. })) => {
                 // The exporter restarted: its sequence numbers start over.
-                if let Some(p) = self.pipeline.as_ref() {
+                if let Some(p) = self.pipeline.as_mut() {
                     p.broadcast_reset_sequences();
                 }
             }
@@ -293,17 +425,27 @@ impl Daemon {
     /// # Errors
     /// The receive failing for good (anything but timeouts/interrupts).
     pub fn step(&mut self) -> Result<usize, String> {
+        if let Some(t) = self.last_poll_end {
+            let gap = t.elapsed();
+            self.gap_max = self.gap_max.max(gap);
+            self.gaps_over_10ms += u64::from(gap > Duration::from_millis(10));
+        }
         let mut leases = std::mem::take(&mut self.leases);
-        self.reader.poll(&mut leases).map_err(|e| e.to_string())?;
+        let polled = self.reader.poll(&mut leases).map_err(|e| e.to_string());
+        self.last_poll_end = Some(Instant::now());
+        polled?;
         let n = leases.len();
+        let framing = self.reader.framing();
         let pipeline = self.pipeline.as_mut().expect("Daemon::start not called");
-        let filter = &self.filter;
+        let filter = &mut self.filter;
         let user_filter = !filter.is_kernel();
         let mut keep = |p: &[u8]| !user_filter || filter.keep(p);
         for l in leases.drain(..) {
-            pipeline.dispatch(&mut self.reader, l, &mut keep);
+            pipeline.dispatch(&mut self.reader, l, framing, &mut keep);
         }
         pipeline.collect_returns(&mut self.reader);
+        pipeline.flush_control();
+        self.sessions.poll(&mut self.filter, pipeline);
         self.leases = leases;
         if self.genl.is_some() && Instant::now() >= self.next_genl_poll {
             self.poll_genl(Duration::ZERO);
@@ -317,16 +459,30 @@ impl Daemon {
         self.genl.as_ref().map(|g| g.status().to_string())
     }
 
+    /// File input: true once every file was read and dispatched (the caller then finishes).
+    pub fn input_done(&self) -> bool {
+        self.reader.finished()
+    }
+
     /// Snapshot of every counter.
     pub fn status(&self) -> DaemonStatus {
-        let kernel_drops = sys::meminfo_drops(self.socket.fd()).unwrap_or(0);
+        let kernel_drops = self
+            .socket
+            .fd()
+            .and_then(|fd| sys::meminfo_drops(fd).ok())
+            .unwrap_or(0);
         let mut filter = FilterStatus {
             kind: if self.filter.is_kernel() {
                 "kernel"
             } else {
                 "user_space"
             },
+            policy: match self.filter.policy() {
+                FilterPolicy::Registered => "registered",
+                _ => "learn",
+            },
             templates: self.filter.templates().len(),
+            max_templates: self.filter.max_templates(),
             ..Default::default()
         };
         if let Ok(s) = self.filter.stats() {
@@ -334,8 +490,23 @@ impl Daemon {
             filter.kept = s.kept;
             filter.dropped = s.dropped;
             filter.too_short = s.too_short;
+            filter.learned = s.learned;
+            filter.learn_failed = s.learn_failed;
+            filter.last_dropped_template = s.last_dropped_set_id as u16;
         }
         let sinks = self.sink_stats();
+        let input = self.reader.input_stats();
+        let mut pipeline = self
+            .pipeline
+            .as_ref()
+            .map(|p| p.stats())
+            .unwrap_or_default();
+        if let Some(i) = &input {
+            // Unreadable capture records are malformed input like any other.
+            pipeline.decode.malformed[Malformed::InputRecordUnreadable as usize] +=
+                i.unreadable_records;
+            pipeline.decode.discarded_bytes += i.discarded_bytes;
+        }
         DaemonStatus {
             source: match self.genl_status() {
                 Some(g) => format!("{} ({g})", self.source_desc),
@@ -343,14 +514,14 @@ impl Daemon {
             },
             reader: self.reader.kind(),
             recv: self.reader.stats(),
+            receive_gap_max_us: self.gap_max.as_micros() as u64,
+            receive_gaps_over_10ms: self.gaps_over_10ms,
+            input,
             kernel_drops,
             filter,
-            pipeline: self
-                .pipeline
-                .as_ref()
-                .map(|p| p.stats())
-                .unwrap_or_default(),
+            pipeline,
             sessions: self.sessions.len(),
+            session_registry: self.sessions.stats(),
             sinks,
             capabilities_dropped: self.caps_dropped,
         }
@@ -382,10 +553,22 @@ impl Daemon {
                 }
             }
         }
-        let mut status = self.status();
         if let Some(p) = self.pipeline.take() {
-            status.pipeline = p.finish(&mut self.reader);
+            // Everything queued is decoded, then the last acknowledgements are collected.
+            let mut p = p;
+            let stats = p.finish(&mut self.reader);
+            self.sessions.poll(&mut self.filter, &mut p);
+            let mut status = self.status();
+            status.pipeline = stats;
+            if let Some(i) = &status.input {
+                status.pipeline.decode.malformed[Malformed::InputRecordUnreadable as usize] +=
+                    i.unreadable_records;
+                status.pipeline.decode.discarded_bytes += i.discarded_bytes;
+            }
+            status.sinks = self.sink_stats();
+            return status;
         }
+        let mut status = self.status();
         status.sinks = self.sink_stats();
         status
     }

@@ -34,14 +34,58 @@
 //! sequence gap can be filter drops rather than loss when one observation domain carries both
 //! registered and unregistered templates; [`FilterStats::dropped`] tells them apart.
 
-use std::{
-    os::fd::BorrowedFd,
-    sync::atomic::{AtomicU64, Ordering::Relaxed},
-};
+use std::os::fd::BorrowedFd;
 
 pub use stel_ebpf_common::{
-    classify, FilterStats, Framing, Verdict, STATS_MAP, TEMPLATE_MAP, TEMPLATE_MAP_MAX_ENTRIES,
+    classify, learn_templates, FilterStats, Framing, Verdict, CONFIG_MAP, STATS_MAP, TEMPLATE_MAP,
+    TEMPLATE_MAP_MAX_ENTRIES,
 };
+
+/// Which template IDs the filter keeps data of (see [`stel_ebpf_common`]'s "Policies").
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FilterPolicy {
+    /// `registered` where a STATE_DB source is configured on the switch's genl family, else
+    /// `learn`.
+    #[default]
+    Auto,
+    /// Only templates registered by the control plane (STATE_DB, session files): SONiC's
+    /// "discard" rule. Data of any other template is dropped (counted in `filter.dropped`).
+    Registered,
+    /// A template seen on the socket registers its IDs in the filter before its data arrives
+    /// (in the kernel, in the sender's context); data of never-announced templates is dropped.
+    Learn,
+}
+
+impl FilterPolicy {
+    /// `Auto` resolved: `registered` only for the switch's genl family with STATE_DB.
+    pub fn resolve(self, genl_with_state_db: bool) -> Self {
+        match self {
+            Self::Auto if genl_with_state_db => Self::Registered,
+            Self::Auto => Self::Learn,
+            p => p,
+        }
+    }
+
+    /// The snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Registered => "registered",
+            Self::Learn => "learn",
+        }
+    }
+}
 
 /// Why the kernel filter is not available.
 #[derive(Debug, thiserror::Error)]
@@ -72,9 +116,9 @@ pub enum FilterError {
     /// A template ID below 256 (those are set IDs, not templates).
     #[error("template ID {0} is not a data set ID (must be >= 256)")]
     InvalidTemplateId(u16),
-    /// More than [`TEMPLATE_MAP_MAX_ENTRIES`] registered templates.
-    #[error("more than {TEMPLATE_MAP_MAX_ENTRIES} templates registered")]
-    TooManyTemplates,
+    /// More templates than the map holds.
+    #[error("the template filter holds at most {0} template IDs (raise [filter] max_templates)")]
+    TooManyTemplates(u32),
 }
 
 /// A set of template IDs: a 65,536-bit bitmap (8 KiB), O(1) without hashing.
@@ -155,44 +199,12 @@ pub fn datagram_verdict(datagram: &[u8], templates: &TemplateSet) -> Verdict {
     classify(datagram, Framing::Netlink, |t| templates.contains(t))
 }
 
-/// Counters of the user-space fallback (atomics so [`TemplateFilter::keep`] takes `&self`).
-#[derive(Debug, Default)]
-struct UserCounters {
-    seen: AtomicU64,
-    kept: AtomicU64,
-    dropped: AtomicU64,
-    too_short: AtomicU64,
-}
-
-impl UserCounters {
-    #[inline]
-    fn count(&self, v: Verdict) {
-        self.seen.fetch_add(1, Relaxed);
-        if v.keep() {
-            self.kept.fetch_add(1, Relaxed);
-        } else {
-            self.dropped.fetch_add(1, Relaxed);
-        }
-        if v == Verdict::TooShort {
-            self.too_short.fetch_add(1, Relaxed);
-        }
-    }
-
-    fn get(&self) -> FilterStats {
-        FilterStats {
-            seen: self.seen.load(Relaxed),
-            kept: self.kept.load(Relaxed),
-            dropped: self.dropped.load(Relaxed),
-            too_short: self.too_short.load(Relaxed),
-        }
-    }
-}
-
 /// The loaded kernel program and its maps, opened into typed handles (a key/value size mismatch
 /// with the object is an error at load, not a miscount later).
 struct Kernel {
     ebpf: aya::Ebpf,
     templates: aya::maps::HashMap<aya::maps::MapData, u16, u8>,
+    config: aya::maps::Array<aya::maps::MapData, u32>,
     stats: aya::maps::PerCpuArray<aya::maps::MapData, FilterStats>,
 }
 
@@ -215,8 +227,13 @@ enum Backend {
 #[derive(Debug)]
 pub struct TemplateFilter {
     backend: Backend,
+    /// Template IDs registered by the control plane (and, in user space, learned).
     templates: TemplateSet,
-    user: UserCounters,
+    /// Most template IDs the map holds.
+    max_templates: u32,
+    policy: FilterPolicy,
+    /// The user-space fallback's counters (owned by the reader thread).
+    user: FilterStats,
 }
 
 #[cfg(stel_ebpf)]
@@ -240,7 +257,12 @@ impl TemplateFilter {
     /// error level (it copies every message to user space first). Call before dropping
     /// capabilities: loading needs CAP_BPF.
     pub fn new() -> Self {
-        match Self::kernel() {
+        Self::with_capacity(TEMPLATE_MAP_MAX_ENTRIES)
+    }
+
+    /// As [`Self::new`], with a template map of `max_templates` entries.
+    pub fn with_capacity(max_templates: u32) -> Self {
+        match Self::kernel_with_capacity(max_templates) {
             Ok(f) => {
                 tracing::info!("template filter: eBPF socket filter loaded (kernel path)");
                 f
@@ -251,7 +273,7 @@ impl TemplateFilter {
                     "template filter: eBPF socket filter NOT available, filtering in user space \
                      (every message is copied to the daemon before it is dropped)"
                 );
-                Self::fallback(e.to_string())
+                Self::fallback(e.to_string(), max_templates)
             }
         }
     }
@@ -262,8 +284,19 @@ impl TemplateFilter {
     /// # Errors
     /// [`FilterError`]: not built, no CAP_BPF, verifier rejection, a map layout mismatch.
     pub fn kernel() -> Result<Self, FilterError> {
+        Self::kernel_with_capacity(TEMPLATE_MAP_MAX_ENTRIES)
+    }
+
+    /// As [`Self::kernel`], with a template map of `max_templates` entries.
+    ///
+    /// # Errors
+    /// As [`Self::kernel`].
+    pub fn kernel_with_capacity(max_templates: u32) -> Result<Self, FilterError> {
         let obj = OBJECT.ok_or(FilterError::NotBuilt(NOT_BUILT))?;
-        let mut ebpf = aya::Ebpf::load(obj)?;
+        let max_templates = max_templates.max(1);
+        let mut ebpf = aya::EbpfLoader::new()
+            .map_max_entries(TEMPLATE_MAP, max_templates)
+            .load(obj)?;
         let program: &mut aya::programs::SocketFilter = ebpf
             .program_mut(stel_ebpf_common::PROGRAM_NAME)
             .ok_or(FilterError::Missing("socket filter program"))?
@@ -291,29 +324,79 @@ impl TemplateFilter {
             what: STATS_MAP,
             source,
         })?;
+        let config = ebpf
+            .take_map(CONFIG_MAP)
+            .ok_or(FilterError::Missing(CONFIG_MAP))?;
+        let config = aya::maps::Array::try_from(config).map_err(|source| FilterError::Map {
+            what: CONFIG_MAP,
+            source,
+        })?;
         Ok(Self {
             backend: Backend::Kernel(Box::new(Kernel {
                 ebpf,
                 templates,
+                config,
                 stats,
             })),
             templates: TemplateSet::new(),
-            user: UserCounters::default(),
+            max_templates,
+            policy: FilterPolicy::Registered,
+            user: FilterStats::default(),
         })
     }
 
     /// The user-space filter, chosen explicitly (e.g. a `--no-ebpf` option); logged at warn.
     pub fn user_space() -> Self {
         tracing::warn!("template filter: user space by request (eBPF socket filter not loaded)");
-        Self::fallback("user-space filtering requested".into())
+        Self::user_space_quiet(TEMPLATE_MAP_MAX_ENTRIES)
     }
 
-    fn fallback(reason: String) -> Self {
+    /// The user-space filter, where no socket exists to attach to (file input): not logged.
+    pub fn user_space_quiet(max_templates: u32) -> Self {
+        Self::fallback("user-space filtering requested".into(), max_templates)
+    }
+
+    fn fallback(reason: String, max_templates: u32) -> Self {
         Self {
             backend: Backend::User { reason },
             templates: TemplateSet::new(),
-            user: UserCounters::default(),
+            max_templates: max_templates.max(1),
+            policy: FilterPolicy::Registered,
+            user: FilterStats::default(),
         }
+    }
+
+    /// Sets the policy (`Auto` must be resolved first; it counts as `learn`). Live: the kernel
+    /// program reads it per datagram.
+    ///
+    /// # Errors
+    /// The config map update failing.
+    pub fn set_policy(&mut self, policy: FilterPolicy) -> Result<(), FilterError> {
+        let policy = policy.resolve(false);
+        if let Backend::Kernel(k) = &mut self.backend {
+            let v = match policy {
+                FilterPolicy::Registered => stel_ebpf_common::POLICY_REGISTERED,
+                _ => stel_ebpf_common::POLICY_LEARN,
+            };
+            k.config
+                .set(stel_ebpf_common::CONFIG_POLICY, v, 0)
+                .map_err(|source| FilterError::Map {
+                    what: CONFIG_MAP,
+                    source,
+                })?;
+        }
+        self.policy = policy;
+        Ok(())
+    }
+
+    /// The policy in force (`registered` or `learn`).
+    pub fn policy(&self) -> FilterPolicy {
+        self.policy
+    }
+
+    /// Most template IDs the map holds.
+    pub fn max_templates(&self) -> u32 {
+        self.max_templates
     }
 
     /// True when the kernel program does the filtering.
@@ -365,19 +448,29 @@ impl TemplateFilter {
         if tid < stel_ebpf_common::MIN_DATA_SET_ID {
             return Err(FilterError::InvalidTemplateId(tid));
         }
-        if self.templates.contains(tid) {
+        if self.templates.contains(tid) && !self.is_kernel() {
             return Ok(());
         }
-        if self.templates.len() >= TEMPLATE_MAP_MAX_ENTRIES as usize {
-            return Err(FilterError::TooManyTemplates);
-        }
-        if let Backend::Kernel(k) = &mut self.backend {
-            k.templates
+        match &mut self.backend {
+            // The kernel map is the authority on room: it may hold IDs the program learned.
+            Backend::Kernel(k) => k
+                .templates
                 .insert(tid, stel_ebpf_common::TEMPLATE_REGISTERED, 0)
-                .map_err(|source| FilterError::Map {
-                    what: TEMPLATE_MAP,
-                    source,
-                })?;
+                .map_err(|source| match &source {
+                    aya::maps::MapError::SyscallError(e)
+                        if e.io_error.raw_os_error() == Some(libc::E2BIG) =>
+                    {
+                        FilterError::TooManyTemplates(self.max_templates)
+                    }
+                    _ => FilterError::Map {
+                        what: TEMPLATE_MAP,
+                        source,
+                    },
+                })?,
+            Backend::User { .. } if self.templates.len() >= self.max_templates as usize => {
+                return Err(FilterError::TooManyTemplates(self.max_templates));
+            }
+            Backend::User { .. } => {}
         }
         self.templates.insert(tid);
         Ok(())
@@ -392,12 +485,19 @@ impl TemplateFilter {
             return Ok(());
         }
         if let Backend::Kernel(k) = &mut self.backend {
-            k.templates
-                .remove(&tid)
-                .map_err(|source| FilterError::Map {
-                    what: TEMPLATE_MAP,
-                    source,
-                })?;
+            match k.templates.remove(&tid) {
+                Ok(()) => {}
+                // Gone already (never learned by the kernel, or removed): the goal is met.
+                Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(source) => {
+                    return Err(FilterError::Map {
+                        what: TEMPLATE_MAP,
+                        source,
+                    })
+                }
+            }
         }
         self.templates.remove(tid);
         Ok(())
@@ -411,12 +511,33 @@ impl TemplateFilter {
     /// Whether the caller should decode this IPFIX payload. Kernel filter: always true (the kernel
     /// already dropped what it drops; no work here). Fallback: the filter rule, counted.
     #[inline]
-    pub fn keep(&self, ipfix_payload: &[u8]) -> bool {
+    pub fn keep(&mut self, ipfix_payload: &[u8]) -> bool {
         if self.is_kernel() {
             return true;
         }
         let v = payload_verdict(ipfix_payload, &self.templates);
         self.user.count(v);
+        if v == Verdict::Drop {
+            if let Some(&[a, b]) = ipfix_payload.get(16..18) {
+                self.user.last_dropped_set_id = u64::from(u16::from_be_bytes([a, b]));
+            }
+        }
+        if v == Verdict::Template && self.policy == FilterPolicy::Learn {
+            let (set, max, stats) = (
+                &mut self.templates,
+                self.max_templates as usize,
+                &mut self.user,
+            );
+            learn_templates(ipfix_payload, Framing::Ipfix, |tid| {
+                if set.contains(tid) {
+                } else if set.len() < max {
+                    set.insert(tid);
+                    stats.learned += 1;
+                } else {
+                    stats.learn_failed += 1;
+                }
+            });
+        }
         v.keep()
     }
 
@@ -427,7 +548,7 @@ impl TemplateFilter {
     /// The per-CPU map lookup failing.
     pub fn stats(&self) -> Result<FilterStats, FilterError> {
         match &self.backend {
-            Backend::User { .. } => Ok(self.user.get()),
+            Backend::User { .. } => Ok(self.user),
             Backend::Kernel(k) => {
                 let per_cpu = k
                     .stats

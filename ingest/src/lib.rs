@@ -1,8 +1,9 @@
 //! stel-ingest: the daemon's data path.
 //!
-//! In flow order: [`netlink`] frames (nlmsghdr + genlmsghdr around raw IPFIX) → [`ipfix`] wire
+//! In flow order: [`reader`] (sockets, or capture files through [`input`]) → [`netlink`] frames (nlmsghdr + genlmsghdr around raw IPFIX) → [`ipfix`] wire
 //! format and template compilation → [`decode`] (per-core decoder: bytes → Arrow counter batches,
-//! sequence accounting, every malformed input counted) → sinks. [`emu`] is the switch stand-in
+//! sequence accounting, every malformed input counted) → sinks. [`sessions`] owns what sessions
+//! exist and applies them to the filter and the decoders together. [`emu`] is the switch stand-in
 //! (`stel-emu`) built on the same encoder; [`sys`] holds the few unsafe syscall wrappers.
 //!
 //! `decode` does no I/O so benchmarks and fuzzers drive it with plain byte slices.
@@ -13,10 +14,12 @@ pub mod decode;
 pub mod emu;
 pub mod filter;
 pub mod genl;
+pub mod input;
 pub mod ipfix;
 pub mod netlink;
 pub mod pipeline;
 pub mod reader;
+pub mod sessions;
 pub mod sinks;
 pub mod sources;
 pub mod sys;

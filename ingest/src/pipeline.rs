@@ -2,11 +2,12 @@
 //! threads, whose batches fan out to the sinks.
 //!
 //! ```text
-//!             ┌─ jobs ring (Lease) ──▶ decoder 0 ── Arc<CounterBatch> ──▶ sinks (own queues)
-//!  reader ────┤                            │
-//!  (dispatch) └─ jobs ring (Lease) ──▶ decoder 1 ...
-//!      ▲                                   │
-//!      └──────────── returns ring (Lease) ◀┘   (slot back to the kernel when its last lease is in)
+//!             ┌─ jobs ring (Job) ──▶ decoder 0 ── Arc<CounterBatch> ──▶ sinks (own queues)
+//!  reader ────┤                          │
+//!  (dispatch) └─ jobs ring (Job) ──▶ decoder 1 ...
+//!      ▲                                 │
+//!      ├──────────── returns ring (Lease) ◀┘   (slot back to the kernel when its last lease is in)
+//!      └──────────── control replies (mpsc) ◀┘  (session applied / rejected, by ticket)
 //! ```
 //!
 //! # Sharding
@@ -17,6 +18,15 @@
 //! ~7× the design rate of one switch, so the cost of not splitting a domain is nil, and the
 //! benefit (exact sequence accounting, templates never shared) is real. Several switches or
 //! domains spread over the cores.
+//!
+//! # Control in order with data
+//! Session changes ([`Control`]) travel in the same ring as the data of their domain, so a
+//! decoder applies a registration exactly between the datagrams the reader dispatched before
+//! and after it — never "when idle", never racing the data — and the reader never waits for a
+//! decoder: when a ring is full the control job waits in a per-decoder queue (in order) and is
+//! pushed at the next dispatch or [`Pipeline::flush_control`]. Outcomes come back on a channel
+//! the reader polls ([`Pipeline::poll_replies`]); the session registry
+//! ([`crate::sessions`]) turns them into acknowledgements.
 //!
 //! # Zero copy
 //! Decoders read the kernel-filled receive slot through their [`Lease`]; nothing is copied
@@ -31,6 +41,7 @@
 //! the reader does not receive, so the socket buffer absorbs the burst; if that overflows, the
 //! kernel's own drop counter (SO_MEMINFO) reports it. Nothing is lost silently.
 use std::{
+    collections::VecDeque,
     sync::{
         atomic::{AtomicBool, Ordering},
         mpsc, Arc, Mutex,
@@ -40,8 +51,8 @@ use std::{
 };
 
 use crate::{
-    decode::{CounterBatch, DecodeConfig, DecodeStats, Decoder, SessionSpec},
-    ipfix::MESSAGE_HEADER_LEN,
+    decode::{CounterBatch, DecodeConfig, DecodeStats, Decoder, Malformed, SessionSpec},
+    ipfix::{MESSAGE_HEADER_LEN, VERSION},
     netlink::{self, FrameErrors},
     reader::Reader,
     sys::slots::{Lease, SlotView},
@@ -89,15 +100,26 @@ impl Default for PipelineConfig {
     }
 }
 
-/// Control-plane requests to the decoders (from STATE_DB or a session file).
+/// How the units the reader hands over are framed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UnitFraming {
+    /// Netlink datagrams: nlmsghdr + genlmsghdr + IPFIX, several messages per datagram (the
+    /// sockets, raw netlink recordings, nlmon captures).
+    #[default]
+    Netlink,
+    /// Raw IPFIX messages, concatenated (IPFIX files, UDP payloads of captures).
+    Ipfix,
+}
+
+/// Control-plane requests to a decoder (from the session registry), in order with the data.
 #[derive(Debug)]
 pub enum Control {
-    /// Register a session: labels → names, templates from `session_config`.
+    /// Register (or replace) a session: labels → names, templates from `session_config`. The
+    /// registry validated both; the outcome comes back as a [`ControlReply`] with `ticket`.
     Register {
         spec: SessionSpec,
         session_config: Vec<u8>,
-        /// Gets the outcome (the control plane acknowledges `config_version` on success).
-        reply: Option<mpsc::Sender<Result<(), String>>>,
+        ticket: u64,
     },
     /// Forget expected sequence numbers (the exporter restarted).
     ResetSequences,
@@ -109,24 +131,45 @@ pub enum Control {
     },
 }
 
+/// A decoder's answer to a [`Control::Register`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlReply {
+    /// The ticket of the request.
+    pub ticket: u64,
+    /// `Err` with the decoder's reason when it refused the session.
+    pub result: Result<(), String>,
+}
+
+/// One item of a decoder's ring.
+#[derive(Debug)]
+enum Job {
+    /// Decode the IPFIX bytes of this lease.
+    Decode(Lease),
+    /// The user-space filter dropped message `seq` of `domain`: sequence accounting only.
+    Filtered { domain: u32, seq: u32 },
+    /// A control request, in order with the data around it.
+    Control(Box<Control>),
+}
+
 /// Counters of the dispatch stage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DispatchStats {
-    /// IPFIX payloads (netlink messages) handed to decoders.
+    /// IPFIX payloads (netlink messages or IPFIX messages) handed to decoders.
     pub messages: u64,
-    /// Netlink framing problems (bad lengths) and control messages skipped.
-    pub bad_frames: u64,
+    /// Netlink control messages (NOOP, ERROR, DONE, OVERRUN) skipped.
     pub control_frames: u64,
-    /// Messages the user-space template filter dropped (only when the eBPF filter is absent).
-    pub filtered: u64,
     /// Messages shed because a decoder stayed full longer than `max_stall`.
     pub shed_decoder_full: u64,
     pub shed_decoder_full_bytes: u64,
     /// Times the dispatcher had to wait for a decoder.
     pub stalls: u64,
+    /// Control requests queued behind a full decoder ring (pushed later, in order).
+    pub control_deferred: u64,
 }
 
-/// Everything the pipeline counts, summed over decoders.
+/// Everything the pipeline counts, summed over decoders. Netlink framing errors counted by the
+/// dispatcher are folded into `decode.malformed` (and their bytes into `discarded_bytes`), so
+/// every malformed input is in one place, counted once.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PipelineStats {
     pub dispatch: DispatchStats,
@@ -143,9 +186,10 @@ struct Shared {
 
 #[derive(Debug)]
 struct Worker {
-    jobs: rtrb::Producer<Lease>,
+    jobs: rtrb::Producer<Job>,
     returns: rtrb::Consumer<Lease>,
-    control: mpsc::Sender<Control>,
+    /// Control jobs waiting for room in `jobs` (kept in order; data waits behind them).
+    deferred: VecDeque<Job>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -156,9 +200,27 @@ pub struct Pipeline {
     workers: Vec<Worker>,
     stats: DispatchStats,
     frame_errors: FrameErrors,
+    /// Units of raw IPFIX that could not be split (counted like the decoder's reasons).
+    input_malformed: u64,
     max_stall: Duration,
-    /// Reused per datagram: (offset, len, decoder) of each payload.
-    scratch: Vec<(usize, usize, usize)>,
+    replies: mpsc::Receiver<ControlReply>,
+    /// Reused per datagram: what to push for each payload.
+    scratch: Vec<Planned>,
+}
+
+/// What dispatch decided for one payload of a unit.
+#[derive(Debug, Clone, Copy)]
+enum Planned {
+    Decode {
+        off: usize,
+        len: usize,
+        worker: usize,
+    },
+    Filtered {
+        domain: u32,
+        seq: u32,
+        worker: usize,
+    },
 }
 
 /// Number of decoders for `configured` (0 = one per CPU).
@@ -170,25 +232,62 @@ pub fn decoder_count(configured: usize) -> usize {
     }
 }
 
+/// Calls `f` with each IPFIX message of a unit of concatenated messages. A header that cannot
+/// be trusted (too short, not version 10, a length below 16 or past the unit) ends the walk:
+/// the rest is handed over as one last piece, so the decoder counts it under its reason exactly
+/// as it would inside a netlink payload.
+pub fn for_each_ipfix_message(unit: &[u8], mut f: impl FnMut(&[u8])) {
+    let mut off = 0;
+    while off < unit.len() {
+        let rest = &unit[off..];
+        let len = if rest.len() >= MESSAGE_HEADER_LEN
+            && u16::from_be_bytes([rest[0], rest[1]]) == VERSION
+        {
+            u16::from_be_bytes([rest[2], rest[3]]) as usize
+        } else {
+            0
+        };
+        if len < MESSAGE_HEADER_LEN || len > rest.len() {
+            f(rest);
+            return;
+        }
+        f(&rest[..len]);
+        off += len;
+    }
+}
+
+/// (domain, sequence number) of each IPFIX message header in `payload`, in order, while the
+/// headers hold (for the sequence accounting of filtered payloads).
+fn message_sequences(payload: &[u8], mut f: impl FnMut(u32, u32)) {
+    for_each_ipfix_message(payload, |m| {
+        if m.len() >= MESSAGE_HEADER_LEN && u16::from_be_bytes([m[0], m[1]]) == VERSION {
+            f(
+                u32::from_be_bytes([m[12], m[13], m[14], m[15]]),
+                u32::from_be_bytes([m[8], m[9], m[10], m[11]]),
+            );
+        }
+    });
+}
+
 impl Pipeline {
     /// Starts the decoder threads. `view` reads the reader's slots.
     pub fn start(cfg: &PipelineConfig, view: &SlotView, sinks: Vec<Arc<dyn Sink>>) -> Self {
         let n = decoder_count(cfg.decoders);
         let sinks: Arc<[Arc<dyn Sink>]> = sinks.into();
+        let (reply_tx, replies) = mpsc::channel();
         let workers = (0..n)
             .map(|i| {
                 let depth = cfg.queue_depth.max(1);
-                let (jobs, jobs_rx) = rtrb::RingBuffer::<Lease>::new(depth);
+                let (jobs, jobs_rx) = rtrb::RingBuffer::<Job>::new(depth);
                 // One more than the jobs ring: a lease is in exactly one of the two rings or in
                 // the worker's hands, so the returns ring can never be full.
                 let (returns_tx, returns) = rtrb::RingBuffer::<Lease>::new(depth + 1);
-                let (control, control_rx) = mpsc::channel();
                 let shared = Arc::new(Shared::default());
                 let mut w = DecodeWorker {
                     decoder: Decoder::new(cfg.decode.clone()),
                     jobs: jobs_rx,
                     returns: returns_tx,
-                    control: control_rx,
+                    replies: reply_tx.clone(),
                     view: view.clone(),
                     sinks: Arc::clone(&sinks),
                     shared: Arc::clone(&shared),
@@ -202,7 +301,7 @@ impl Pipeline {
                 Worker {
                     jobs,
                     returns,
-                    control,
+                    deferred: VecDeque::new(),
                     shared,
                     thread: Some(thread),
                 }
@@ -212,7 +311,9 @@ impl Pipeline {
             workers,
             stats: DispatchStats::default(),
             frame_errors: FrameErrors::default(),
+            input_malformed: 0,
             max_stall: Duration::from_millis(cfg.max_stall_ms),
+            replies,
             scratch: Vec::with_capacity(16),
         }
     }
@@ -222,48 +323,77 @@ impl Pipeline {
         self.workers.len()
     }
 
-    fn shard(&self, domain: u32) -> usize {
+    /// The decoder that owns observation domain `domain`.
+    pub fn shard(&self, domain: u32) -> usize {
         domain as usize % self.workers.len()
     }
 
     /// Tells every decoder that the exporter restarted (sequence numbers start over).
-    pub fn broadcast_reset_sequences(&self) {
-        for w in &self.workers {
-            let _ = w.control.send(Control::ResetSequences);
+    pub fn broadcast_reset_sequences(&mut self) {
+        for w in 0..self.workers.len() {
+            self.enqueue(w, Job::Control(Box::new(Control::ResetSequences)));
         }
     }
 
-    /// Sends a control request to the decoder that owns the session's domain.
-    pub fn control(&self, c: Control) {
+    /// Queues a control request for the decoder that owns its domain, in order with the data
+    /// dispatched so far. Never blocks.
+    pub fn control(&mut self, c: Control) {
         let domain = match &c {
             Control::Register { spec, .. } => spec.domain,
             Control::Unregister { domain, .. } => *domain,
             Control::ResetSequences => return self.broadcast_reset_sequences(),
         };
-        let _ = self.workers[self.shard(domain)].control.send(c);
+        let w = self.shard(domain);
+        self.enqueue(w, Job::Control(Box::new(c)));
     }
 
-    /// Registers a session and waits for the decoder's answer.
-    ///
-    /// # Errors
-    /// The session's templates or labels are invalid.
-    pub fn register(&self, spec: SessionSpec, session_config: Vec<u8>) -> Result<(), String> {
-        let (tx, rx) = mpsc::channel();
-        self.control(Control::Register {
-            spec,
-            session_config,
-            reply: Some(tx),
-        });
-        rx.recv_timeout(Duration::from_secs(10))
-            .map_err(|_| "decoder did not answer".to_string())?
+    fn enqueue(&mut self, w: usize, job: Job) {
+        let worker = &mut self.workers[w];
+        worker.deferred.push_back(job);
+        Self::flush_worker(worker);
+        if !worker.deferred.is_empty() {
+            self.stats.control_deferred += 1;
+        }
     }
 
-    /// Splits one received datagram into IPFIX payloads and hands each to its decoder.
-    /// `keep` is the user-space template filter (always true when the eBPF filter runs).
+    /// Pushes deferred control jobs of `worker` while its ring has room; true when none is left.
+    fn flush_worker(worker: &mut Worker) -> bool {
+        while let Some(job) = worker.deferred.pop_front() {
+            if let Err(rtrb::PushError::Full(job)) = worker.jobs.push(job) {
+                worker.deferred.push_front(job);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Pushes deferred control jobs wherever there is room (call once per receive round).
+    pub fn flush_control(&mut self) {
+        for w in &mut self.workers {
+            Self::flush_worker(w);
+        }
+    }
+
+    /// Control jobs still waiting for room in a decoder ring.
+    pub fn control_pending(&self) -> usize {
+        self.workers.iter().map(|w| w.deferred.len()).sum()
+    }
+
+    /// Takes the decoders' answers to [`Control::Register`] received so far (never blocks).
+    pub fn poll_replies(&self, out: &mut Vec<ControlReply>) {
+        while let Ok(r) = self.replies.try_recv() {
+            out.push(r);
+        }
+    }
+
+    /// Splits one received unit into IPFIX payloads and hands each to its decoder. `keep` is the
+    /// user-space template filter (always true when the eBPF filter runs); what it drops still
+    /// reaches its decoder's sequence accounting, as filtered.
     pub fn dispatch(
         &mut self,
         reader: &mut Reader,
         lease: Lease,
+        framing: UnitFraming,
         keep: &mut dyn FnMut(&[u8]) -> bool,
     ) {
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -272,10 +402,15 @@ impl Pipeline {
             let bytes = reader.bytes(&lease);
             let base = bytes.as_ptr() as usize;
             let n = self.workers.len();
-            let mut filtered = 0;
-            netlink::for_each_payload(bytes, &mut self.frame_errors, |p| {
+            let mut plan = |p: &[u8]| {
                 if !keep(p) {
-                    filtered += 1;
+                    message_sequences(p, |domain, seq| {
+                        scratch.push(Planned::Filtered {
+                            domain,
+                            seq,
+                            worker: domain as usize % n,
+                        })
+                    });
                     return;
                 }
                 let domain = if p.len() >= MESSAGE_HEADER_LEN {
@@ -283,29 +418,55 @@ impl Pipeline {
                 } else {
                     0 // too short: any decoder counts it as malformed
                 };
-                scratch.push((p.as_ptr() as usize - base, p.len(), domain as usize % n));
-            });
-            self.stats.filtered += filtered;
+                scratch.push(Planned::Decode {
+                    off: p.as_ptr() as usize - base,
+                    len: p.len(),
+                    worker: domain as usize % n,
+                });
+            };
+            match framing {
+                UnitFraming::Netlink => {
+                    netlink::for_each_payload(bytes, &mut self.frame_errors, &mut plan)
+                }
+                UnitFraming::Ipfix => for_each_ipfix_message(bytes, &mut plan),
+            }
         }
-        for &(off, len, w) in &scratch {
-            let sub = reader.sublease(&lease, off, off + len);
-            self.push(reader, w, sub);
+        for &p in &scratch {
+            match p {
+                Planned::Decode { off, len, worker } => {
+                    let sub = reader.sublease(&lease, off, off + len);
+                    self.push(reader, worker, Job::Decode(sub));
+                }
+                Planned::Filtered {
+                    domain,
+                    seq,
+                    worker,
+                } => self.push(reader, worker, Job::Filtered { domain, seq }),
+            }
         }
         reader.retire(lease);
         self.scratch = scratch;
-        self.stats.bad_frames = self.frame_errors.bad_length;
         self.stats.control_frames = self.frame_errors.control;
     }
 
-    fn push(&mut self, reader: &mut Reader, w: usize, mut lease: Lease) {
+    /// Counts a unit the input could not frame at all (a capture record it could not read).
+    pub fn count_unreadable_input(&mut self) {
+        self.input_malformed += 1;
+    }
+
+    fn push(&mut self, reader: &mut Reader, w: usize, mut job: Job) {
         let mut since: Option<Instant> = None;
+        let decode = matches!(job, Job::Decode(_));
         loop {
-            match self.workers[w].jobs.push(lease) {
-                Ok(()) => {
-                    self.stats.messages += 1;
-                    return;
+            let worker = &mut self.workers[w];
+            if Self::flush_worker(worker) {
+                match worker.jobs.push(job) {
+                    Ok(()) => {
+                        self.stats.messages += decode as u64;
+                        return;
+                    }
+                    Err(rtrb::PushError::Full(j)) => job = j,
                 }
-                Err(rtrb::PushError::Full(l)) => lease = l,
             }
             let start = *since.get_or_insert_with(|| {
                 self.stats.stalls += 1;
@@ -314,8 +475,10 @@ impl Pipeline {
             self.collect_returns(reader);
             if start.elapsed() >= self.max_stall {
                 self.stats.shed_decoder_full += 1;
-                self.stats.shed_decoder_full_bytes += lease.len() as u64;
-                reader.retire(lease);
+                if let Job::Decode(lease) = job {
+                    self.stats.shed_decoder_full_bytes += lease.len() as u64;
+                    reader.retire(lease);
+                }
                 return;
             }
             std::thread::yield_now();
@@ -342,12 +505,30 @@ impl Pipeline {
             s.per_decoder_counters.push(d.counters);
             s.decode.add(&d);
         }
+        let f = &self.frame_errors;
+        let m = &mut s.decode.malformed;
+        m[Malformed::NetlinkLengthTooSmall as usize] += f.length_too_small;
+        m[Malformed::NetlinkLengthPastDatagram as usize] += f.length_past_datagram;
+        m[Malformed::NetlinkTrailingBytes as usize] += f.trailing_bytes;
+        m[Malformed::InputRecordUnreadable as usize] += self.input_malformed;
+        s.decode.discarded_bytes += f.discarded_bytes;
         s
     }
 
-    /// Stops the decoders after they have decoded everything already dispatched, flushes
-    /// their batches to the sinks, and returns the final counters.
-    pub fn finish(mut self, reader: &mut Reader) -> PipelineStats {
+    /// Stops the decoders after they have decoded everything already dispatched (deferred
+    /// control included), flushes their batches to the sinks, and returns the final counters.
+    /// Decoder answers still in the channel stay readable ([`Self::poll_replies`]).
+    pub fn finish(&mut self, reader: &mut Reader) -> PipelineStats {
+        // Deferred control goes first (in order); a decoder that died takes its queue with it.
+        while self
+            .workers
+            .iter()
+            .any(|w| !w.deferred.is_empty() && w.thread.as_ref().is_some_and(|t| !t.is_finished()))
+        {
+            self.flush_control();
+            self.collect_returns(reader);
+            std::thread::sleep(Duration::from_micros(200));
+        }
         for w in &self.workers {
             w.shared.closing.store(true, Ordering::Release);
         }
@@ -373,9 +554,9 @@ impl Pipeline {
 
 struct DecodeWorker {
     decoder: Decoder,
-    jobs: rtrb::Consumer<Lease>,
+    jobs: rtrb::Consumer<Job>,
     returns: rtrb::Producer<Lease>,
-    control: mpsc::Receiver<Control>,
+    replies: mpsc::Sender<ControlReply>,
     view: SlotView,
     sinks: Arc<[Arc<dyn Sink>]>,
     shared: Arc<Shared>,
@@ -397,14 +578,20 @@ impl DecodeWorker {
         let mut idle_sleep = IDLE_SLEEP_MIN;
         loop {
             let mut did = 0;
-            while let Ok(lease) = self.jobs.pop() {
-                let batches = &mut self.batches;
-                self.decoder
-                    .decode(self.view.bytes(&lease), &mut |b: CounterBatch| {
-                        batches.push(b)
-                    });
-                // Cannot fail: the returns ring is one larger than the jobs ring.
-                let _ = self.returns.push(lease);
+            while let Ok(job) = self.jobs.pop() {
+                match job {
+                    Job::Decode(lease) => {
+                        let batches = &mut self.batches;
+                        self.decoder
+                            .decode(self.view.bytes(&lease), &mut |b: CounterBatch| {
+                                batches.push(b)
+                            });
+                        // Cannot fail: the returns ring is one larger than the jobs ring.
+                        let _ = self.returns.push(lease);
+                    }
+                    Job::Filtered { domain, seq } => self.decoder.skip_filtered(domain, seq),
+                    Job::Control(c) => self.apply(*c),
+                }
                 did += 1;
                 if did == 64 {
                     break;
@@ -424,9 +611,6 @@ impl DecodeWorker {
                 last_publish = now;
             }
             if did == 0 {
-                while let Ok(c) = self.control.try_recv() {
-                    self.apply(c);
-                }
                 if self.shared.closing.load(Ordering::Acquire) && self.jobs.is_empty() {
                     self.flush();
                     self.publish();
@@ -446,32 +630,28 @@ impl DecodeWorker {
             Control::Register {
                 spec,
                 session_config,
-                reply,
+                ticket,
             } => {
                 let (profile, group) = (spec.profile.clone(), spec.group.clone());
-                let r = self
+                // A re-registration replaces the session whole (its templates may differ).
+                self.decoder
+                    .unregister_named(&profile, &group, &mut |b: CounterBatch| batches.push(b));
+                let result = self
                     .decoder
                     .register_session(spec, &session_config, &mut |b: CounterBatch| {
                         batches.push(b)
                     })
                     .map(drop)
                     .map_err(|e| e.to_string());
-                match &r {
-                    Ok(()) => tracing::info!(%profile, %group, "Session registered."),
-                    Err(e) => {
-                        tracing::warn!(%profile, %group, error = %e, "Session rejected.")
-                    }
-                }
-                if let Some(tx) = reply {
-                    let _ = tx.send(r);
-                }
+                tracing::debug!(%profile, %group, ok = result.is_ok(), "Decoder applied a session.");
+                let _ = self.replies.send(ControlReply { ticket, result });
             }
             Control::ResetSequences => self.decoder.reset_sequences(),
             Control::Unregister { profile, group, .. } => {
                 let found =
                     self.decoder
                         .unregister_named(&profile, &group, &mut |b: CounterBatch| batches.push(b));
-                tracing::info!(%profile, %group, found, "Session unregistered.");
+                tracing::debug!(%profile, %group, found, "Decoder dropped a session.");
             }
         }
         self.emit();

@@ -12,11 +12,15 @@
 //! how back-pressure reaches the kernel without a user-space copy.
 use std::{os::fd::BorrowedFd, time::Duration};
 
-use crate::sys::{
-    self,
-    slots::{Lease, SlotPool, SlotView},
-    uring::{RecvLoop, RecvStats, UringRecv},
-    SysError,
+use crate::{
+    input::{FileInput, InputStats, Unit},
+    pipeline::UnitFraming,
+    sys::{
+        self,
+        slots::{Lease, SlotPool, SlotView},
+        uring::{RecvLoop, RecvStats, UringRecv},
+        SysError,
+    },
 };
 
 /// Which receive loop to use.
@@ -39,12 +43,19 @@ pub struct ReaderConfig {
     /// `auto`, `io_uring` or `recvmsg`.
     pub kind: ReaderKind,
     /// Receive slots (= buffers in the io_uring buffer ring). Each holds one datagram. Few is
-    /// faster: the ring hands buffers out round-robin, so the working set is slots × 64 KiB, and
-    /// measured here 32 slots (2 MiB, cache-resident) drained 6.6 GB/s where 512 (33 MiB) drained
-    /// 1–3 GB/s. Running dry is not loss: the receive is re-armed and the socket buffer waits.
+    /// faster: the ring hands buffers out round-robin, and the working set is what the kernel
+    /// writes into them (slots × datagram size); measured here 32 slots of 61.5 KB datagrams
+    /// (2 MiB, cache-resident) drained 6.6 GB/s where 512 (33 MiB) drained 1–3 GB/s. Running
+    /// dry is not loss: the receive is re-armed and the socket buffer waits.
     pub slots: u16,
     /// Bytes per slot: the largest datagram accepted (larger ones are counted as truncated).
-    /// Netlink messages are kept ≤ 64 KiB − 320 B, so 64 KiB plus the 16-byte io_uring header.
+    /// `0` (default) = every datagram the kernel can deliver: its largest linear skb (page size
+    /// << MAX_PAGE_ORDER, 4 MiB on x86-64) less `skb_shared_info`, plus the 16-byte io_uring
+    /// header. A switch's genl family may bulk several 61.5 KB IPFIX messages into one skb, and
+    /// io_uring's multishot receive cannot re-read a truncated datagram, so the slot must hold
+    /// the largest. Only the bytes the kernel writes are touched (the region is reserved, not
+    /// faulted in), so the cache working set is that of the datagrams, not of the slots
+    /// (measured: README design notes).
     pub slot_bytes: usize,
     /// How long one wait for data may block, so shutdown and housekeeping stay responsive.
     pub poll_timeout_ms: u64,
@@ -55,8 +66,49 @@ impl Default for ReaderConfig {
         Self {
             kind: ReaderKind::Auto,
             slots: 64,
-            slot_bytes: 65536 + 64,
+            slot_bytes: 0,
             poll_timeout_ms: 20,
+        }
+    }
+}
+
+/// Bytes of `struct skb_shared_info` at the end of every skb's data (SKB_DATA_ALIGN, x86-64 and
+/// arm64 with 64-byte cache lines).
+const SKB_SHARED_INFO: usize = 320;
+/// io_uring's `struct io_uring_recvmsg_out` before each multishot payload.
+const RECVMSG_OUT: usize = 16;
+
+/// The largest datagram the kernel can deliver on a netlink socket: the largest linear skb
+/// (`alloc_skb` is limited to page size << MAX_PAGE_ORDER; MAX_PAGE_ORDER from the order
+/// columns of /proc/pagetypeinfo when readable, else the default 10) less `skb_shared_info`.
+pub fn kernel_max_datagram() -> usize {
+    // SAFETY: sysconf takes an integer and reads no memory of ours.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = usize::try_from(page)
+        .ok()
+        .filter(|&p| p > 0)
+        .unwrap_or(4096);
+    let max_order = std::fs::read_to_string("/proc/pagetypeinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.contains("at order")).map(|l| {
+                l.split_whitespace()
+                    .filter(|w| w.parse::<u32>().is_ok())
+                    .count()
+            })
+        })
+        .filter(|&n| (1..=20).contains(&n))
+        .map_or(10, |n| n as u32 - 1);
+    (page << max_order) - SKB_SHARED_INFO
+}
+
+impl ReaderConfig {
+    /// The slot size in force: `slot_bytes`, or [`kernel_max_datagram`] + the io_uring header.
+    pub fn effective_slot_bytes(&self) -> usize {
+        if self.slot_bytes == 0 {
+            kernel_max_datagram() + RECVMSG_OUT
+        } else {
+            self.slot_bytes
         }
     }
 }
@@ -66,6 +118,16 @@ enum Imp {
     /// Boxed: the ring is large and lives as long as the reader (one allocation at start).
     Uring(Box<UringRecv>),
     Recv(RecvLoop),
+    /// Capture files (no socket): units are read into free slots.
+    File(Box<FileReader>),
+}
+
+/// Reads units of [`FileInput`] into slots. One poll hands out units of one framing; a unit of
+/// another framing waits in its slot for the next poll.
+#[derive(Debug)]
+struct FileReader {
+    input: FileInput,
+    held: Option<(u16, usize, UnitFraming)>,
 }
 
 /// A running receive loop over one socket.
@@ -75,6 +137,8 @@ pub struct Reader {
     imp: Imp,
     stats: RecvStats,
     timeout: Duration,
+    /// Framing of the units the last poll handed out.
+    framing: UnitFraming,
     /// Why io_uring is not used, when it is not.
     pub fallback_reason: Option<String>,
 }
@@ -86,7 +150,7 @@ impl Reader {
     /// # Errors
     /// io_uring requested explicitly but unavailable; dup/setsockopt failing.
     pub fn new(sock: BorrowedFd<'_>, cfg: &ReaderConfig) -> Result<Self, SysError> {
-        let mut pool = SlotPool::new(cfg.slots.max(2), cfg.slot_bytes.max(4096));
+        let mut pool = SlotPool::new(cfg.slots.max(2), cfg.effective_slot_bytes().max(4096));
         let timeout = Duration::from_millis(cfg.poll_timeout_ms.max(1));
         sys::set_recv_timeout(sock, timeout)?;
         let mut fallback_reason = None;
@@ -114,15 +178,50 @@ impl Reader {
             imp,
             stats: RecvStats::default(),
             timeout,
+            framing: UnitFraming::Netlink,
             fallback_reason,
         })
     }
 
-    /// `"io_uring"` or `"recvmsg"`.
+    /// A reader over capture files instead of a socket (no privileges needed).
+    pub fn files(input: FileInput, cfg: &ReaderConfig) -> Self {
+        Self {
+            pool: SlotPool::new(cfg.slots.max(2), cfg.effective_slot_bytes().max(4096)),
+            imp: Imp::File(Box::new(FileReader { input, held: None })),
+            stats: RecvStats::default(),
+            timeout: Duration::from_millis(cfg.poll_timeout_ms.max(1)),
+            framing: UnitFraming::Netlink,
+            fallback_reason: Some("file input".into()),
+        }
+    }
+
+    /// `"io_uring"`, `"recvmsg"` or `"file"`.
     pub fn kind(&self) -> &'static str {
         match self.imp {
             Imp::Uring(_) => "io_uring",
             Imp::Recv(_) => "recvmsg",
+            Imp::File(_) => "file",
+        }
+    }
+
+    /// Framing of the units the last [`Self::poll`] appended.
+    pub fn framing(&self) -> UnitFraming {
+        self.framing
+    }
+
+    /// File input: true once every file was read and handed out. Sockets: never.
+    pub fn finished(&self) -> bool {
+        match &self.imp {
+            Imp::File(f) => f.held.is_none() && f.input.finished(),
+            _ => false,
+        }
+    }
+
+    /// File input counters (`None` for sockets).
+    pub fn input_stats(&self) -> Option<InputStats> {
+        match &self.imp {
+            Imp::File(f) => Some(f.input.stats()),
+            _ => None,
         }
     }
 
@@ -132,9 +231,14 @@ impl Reader {
     /// A receive failing with anything but a timeout/interrupt/ENOBUFS.
     pub fn poll(&mut self, out: &mut Vec<Lease>) -> Result<(), SysError> {
         let starved = self.stats.no_free_slot;
+        self.framing = UnitFraming::Netlink;
         let r = match &mut self.imp {
             Imp::Uring(u) => u.poll(&mut self.pool, self.timeout, out, &mut self.stats),
             Imp::Recv(r) => r.poll(&mut self.pool, 64, out, &mut self.stats),
+            Imp::File(f) => {
+                self.framing = f.poll(&mut self.pool, 64, out, &mut self.stats);
+                Ok(())
+            }
         };
         if out.is_empty() && self.stats.no_free_slot != starved {
             // Decoders hold every slot: give them the CPU instead of spinning (perf showed the
@@ -162,7 +266,7 @@ impl Reader {
                     u.give_back(&self.pool, slot);
                 }
             }
-            Imp::Recv(_) => self.pool.retire_to_free(lease),
+            Imp::Recv(_) | Imp::File(_) => self.pool.retire_to_free(lease),
         }
     }
 
@@ -179,5 +283,49 @@ impl Reader {
     /// Receive counters.
     pub fn stats(&self) -> RecvStats {
         self.stats
+    }
+}
+
+impl FileReader {
+    /// Reads up to `max` units of one framing into free slots; returns their framing.
+    fn poll(
+        &mut self,
+        pool: &mut SlotPool,
+        max: usize,
+        out: &mut Vec<Lease>,
+        stats: &mut RecvStats,
+    ) -> UnitFraming {
+        stats.polls += 1;
+        let mut framing = None;
+        if let Some((slot, len, f)) = self.held.take() {
+            framing = Some(f);
+            stats.datagrams += 1;
+            stats.bytes += len as u64;
+            out.push(pool.lease_filled(slot, 0, len));
+        }
+        while out.len() < max {
+            let Some(slot) = pool.take_free() else {
+                stats.no_free_slot += 1;
+                break;
+            };
+            match self.input.next_unit(pool.slot_mut(slot)) {
+                Some(Unit::Data { len, framing: f }) => {
+                    if framing.is_some_and(|g| g != f) {
+                        self.held = Some((slot, len, f));
+                        break;
+                    }
+                    framing = Some(f);
+                    stats.datagrams += 1;
+                    stats.bytes += len as u64;
+                    out.push(pool.lease_filled(slot, 0, len));
+                }
+                Some(Unit::Nothing) => pool.put_free(slot),
+                None => {
+                    pool.put_free(slot);
+                    break;
+                }
+            }
+        }
+        framing.unwrap_or_default()
     }
 }

@@ -137,6 +137,8 @@ fn usersock_daemon(group: u32, kind: ReaderKind, decoders: usize) -> (Daemon, Ar
     cfg.reader.kind = kind;
     cfg.pipeline.decoders = decoders;
     cfg.status.file = Default::default();
+    // SONiC's rule: only registered templates pass (usersock's default is `learn`).
+    cfg.filter.policy = stel_ingest::filter::FilterPolicy::Registered;
     let mut d = Daemon::setup(cfg, None).expect("daemon setup (run the tests as root)");
     let sink = Arc::new(Count::default());
     d.start(vec![Arc::clone(&sink) as Arc<dyn Sink>]);

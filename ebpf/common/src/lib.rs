@@ -27,6 +27,16 @@
 //! the registered sets out would need a copy; the user-space decoder counts the unregistered sets
 //! as unknown-template data, exactly as if no filter had run.
 //!
+//! # Policies
+//! A small config map ([`CONFIG_MAP`], set by user space) selects the policy:
+//! - [`POLICY_REGISTERED`] (SONiC with STATE_DB): only the registered template IDs pass (the
+//!   seed's "discard" rule).
+//! - [`POLICY_LEARN`] (every other source): the same rule, but a template set the filter keeps
+//!   also registers its template IDs ([`learn_templates`]) — in the kernel, in the sender's
+//!   context, before the next datagram is filtered — so data sent right after its template is
+//!   never dropped for want of a registration. Learned IDs are stored as [`TEMPLATE_LEARNED`]
+//!   (a registration by user space overwrites them with [`TEMPLATE_REGISTERED`]).
+//!
 //! Because the kernel filter decides per datagram while the user-space fallback decides per
 //! netlink payload, the two agree exactly on datagrams carrying one netlink message (what SONiC's
 //! genetlink path and `stel-emu` send); with several messages per datagram the kernel keeps the
@@ -39,6 +49,28 @@ pub const TEMPLATE_MAP: &str = "STEL_TEMPLATES";
 pub const TEMPLATE_MAP_MAX_ENTRIES: u32 = 4096;
 /// Value stored for a registered template ID.
 pub const TEMPLATE_REGISTERED: u8 = 1;
+/// Value stored for a template ID the filter learned from a template set ([`POLICY_LEARN`]).
+pub const TEMPLATE_LEARNED: u8 = 2;
+/// Name of the config array (key: u32 index, value: u32); index [`CONFIG_POLICY`] holds the
+/// policy.
+pub const CONFIG_MAP: &str = "STEL_FILTER_CONFIG";
+/// Entries of [`CONFIG_MAP`].
+pub const CONFIG_MAP_ENTRIES: u32 = 1;
+/// Index of the policy in [`CONFIG_MAP`].
+pub const CONFIG_POLICY: u32 = 0;
+/// Policy: only registered templates pass (SONiC; STATE_DB registers them).
+pub const POLICY_REGISTERED: u32 = 0;
+/// Policy: templates seen on the socket are registered by the filter itself.
+pub const POLICY_LEARN: u32 = 1;
+/// Most units (netlink / IPFIX / set / template record headers, field specifiers) one
+/// [`learn_templates`] walk reads: the template records of template sets with up to ~16,000
+/// fields between them (one HFT template of 64 ports × 30 stats has 1,921); what lies beyond is
+/// not learned by the filter (the decoder still sees the template: template sets are always
+/// kept). The kernel runs the steps under `bpf_loop` (kernel ≥ 5.17), so the bound costs the
+/// verifier nothing.
+pub const MAX_LEARN_STEPS: u32 = 16384;
+/// `BPF_NOEXIST`: insert only if the key is absent (a learned ID never overwrites a registered one).
+pub const BPF_NOEXIST: u64 = 1;
 /// Name of the per-CPU stats array.
 pub const STATS_MAP: &str = "STEL_FILTER_STATS";
 /// Entries of the per-CPU stats array (one [`FilterStats`] per CPU at index [`STATS_INDEX`]).
@@ -87,11 +119,18 @@ pub struct FilterStats {
     pub kept: u64,
     pub dropped: u64,
     pub too_short: u64,
+    /// Template IDs registered by the filter itself ([`POLICY_LEARN`]).
+    pub learned: u64,
+    /// Learned IDs the map refused (full: more than its max entries).
+    pub learn_failed: u64,
+    /// Set ID of the first data set of the last dropped message (0: none yet): what the
+    /// "nothing decoded" warning names.
+    pub last_dropped_set_id: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<FilterStats>() == 32);
+const _: () = assert!(core::mem::size_of::<FilterStats>() == 56);
 
-// SAFETY: FilterStats is `#[repr(C)]`, four u64 and no padding (size asserted above), so every bit
+// SAFETY: FilterStats is `#[repr(C)]`, seven u64 and no padding (size asserted above), so every bit
 // pattern is a valid value and it can be copied to and from BPF map memory.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for FilterStats {}
@@ -118,6 +157,11 @@ impl FilterStats {
         self.kept += o.kept;
         self.dropped += o.dropped;
         self.too_short += o.too_short;
+        self.learned += o.learned;
+        self.learn_failed += o.learn_failed;
+        if o.last_dropped_set_id != 0 {
+            self.last_dropped_set_id = o.last_dropped_set_id;
+        }
     }
 }
 
@@ -315,5 +359,190 @@ where
         Verdict::Drop
     } else {
         Verdict::Unwalked
+    }
+}
+
+/// One step of the learn walk ([`LearnWalk::step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LearnStep {
+    /// Go on.
+    Continue,
+    /// Learn this template ID, then go on.
+    Learn(u16),
+    /// Nothing more to learn (the end, or a length that does not add up).
+    Done,
+}
+
+/// The learn walk's state: a flat state machine that reads one unit (a netlink / IPFIX / set /
+/// template record header, or one field specifier) per [`step`](Self::step), so the kernel can
+/// run it under `bpf_loop` (its callback is verified once, whatever the number of steps) and
+/// user space in a plain loop — the same code either way. `#[repr(C)]` because the kernel keeps
+/// it on the BPF stack across callback invocations.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LearnWalk {
+    /// Next unit.
+    pos: u32,
+    /// End of the current template set / IPFIX message / netlink message
+    /// (`set_end <= msg_end <= nl_end`).
+    set_end: u32,
+    msg_end: u32,
+    nl_end: u32,
+    /// Where the next nlmsghdr starts.
+    next_nl: u32,
+    /// Field specifiers left in the current template record.
+    fields_left: u32,
+    /// Packet length.
+    len: u32,
+    /// 1 inside an options template set (6-byte record headers).
+    options: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<LearnWalk>() == 32);
+
+impl LearnWalk {
+    /// A walk over a packet of `len` bytes in `framing`.
+    #[inline(always)]
+    pub fn new(len: u32, framing: Framing) -> Self {
+        let (nl_end, next_nl) = match framing {
+            Framing::Netlink => (0, 0),
+            Framing::Ipfix => (len, len),
+        };
+        Self {
+            nl_end,
+            next_nl,
+            len,
+            ..Self::default()
+        }
+    }
+
+    /// Reads one unit.
+    #[inline(always)]
+    pub fn step<P: Packet + ?Sized>(&mut self, p: &P) -> LearnStep {
+        let len = self.len;
+        if self.fields_left > 0 {
+            // A field specifier: 4 bytes, 8 with an enterprise number.
+            let Some(id) = p.load2(self.pos) else {
+                return LearnStep::Done;
+            };
+            self.pos += 4 + (((u16::from_be_bytes(id) >> 15) as u32) << 2);
+            self.fields_left -= 1;
+            if self.pos > self.set_end {
+                return LearnStep::Done;
+            }
+            LearnStep::Continue
+        } else if self.pos < self.set_end {
+            // A template record header (4 bytes; options: 6 with the scope field count).
+            let hdr = 4 + 2 * self.options;
+            if self.set_end - self.pos < hdr {
+                self.pos = self.set_end; // padding
+                return LearnStep::Continue;
+            }
+            let (Some(tid), Some(n)) = (p.load2(self.pos), p.load2(self.pos + 2)) else {
+                return LearnStep::Done;
+            };
+            let (tid, n) = (u16::from_be_bytes(tid), u16::from_be_bytes(n) as u32);
+            if n == 0 {
+                // A withdrawal (4 bytes): nothing to learn.
+                self.pos += 4;
+                return LearnStep::Continue;
+            }
+            self.pos += hdr;
+            self.fields_left = n;
+            if tid >= MIN_DATA_SET_ID {
+                LearnStep::Learn(tid)
+            } else {
+                LearnStep::Continue
+            }
+        } else if self.pos < self.msg_end {
+            // A set header: template sets are walked, every other set skipped whole.
+            let (Some(id), Some(sl)) = (p.load2(self.pos), p.load2(self.pos + 2)) else {
+                return LearnStep::Done;
+            };
+            let (id, sl) = (u16::from_be_bytes(id), u16::from_be_bytes(sl) as u32);
+            if sl < SET_HEADER_LEN || sl > self.msg_end - self.pos {
+                return LearnStep::Done;
+            }
+            if id == TEMPLATE_SET_ID || id == OPTIONS_TEMPLATE_SET_ID {
+                self.options = (id == OPTIONS_TEMPLATE_SET_ID) as u32;
+                self.set_end = self.pos + sl;
+                self.pos += SET_HEADER_LEN;
+            } else {
+                self.pos += sl;
+                self.set_end = self.pos;
+            }
+            LearnStep::Continue
+        } else if self.pos < self.nl_end {
+            // An IPFIX message header.
+            if self.nl_end - self.pos < IPFIX_HEADER_LEN {
+                return LearnStep::Done;
+            }
+            let (Some(v), Some(ml)) = (p.load2(self.pos), p.load2(self.pos + 2)) else {
+                return LearnStep::Done;
+            };
+            let ml = u16::from_be_bytes(ml) as u32;
+            if u16::from_be_bytes(v) != IPFIX_VERSION
+                || ml < IPFIX_HEADER_LEN
+                || ml > self.nl_end - self.pos
+            {
+                return LearnStep::Done;
+            }
+            self.msg_end = self.pos + ml;
+            self.pos += IPFIX_HEADER_LEN;
+            self.set_end = self.pos;
+            LearnStep::Continue
+        } else {
+            // The next netlink message (Framing::Netlink only).
+            if self.next_nl >= len || len - self.next_nl < NLMSG_HDRLEN {
+                return LearnStep::Done;
+            }
+            let pos = self.next_nl;
+            let (Some(l), Some(ty)) = (p.load4(pos), p.load2(pos + 4)) else {
+                return LearnStep::Done;
+            };
+            let l = u32::from_ne_bytes(l);
+            if l < NLMSG_HDRLEN + GENL_HDRLEN || l > len - pos {
+                return LearnStep::Done;
+            }
+            self.next_nl = (pos + l).saturating_add(3) & !3;
+            if u16::from_ne_bytes(ty) < NLMSG_MIN_TYPE {
+                // A control message: skip it (the next step reads the header at next_nl).
+                self.pos = pos;
+                self.nl_end = pos;
+                self.msg_end = pos;
+                self.set_end = pos;
+                return LearnStep::Continue;
+            }
+            self.nl_end = pos + l;
+            self.pos = pos + NLMSG_HDRLEN + GENL_HDRLEN;
+            self.msg_end = self.pos;
+            self.set_end = self.pos;
+            LearnStep::Continue
+        }
+    }
+}
+
+/// Calls `learn(tid)` for each template record (template ID ≥ 256 with at least one field) of
+/// every template and options template set in a datagram ([`Framing::Netlink`]) or payload
+/// ([`Framing::Ipfix`]) — the IDs [`POLICY_LEARN`] registers — within [`MAX_LEARN_STEPS`]
+/// [`LearnWalk`] steps. It stops quietly at the bound or at the first length that does not add
+/// up (the decoder counts malformed input; learning only needs what is well formed).
+/// Withdrawals (no fields) are not learned, and nothing is ever unlearned here. The kernel runs
+/// the same steps under `bpf_loop`.
+#[inline(always)]
+pub fn learn_templates<P, L>(p: &P, framing: Framing, mut learn: L)
+where
+    P: Packet + ?Sized,
+    L: FnMut(u16),
+{
+    let mut w = LearnWalk::new(p.packet_len(), framing);
+    let mut i = 0;
+    while i < MAX_LEARN_STEPS {
+        i += 1;
+        match w.step(p) {
+            LearnStep::Continue => {}
+            LearnStep::Learn(t) => learn(t),
+            LearnStep::Done => return,
+        }
     }
 }

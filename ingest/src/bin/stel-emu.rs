@@ -11,8 +11,10 @@ use std::{
 use clap::Parser;
 use stel_ingest::{
     emu::{self, EmuConfig, Emulator, Pattern},
+    input::{FileInput, InputFormat, NetlinkRecorder, Unit},
     ipfix::SeqMode,
     netlink,
+    pipeline::UnitFraming,
     sys::{netlink::NetlinkSocket, signal},
 };
 use stel_store::sai::ObjectType;
@@ -27,7 +29,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-emu --netlink-group 1 --duration 10s                # design rate: 64 × 30 × 10us
 ///   stel-emu --ports 8 --interval 1ms --pattern microburst --netlink-group 1
 ///   stel-emu --file capture.ipfix --duration 1s --truth truth.json --session session.json
-///   stel-emu --replay capture.ipfix --netlink-group 1
+///   stel-emu --replay capture.ipfix --netlink-group 1       # also .pcap/.pcapng, recordings
+///   stel-emu --netlink-group 1 --duration 1s --record sent.nl  # what was sent, datagram by datagram
 #[derive(Debug, Parser)]
 #[command(version, verbatim_doc_comment)]
 struct Args {
@@ -67,9 +70,19 @@ struct Args {
     /// Write the IPFIX messages, concatenated (an RFC 5655-style IPFIX file), to this path.
     #[arg(long, conflicts_with = "netlink_group")]
     file: Option<PathBuf>,
-    /// Send the IPFIX messages of this file over netlink instead of generating.
+    /// Send what this file holds over netlink instead of generating, bad messages included:
+    /// an IPFIX file (one netlink message per IPFIX message; bytes that do not parse go as one
+    /// last message), a netlink recording (each datagram as recorded), or a pcap / pcapng
+    /// (UDP IPFIX payloads, nlmon datagrams). Says what it sent.
     #[arg(long, requires = "netlink_group")]
     replay: Option<PathBuf>,
+    /// Format of the --replay file: auto, ipfix, netlink, pcap.
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto, requires = "replay")]
+    replay_format: InputFormat,
+    /// Also write every netlink datagram sent to this file (a recording `stel-ingestd --input`
+    /// and `stel-emu --replay` read back).
+    #[arg(long, requires = "netlink_group")]
+    record: Option<PathBuf>,
     /// Pace to the configured rate: `auto` paces netlink output and writes files flat out.
     #[arg(long, value_enum, default_value_t = Pace::Auto)]
     pace: Pace,
@@ -167,22 +180,107 @@ fn hex(b: &[u8]) -> String {
 }
 
 enum Out {
-    Netlink(NetlinkSocket, u32, Vec<u8>),
+    Netlink(
+        NetlinkSocket,
+        u32,
+        Vec<u8>,
+        Option<NetlinkRecorder<BufWriter<File>>>,
+    ),
     File(BufWriter<File>),
 }
 
 impl Out {
     fn send(&mut self, ipfix: &[u8], seq: u32) -> Result<(), String> {
         match self {
-            Out::Netlink(sock, group, frame) => {
-                frame.clear();
-                netlink::frame(frame, netlink::USERSOCK_MSG_TYPE, seq, ipfix);
-                sock.send_multicast(*group, frame)
-                    .map_err(|e| e.to_string())
+            Out::Netlink(_, _, frame, _) => {
+                let mut f = std::mem::take(frame);
+                f.clear();
+                netlink::frame(&mut f, netlink::USERSOCK_MSG_TYPE, seq, ipfix);
+                let r = self.send_datagram(&f);
+                if let Out::Netlink(_, _, frame, _) = self {
+                    *frame = f;
+                }
+                r
             }
             Out::File(w) => w.write_all(ipfix).map_err(|e| e.to_string()),
         }
     }
+
+    /// Sends one datagram as it is (and records it).
+    fn send_datagram(&mut self, datagram: &[u8]) -> Result<(), String> {
+        match self {
+            Out::Netlink(sock, group, _, rec) => {
+                if let Some(r) = rec {
+                    r.record(datagram).map_err(|e| format!("--record: {e}"))?;
+                }
+                sock.send_multicast(*group, datagram)
+                    .map_err(|e| e.to_string())
+            }
+            Out::File(w) => w.write_all(datagram).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn finish(self) -> Result<(), String> {
+        match self {
+            Out::Netlink(_, _, _, Some(r)) => r.finish().map(drop).map_err(|e| e.to_string()),
+            Out::Netlink(..) => Ok(()),
+            Out::File(mut w) => w.flush().map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// `--replay`: sends every unit of the file, whatever it holds; returns what it sent.
+fn replay(out: &mut Out, path: &std::path::Path, format: InputFormat) -> Result<(), String> {
+    let mut input = FileInput::new(vec![path.to_path_buf()], format);
+    let mut buf = vec![0u8; 4 << 20];
+    let (mut datagrams, mut bytes, mut not_ipfix, mut errors) = (0u64, 0u64, 0u64, 0u64);
+    let mut seq = 0u32;
+    while let Some(u) = input.next_unit(&mut buf) {
+        let Unit::Data { len, framing } = u else {
+            continue;
+        };
+        let unit = &buf[..len];
+        let r = match framing {
+            UnitFraming::Ipfix => {
+                let ok = unit.len() >= 16
+                    && u16::from_be_bytes([unit[0], unit[1]]) == 10
+                    && u16::from_be_bytes([unit[2], unit[3]]) as usize == unit.len();
+                not_ipfix += u64::from(!ok);
+                out.send(unit, seq)
+            }
+            UnitFraming::Netlink => out.send_datagram(unit),
+        };
+        seq = seq.wrapping_add(1);
+        match r {
+            Ok(()) => {
+                datagrams += 1;
+                bytes += len as u64;
+            }
+            Err(e) => {
+                errors += 1;
+                if errors <= 10 {
+                    eprintln!("stel-emu: send failed: {e}");
+                }
+            }
+        }
+    }
+    let st = input.stats();
+    if st.files == 0 {
+        return Err(format!(
+            "{}: not readable as an IPFIX file, netlink recording, pcap or pcapng",
+            path.display()
+        ));
+    }
+    eprintln!(
+        "stel-emu: replayed {}: sent {datagrams} datagrams ({bytes} bytes), {not_ipfix} of them not a well-formed IPFIX message; {errors} send errors; {} records unreadable, {} bytes discarded",
+        path.display(),
+        st.unreadable_records,
+        st.discarded_bytes
+    );
+    if errors > 0 {
+        return Err(format!("{errors} datagrams could not be sent"));
+    }
+    Ok(())
 }
 
 fn run(a: Args) -> Result<(), String> {
@@ -191,8 +289,20 @@ fn run(a: Args) -> Result<(), String> {
         (Some(g), _) => {
             let s = NetlinkSocket::usersock()
                 .map_err(|e| format!("{e} (NETLINK_USERSOCK multicast needs root)"))?;
-            let _ = s.set_sndbuf(8 << 20);
-            Out::Netlink(s, *g, Vec::with_capacity(netlink::MAX_NETLINK_MESSAGE))
+            // Room for the largest datagram a replay may hold (bulk datagrams of several
+            // messages, up to the kernel's 4 MiB).
+            let _ = s.set_sndbuf(16 << 20);
+            let rec = match &a.record {
+                Some(p) => Some(
+                    NetlinkRecorder::new(BufWriter::with_capacity(
+                        1 << 20,
+                        File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+                    ))
+                    .map_err(|e| format!("{}: {e}", p.display()))?,
+                ),
+                None => None,
+            };
+            Out::Netlink(s, *g, Vec::with_capacity(netlink::MAX_NETLINK_MESSAGE), rec)
         }
         (None, Some(p)) => Out::File(BufWriter::with_capacity(
             1 << 20,
@@ -203,23 +313,9 @@ fn run(a: Args) -> Result<(), String> {
         }
     };
     if let Some(path) = &a.replay {
-        let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut off = 0;
-        let mut n = 0u32;
-        while off + 4 <= data.len() {
-            let len = u16::from_be_bytes([data[off + 2], data[off + 3]]) as usize;
-            if len < 16 || off + len > data.len() {
-                return Err(format!(
-                    "{}: bad IPFIX message at byte {off}",
-                    path.display()
-                ));
-            }
-            out.send(&data[off..off + len], n)?;
-            off += len;
-            n += 1;
-        }
-        eprintln!("stel-emu: replayed {n} messages from {}", path.display());
-        return Ok(());
+        let r = replay(&mut out, path, a.replay_format);
+        out.finish()?;
+        return r;
     }
     let cfg = config(&a)?;
     let pace = match a.pace {
@@ -337,9 +433,7 @@ fn run(a: Args) -> Result<(), String> {
             sec_msgs = 0;
         }
     }
-    if let Out::File(w) = &mut out {
-        w.flush().map_err(|e| e.to_string())?;
-    }
+    out.finish()?;
     let el = start.elapsed().as_secs_f64();
     emu.truth.elapsed_s = el;
     emu.truth.achieved_counters_per_s = emu.truth.samples as f64 / el.max(1e-9);

@@ -18,12 +18,14 @@ use stel_ingest::{
     config::{DaemonConfig, SessionFile, SourceKind},
     daemon::{Daemon, DaemonStatus},
     emu::{self, EmuConfig, Emulator, GroundTruth, Pattern},
+    filter::FilterPolicy,
+    input::InputFormat,
     ipfix::SeqMode,
     netlink,
     pipeline::Sink,
     reader::ReaderKind,
     sinks::{CountersDb, InspectServer, Live, ParquetHistory, StatusSource, Upload},
-    sources::state_db::{SessionAcker, SessionEvent, StateDbWatcher},
+    sources::state_db::StateDbWatcher,
     sys::{self, signal},
 };
 
@@ -43,6 +45,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-ingestd --config /etc/stel/stel-ingestd.toml
 ///   stel-emu --netlink-group 1 --session s.json &
 ///   stel-ingestd --usersock-group 1 --session s.json
+///   stel-ingestd --input capture.pcapng --data-dir ./from-capture   # offline, no root
 ///   stel-ingestd --demo --upload-to /mnt/lake/stel   # also copy every published file there
 ///   AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=… \
 ///     AWS_SECRET_ACCESS_KEY=… stel-ingestd --demo --upload-to s3://lake/stel
@@ -58,8 +61,23 @@ struct Args {
     #[arg(long, short = 'c', env = "STEL_CONFIG")]
     config: Option<PathBuf>,
     /// Run the switch emulator in-process (no root, no SONiC needed).
-    #[arg(long, conflicts_with = "usersock_group")]
+    #[arg(long, conflicts_with_all = ["usersock_group", "input"])]
     demo: bool,
+    /// Ingest capture files instead of a socket, then stop (no root needed): IPFIX files
+    /// (concatenated messages), netlink recordings (`stel-emu --record`, or u32-LE
+    /// length-prefixed datagrams), pcap / pcapng with UDP-carried IPFIX on any port or
+    /// LINKTYPE_NETLINK (nlmon) captures. Same framing, filter rule, decoders, sinks and
+    /// counters as the socket.
+    #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "usersock_group")]
+    input: Vec<PathBuf>,
+    /// Format of the --input files: auto (from each file's first bytes), ipfix, netlink, pcap.
+    #[arg(long, value_enum, requires = "input")]
+    input_format: Option<InputFormat>,
+    /// Template filter policy: auto (registered on the switch's genl family with --redis,
+    /// else learn), registered (only session / STATE_DB templates pass), learn (templates seen
+    /// in the stream are registered before their data).
+    #[arg(long = "filter", value_enum, value_name = "POLICY")]
+    filter_policy: Option<FilterPolicy>,
     /// Receive from this NETLINK_USERSOCK multicast group (what `stel-emu --netlink-group` sends).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
     usersock_group: Option<u32>,
@@ -87,8 +105,8 @@ struct Args {
     /// Status file (JSON of every counter, rewritten each second).
     #[arg(long)]
     status_file: Option<PathBuf>,
-    /// Parquet history root (default: ./stel-data with --demo, else [parquet] dir or
-    /// /var/lib/stel).
+    /// Parquet history root (default: ./stel-data with --demo or --input, else [parquet] dir
+    /// or /var/lib/stel).
     #[arg(long, env = "STEL_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Do not write Parquet history.
@@ -217,40 +235,35 @@ fn write_status(path: &Path, st: &DaemonStatus) {
     }
 }
 
+/// One line of figures. `filtered` is the template filter's count alone (kernel or user
+/// space: each message counted once); `seq` is loss the sequence numbers show, in gap events
+/// too; when the kernel filter dropped data of a domain whose other templates are decoded, its
+/// gaps include those messages (said in the line).
 fn status_line(st: &DaemonStatus, prev: &DaemonStatus, dt: f64, rates: &str) -> String {
     let d = &st.pipeline.decode;
     let p = &st.pipeline.dispatch;
+    let seq = d.seq_lost_messages + d.seq_lost_records;
+    let overlap = if seq > 0 && st.filter.kind == "kernel" && st.filter.dropped > 0 {
+        " (seq gaps include messages the kernel filter dropped)"
+    } else {
+        ""
+    };
     format!(
-        "stel-ingestd: {:>6.1} M counters/s {:>7.1} MB/s | {} msgs, {} snapshots | lost: kernel {} seq {} shed {} trunc {} | filtered {} malformed {}{}",
+        "stel-ingestd: {:>6.1} M counters/s {:>7.1} MB/s | {} msgs, {} snapshots | lost: kernel {} seq {} in {} gaps{} shed {} trunc {} | filtered {} malformed {}{}",
         (d.counters - prev.pipeline.decode.counters) as f64 / dt / 1e6,
         (st.recv.bytes - prev.recv.bytes) as f64 / dt / 1e6,
         d.messages,
         d.records,
         st.kernel_drops,
-        d.seq_lost_messages + d.seq_lost_records,
+        seq,
+        d.seq_gap_events,
+        overlap,
         p.shed_decoder_full,
         st.recv.truncated,
-        st.filter.dropped + p.filtered,
+        st.filter.dropped,
         d.malformed_total(),
         rates
     )
-}
-
-/// Routes a STATE_DB session change to the decoders and the filter, and acknowledges it.
-fn apply_session_event(daemon: &mut Daemon, acker: &SessionAcker, ev: SessionEvent) {
-    match ev {
-        SessionEvent::Register {
-            key,
-            spec,
-            session_config,
-            config_version,
-            ..
-        } => match daemon.register(spec, session_config) {
-            Ok(()) => acker.applied(&key, config_version),
-            Err(e) => acker.rejected(&key, &e),
-        },
-        SessionEvent::Unregister { profile, group, .. } => daemon.unregister(&profile, &group),
-    }
 }
 
 /// The demo's switch: the design rate, or what the demo flags ask for.
@@ -397,6 +410,16 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
     if a.no_ebpf {
         cfg.filter.ebpf = false;
     }
+    if let Some(p) = a.filter_policy {
+        cfg.filter.policy = p;
+    }
+    if !a.input.is_empty() {
+        cfg.source.kind = SourceKind::File;
+        cfg.source.files = a.input.clone();
+    }
+    if let Some(f) = a.input_format {
+        cfg.source.input_format = f;
+    }
     if let Some(m) = a.seq_mode {
         cfg.pipeline.decode.seq_mode = m;
     }
@@ -430,7 +453,7 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
         let p = cfg.parquet.get_or_insert_with(Default::default);
         if let Some(d) = &a.data_dir {
             p.dir = d.clone();
-        } else if a.demo && a.config.is_none() {
+        } else if (a.demo || !a.input.is_empty()) && a.config.is_none() {
             p.dir = PathBuf::from("stel-data");
         }
     }
@@ -441,6 +464,11 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
     cfg.sessions
         .extend(a.session.iter().map(|p| SessionFile { path: p.clone() }));
     Ok(cfg)
+}
+
+/// True for file input: the loop ends when every file was read.
+fn is_file_input(d: &Daemon) -> bool {
+    d.status().input.is_some()
 }
 
 fn euid_is_root() -> bool {
@@ -584,11 +612,17 @@ fn run(a: Args) -> Result<(), String> {
     let mut rates = Rates::default();
     let mut prev = daemon.status();
     let mut last_tick = Instant::now();
+    let mut last_warn: Option<Instant> = None;
+    let files = is_file_input(&daemon);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         daemon.step()?;
+        if files && daemon.input_done() {
+            break;
+        }
         if let Some((w, rx)) = &state_db {
+            let acker = w.acker();
             while let Ok(ev) = rx.try_recv() {
-                apply_session_event(&mut daemon, &w.acker(), ev);
+                daemon.apply_state_db(ev, &acker);
             }
         }
         if last_tick.elapsed() >= interval {
@@ -598,7 +632,18 @@ fn run(a: Args) -> Result<(), String> {
             if let Some(g) = daemon.genl_status().filter(|g| g.starts_with("waiting")) {
                 line.push_str(&format!(" | {g}"));
             }
+            let nothing = st.nothing_decoded();
+            if let Some(w) = &nothing {
+                line.push_str(&format!(" | NOTHING DECODED: {w}"));
+            }
             eprintln!("{line}");
+            if let Some(w) = nothing {
+                // The operator must act; logged once a minute at most (the line says it each tick).
+                if last_warn.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!("Nothing decoded: {w}.");
+                    last_warn = Some(Instant::now());
+                }
+            }
             write_status(&status_file, &st);
             prev = st;
             last_tick = Instant::now();
@@ -678,10 +723,30 @@ fn run(a: Args) -> Result<(), String> {
     if a.json {
         println!("{}", serde_json::to_string(&st).unwrap_or_default());
     }
+    // The final figures, in the status line's words (a short run may never have printed one).
     eprintln!(
-        "stel-ingestd: stopped cleanly: {} snapshots decoded, reader {}, filter {}",
-        st.pipeline.decode.records, st.reader, st.filter.kind
+        "{}",
+        status_line(&st, &prev, last_tick.elapsed().as_secs_f64().max(1e-3), "")
     );
+    if let Some(i) = &st.input {
+        eprintln!(
+            "stel-ingestd: input: {} files ({} unreadable), {} bytes, {} units; {} unreadable records, {} packets skipped, {} non-IPFIX datagrams, {} IP datagrams reassembled",
+            i.files, i.files_failed, i.bytes_read, i.units, i.unreadable_records, i.skipped_packets, i.non_ipfix_datagrams, i.ip_reassembled
+        );
+    }
+    match st.nothing_decoded() {
+        Some(w) => {
+            tracing::warn!("Nothing decoded: {w}.");
+            eprintln!(
+                "stel-ingestd: stopped cleanly but NOTHING WAS DECODED: {w} (reader {}, filter {} {})",
+                st.reader, st.filter.kind, st.filter.policy
+            );
+        }
+        None => eprintln!(
+            "stel-ingestd: stopped cleanly: {} snapshots decoded, reader {}, filter {} {}",
+            st.pipeline.decode.records, st.reader, st.filter.kind, st.filter.policy
+        ),
+    }
     Ok(())
 }
 

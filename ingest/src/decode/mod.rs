@@ -18,7 +18,7 @@ mod stats;
 use std::{collections::HashMap, sync::Arc};
 
 pub use bswap::{portable as portable_bswap, select as select_bswap, BswapFn};
-pub use stats::{DecodeStats, Malformed};
+pub use stats::{DecodeStats, DomainSeqStats, Malformed, MAX_TRACKED_DOMAINS};
 pub use stel_store::CounterBatch;
 use stel_store::{batch::MAX_PARTS, BatchBuilder, CounterColumn, SessionSchema};
 
@@ -26,6 +26,10 @@ use crate::ipfix::{
     be16, be32, DecodePlan, SeqMode, TemplateError, TemplateRecord, MESSAGE_HEADER_LEN,
     MIN_DATA_SET_ID, OPTIONS_TEMPLATE_SET_ID, SET_HEADER_LEN, TEMPLATE_SET_ID, VERSION,
 };
+
+/// Profile of sessions known only from in-band templates (no STATE_DB / session file): the
+/// tables are `anonymous-d<domain>-t<template>` / `<object type>`.
+pub const ANONYMOUS_PROFILE: &str = "anonymous";
 
 /// Receives finished batches. The decoder calls it on its own thread.
 pub trait BatchSink {
@@ -98,6 +102,8 @@ pub enum SessionError {
     Template(#[from] TemplateError),
     #[error("a snapshot may be split over at most {MAX_PARTS} templates, got {0}")]
     TooManyParts(usize),
+    #[error("session_config defines template {0} twice")]
+    DuplicateTemplate(u16),
 }
 
 #[derive(Debug, Clone)]
@@ -121,6 +127,10 @@ struct Slot {
 #[derive(Debug)]
 struct Session {
     spec: Option<SessionSpec>,
+    /// Label → SAI object type as the registered templates define them: a spec name is used
+    /// for a column only when the column's label still has that object type (an inline
+    /// template that redefines a label must not inherit another object's name).
+    label_types: HashMap<u16, u32>,
     /// (template id, plan) per part; `None` until the part's template is known.
     parts: Vec<(u16, Option<Arc<DecodePlan>>)>,
     builder: Option<BatchBuilder>,
@@ -128,6 +138,8 @@ struct Session {
     live: bool,
 }
 
+/// Expected next sequence number of one domain; `DecodeStats::domains` holds its figures at
+/// the same index.
 #[derive(Debug, Clone, Copy)]
 struct SeqState {
     domain: u32,
@@ -182,27 +194,7 @@ impl Decoder {
         templates: &[u8],
         sink: &mut S,
     ) -> Result<usize, SessionError> {
-        if spec.object_names.len() != spec.object_ids.len() {
-            return Err(SessionError::LabelCountMismatch {
-                names: spec.object_names.len(),
-                ids: spec.object_ids.len(),
-            });
-        }
-        let mut seen = std::collections::HashSet::new();
-        if let Some(d) = spec.object_ids.iter().find(|id| !seen.insert(**id)) {
-            return Err(SessionError::DuplicateLabel(*d));
-        }
-        let recs = parse_template_messages(templates)?;
-        if recs.is_empty() {
-            return Err(SessionError::NoTemplates);
-        }
-        if recs.len() > MAX_PARTS {
-            return Err(SessionError::TooManyParts(recs.len()));
-        }
-        let mut plans = Vec::with_capacity(recs.len());
-        for r in &recs {
-            plans.push((r.template_id, Some(Arc::new(r.compile()?))));
-        }
+        let plans = compile_session(&spec, templates)?;
         for (tid, _) in &plans {
             self.withdraw(spec.domain, *tid, sink);
         }
@@ -245,7 +237,25 @@ impl Decoder {
     /// Forgets the expected sequence numbers of every domain: the exporter restarted (genl
     /// family re-registered), so its numbering starts over and the next message is not a gap.
     pub fn reset_sequences(&mut self) {
-        self.seq.clear();
+        for s in &mut self.seq {
+            s.expected = None;
+        }
+    }
+
+    /// A message of `domain` with sequence number `seq` was dropped by the user-space template
+    /// filter before decode: it takes its place in the sequence (a gap before it is still loss)
+    /// and is counted as filtered, never as lost. With RFC 7011 numbering its record count is
+    /// unknown (its template is not registered), so the next message restarts the numbering.
+    pub fn skip_filtered(&mut self, domain: u32, seq: u32) {
+        self.stats.filtered_messages += 1;
+        let Some(i) = self.check_sequence(domain, seq) else {
+            return;
+        };
+        self.stats.domains[i].filtered_messages += 1;
+        self.seq[i].expected = match self.config.seq_mode {
+            SeqMode::PerMessage => Some(seq.wrapping_add(1)),
+            SeqMode::Rfc7011 => None,
+        };
     }
 
     /// Unregisters the session named `profile`/`group` (what STATE_DB knows it by). Returns
@@ -274,8 +284,14 @@ impl Decoder {
         spec: Option<SessionSpec>,
         parts: Vec<(u16, Option<Arc<DecodePlan>>)>,
     ) -> usize {
+        let label_types = parts
+            .iter()
+            .filter_map(|(_, p)| p.as_ref())
+            .flat_map(|p| p.keys.iter().map(|(l, k)| (*l, k.object_type)))
+            .collect();
         let session = Session {
             spec,
+            label_types,
             parts,
             builder: None,
             generation: 0,
@@ -380,10 +396,12 @@ impl Decoder {
             part_offsets.push(columns.len());
             if let Some(p) = plan {
                 for (label, key) in &p.keys {
+                    let known = sess.label_types.get(label) == Some(&key.object_type);
                     columns.push(CounterColumn {
                         label: *label,
                         object: names
                             .get(label)
+                            .filter(|_| known)
                             .map_or_else(|| format!("unknown_{label}"), |n| n.to_string()),
                         key: *key,
                     });
@@ -400,7 +418,10 @@ impl Decoder {
                     .and_then(|p| p.keys.first())
                     .map(|(_, k)| k.object_type_name())
                     .unwrap_or_default();
-                ("anonymous".to_string(), group)
+                // One table per (domain, template): unrelated exporters' templates never share
+                // a directory (nor a schema).
+                let tid = sess.parts.first().map_or(0, |(t, _)| *t);
+                (format!("{ANONYMOUS_PROFILE}-d{domain}-t{tid}"), group)
             }
         };
         Arc::new(SessionSchema {
@@ -495,6 +516,26 @@ impl Decoder {
                 if self.sessions[s].spec.is_some() =>
             {
                 // A registered session's part: replace it in place (a new schema generation).
+                // Names follow labels only where the label keeps its object type (schema_for).
+                let sess = &self.sessions[s];
+                let relabelled = plan
+                    .keys
+                    .iter()
+                    .filter(|(l, k)| sess.label_types.get(l) != Some(&k.object_type))
+                    .count();
+                if relabelled > 0 {
+                    self.stats.templates_overriding_session += 1;
+                    let sp = sess.spec.as_ref().expect("guarded");
+                    tracing::warn!(
+                        profile = %sp.profile,
+                        group = %sp.group,
+                        domain,
+                        template = tid,
+                        relabelled,
+                        "An inline template redefines a registered session's template; columns \
+                         whose label changed object type are named unknown_<label>."
+                    );
+                }
                 self.flush_session(s, sink);
                 self.sessions[s].parts[part].1 = Some(Arc::clone(&plan));
                 self.sessions[s].builder = None;
@@ -534,42 +575,64 @@ impl Decoder {
         );
     }
 
-    fn check_sequence(&mut self, domain: u32, seq: u32) {
+    /// Counts the gap (if any) before message `seq` of `domain`; returns the domain's index, or
+    /// `None` when more than [`MAX_TRACKED_DOMAINS`] domains are tracked already.
+    fn check_sequence(&mut self, domain: u32, seq: u32) -> Option<usize> {
         let i = match self.seq.iter().position(|s| s.domain == domain) {
             Some(i) => i,
-            None => {
+            None if self.seq.len() < MAX_TRACKED_DOMAINS => {
                 self.seq.push(SeqState {
                     domain,
                     expected: None,
                 });
+                self.stats.domains.push(DomainSeqStats {
+                    domain,
+                    ..Default::default()
+                });
                 self.seq.len() - 1
+            }
+            None => {
+                self.stats.untracked_domain_messages += 1;
+                return None;
             }
         };
         if let Some(exp) = self.seq[i].expected {
             let gap = seq.wrapping_sub(exp);
             if gap != 0 {
+                let d = &mut self.stats.domains[i];
                 if gap < 0x8000_0000 {
+                    let gap = gap as u64;
                     match self.config.seq_mode {
-                        SeqMode::PerMessage => self.stats.seq_lost_messages += gap as u64,
-                        SeqMode::Rfc7011 => self.stats.seq_lost_records += gap as u64,
+                        SeqMode::PerMessage => {
+                            self.stats.seq_lost_messages += gap;
+                            d.lost_messages += gap;
+                        }
+                        SeqMode::Rfc7011 => {
+                            self.stats.seq_lost_records += gap;
+                            d.lost_records += gap;
+                        }
                     }
+                    self.stats.seq_gap_events += 1;
+                    d.gap_events += 1;
+                    d.largest_gap = d.largest_gap.max(gap);
                 } else {
                     // Behind what we expected: a duplicate, a reordering or an exporter restart.
                     self.stats.seq_out_of_order += 1;
+                    d.out_of_order += 1;
                 }
             }
         }
         self.seq[i].expected = Some(seq);
+        Some(i)
     }
 
-    fn advance_sequence(&mut self, domain: u32, seq: u32, records: u32) {
-        let mode = self.config.seq_mode;
-        if let Some(st) = self.seq.iter_mut().find(|s| s.domain == domain) {
-            st.expected = Some(match mode {
-                SeqMode::PerMessage => seq.wrapping_add(1),
-                SeqMode::Rfc7011 => seq.wrapping_add(records),
-            });
-        }
+    fn advance_sequence(&mut self, i: Option<usize>, seq: u32, records: u32) {
+        let Some(i) = i else { return };
+        self.stats.domains[i].messages += 1;
+        self.seq[i].expected = Some(match self.config.seq_mode {
+            SeqMode::PerMessage => seq.wrapping_add(1),
+            SeqMode::Rfc7011 => seq.wrapping_add(records),
+        });
     }
 
     /// Decodes a buffer of concatenated IPFIX messages (a netlink payload, a file chunk). Returns
@@ -615,7 +678,7 @@ impl Decoder {
         let domain = be32(msg, 12);
         self.stats.messages += 1;
         self.stats.bytes += msg.len() as u64;
-        self.check_sequence(domain, seq);
+        let seq_idx = self.check_sequence(domain, seq);
         let mut records = 0u32;
         let mut p = MESSAGE_HEADER_LEN;
         while p < msg.len() {
@@ -652,7 +715,7 @@ impl Decoder {
             }
             p += set_len;
         }
-        self.advance_sequence(domain, seq, records);
+        self.advance_sequence(seq_idx, seq, records);
     }
 
     fn template_set<S: BatchSink>(
@@ -742,7 +805,54 @@ impl Decoder {
     }
 }
 
-/// Parses a `session_config`: one or more IPFIX messages; returns their template records in order.
+/// Checks a session exactly as [`Decoder::register_session`] would (labels, templates, parts)
+/// without registering it; returns its template IDs in order. The session registry calls this
+/// before it touches the filter or a decoder, so a session a decoder would refuse changes
+/// nothing.
+///
+/// # Errors
+/// See [`SessionError`].
+pub fn validate_session(
+    spec: &SessionSpec,
+    session_config: &[u8],
+) -> Result<Vec<u16>, SessionError> {
+    Ok(compile_session(spec, session_config)?
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect())
+}
+
+type Parts = Vec<(u16, Option<Arc<DecodePlan>>)>;
+
+fn compile_session(spec: &SessionSpec, templates: &[u8]) -> Result<Parts, SessionError> {
+    if spec.object_names.len() != spec.object_ids.len() {
+        return Err(SessionError::LabelCountMismatch {
+            names: spec.object_names.len(),
+            ids: spec.object_ids.len(),
+        });
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(d) = spec.object_ids.iter().find(|id| !seen.insert(**id)) {
+        return Err(SessionError::DuplicateLabel(*d));
+    }
+    let recs = parse_template_messages(templates)?;
+    if recs.is_empty() {
+        return Err(SessionError::NoTemplates);
+    }
+    if recs.len() > MAX_PARTS {
+        return Err(SessionError::TooManyParts(recs.len()));
+    }
+    let mut tids = std::collections::HashSet::new();
+    let mut plans = Vec::with_capacity(recs.len());
+    for r in &recs {
+        if !tids.insert(r.template_id) {
+            return Err(SessionError::DuplicateTemplate(r.template_id));
+        }
+        plans.push((r.template_id, Some(Arc::new(r.compile()?))));
+    }
+    Ok(plans)
+}
+
 /// The template IDs a `session_config` (one or more IPFIX template messages) defines, in order:
 /// what the control plane registers in the template filter.
 ///

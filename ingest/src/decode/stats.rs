@@ -37,10 +37,20 @@ pub enum Malformed {
     UnknownTemplate,
     /// Data set shorter than one record of its template.
     RecordWiderThanSet,
+    /// Netlink framing (counted by the dispatcher, before decode): `nlmsg_len` below 20
+    /// (nlmsghdr + genlmsghdr); ends the datagram.
+    NetlinkLengthTooSmall,
+    /// Netlink framing: `nlmsg_len` runs past the datagram; ends it.
+    NetlinkLengthPastDatagram,
+    /// Netlink framing: 1–15 bytes after the last message, too few for a header.
+    NetlinkTrailingBytes,
+    /// Input framing (files and captures): a record or packet that could not be read
+    /// (truncated capture record, bad length prefix, a packet that is not UDP/IPFIX or netlink).
+    InputRecordUnreadable,
 }
 
 impl Malformed {
-    pub const ALL: [Malformed; 16] = [
+    pub const ALL: [Malformed; 20] = [
         Malformed::MessageHeaderTruncated,
         Malformed::BadVersion,
         Malformed::MessageLengthTooSmall,
@@ -57,6 +67,10 @@ impl Malformed {
         Malformed::TemplateRecordTooLong,
         Malformed::UnknownTemplate,
         Malformed::RecordWiderThanSet,
+        Malformed::NetlinkLengthTooSmall,
+        Malformed::NetlinkLengthPastDatagram,
+        Malformed::NetlinkTrailingBytes,
+        Malformed::InputRecordUnreadable,
     ];
 
     /// Stable snake_case name, used as the `reason` label.
@@ -78,6 +92,10 @@ impl Malformed {
             Malformed::TemplateRecordTooLong => "template_record_too_long",
             Malformed::UnknownTemplate => "unknown_template",
             Malformed::RecordWiderThanSet => "record_wider_than_set",
+            Malformed::NetlinkLengthTooSmall => "netlink_length_too_small",
+            Malformed::NetlinkLengthPastDatagram => "netlink_length_past_datagram",
+            Malformed::NetlinkTrailingBytes => "netlink_trailing_bytes",
+            Malformed::InputRecordUnreadable => "input_record_unreadable",
         }
     }
 
@@ -94,8 +112,44 @@ impl Malformed {
     }
 }
 
+/// Most observation domains one decoder keeps sequence state and figures for.
+pub const MAX_TRACKED_DOMAINS: usize = 4096;
+
+/// Sequence figures of one observation domain (one exporter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DomainSeqStats {
+    /// The observation domain ID.
+    pub domain: u32,
+    /// IPFIX messages decoded.
+    pub messages: u64,
+    /// Messages dropped by the user-space template filter (not lost).
+    pub filtered_messages: u64,
+    /// Messages missing per the sequence numbers (per-message numbering).
+    pub lost_messages: u64,
+    /// Records missing per the sequence numbers (RFC 7011 numbering).
+    pub lost_records: u64,
+    /// Jumps ahead: one per outage, so lost ÷ events is the mean outage length.
+    pub gap_events: u64,
+    /// Largest single jump (messages or records).
+    pub largest_gap: u64,
+    /// Messages whose number was behind the expected one.
+    pub out_of_order: u64,
+}
+
+impl DomainSeqStats {
+    fn add(&mut self, o: &DomainSeqStats) {
+        self.messages += o.messages;
+        self.filtered_messages += o.filtered_messages;
+        self.lost_messages += o.lost_messages;
+        self.lost_records += o.lost_records;
+        self.gap_events += o.gap_events;
+        self.largest_gap = self.largest_gap.max(o.largest_gap);
+        self.out_of_order += o.out_of_order;
+    }
+}
+
 /// Counters of one decoder.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DecodeStats {
     /// IPFIX messages whose header was valid.
     pub messages: u64,
@@ -129,6 +183,20 @@ pub struct DecodeStats {
     pub seq_lost_records: u64,
     /// Messages whose sequence number was behind the expected one.
     pub seq_out_of_order: u64,
+    /// Times a sequence number jumped ahead (one outage, however long, is one event).
+    pub seq_gap_events: u64,
+    /// Messages the user-space template filter dropped before decode (files, `--no-ebpf`):
+    /// they advance the sequence like decoded ones, so they never count as lost.
+    pub filtered_messages: u64,
+    /// Inline templates that replaced a registered session's template with a different one:
+    /// the session's object names are kept only where the label still means the same object
+    /// type; other columns are named by label (`unknown_<label>`). Logged at warn.
+    pub templates_overriding_session: u64,
+    /// Sequence figures per observation domain (what each exporter sent, lost, reordered),
+    /// at most [`MAX_TRACKED_DOMAINS`] per decoder.
+    pub domains: Vec<DomainSeqStats>,
+    /// Messages of domains beyond [`MAX_TRACKED_DOMAINS`]: decoded, without sequence accounting.
+    pub untracked_domain_messages: u64,
     /// Per [`Malformed`] reason, indexed by its discriminant.
     #[serde(serialize_with = "ser_malformed")]
     pub malformed: [u64; Malformed::ALL.len()],
@@ -148,7 +216,58 @@ fn ser_malformed<S: serde::Serializer>(
     map.end()
 }
 
+impl Clone for DecodeStats {
+    fn clone(&self) -> Self {
+        let mut c = Self::default();
+        c.clone_from(self);
+        c
+    }
+
+    /// Reuses `domains`' allocation (decoders publish a copy every few ms).
+    fn clone_from(&mut self, o: &Self) {
+        let domains = std::mem::take(&mut self.domains);
+        *self = Self {
+            domains,
+            malformed: o.malformed,
+            ..Self::plain(o)
+        };
+        self.domains.clone_from(&o.domains);
+    }
+}
+
 impl DecodeStats {
+    /// Every plain counter of `o` (no `domains`).
+    fn plain(o: &Self) -> Self {
+        macro_rules! copy { ($($f:ident),*) => { Self { $( $f: o.$f, )* domains: Vec::new(), malformed: o.malformed } } }
+        copy!(
+            messages,
+            bytes,
+            records,
+            counters,
+            batches,
+            template_sets,
+            options_template_sets,
+            templates_registered,
+            templates_refreshed,
+            templates_replaced,
+            templates_withdrawn,
+            options_templates,
+            options_records,
+            sessions_registered,
+            unknown_template_bytes,
+            discarded_bytes,
+            padding_bytes,
+            missing_samples,
+            seq_lost_messages,
+            seq_lost_records,
+            seq_out_of_order,
+            seq_gap_events,
+            filtered_messages,
+            templates_overriding_session,
+            untracked_domain_messages
+        )
+    }
+
     #[inline]
     pub(crate) fn count(&mut self, r: Malformed) {
         self.malformed[r as usize] += 1;
@@ -188,8 +307,18 @@ impl DecodeStats {
             missing_samples,
             seq_lost_messages,
             seq_lost_records,
-            seq_out_of_order
+            seq_out_of_order,
+            seq_gap_events,
+            filtered_messages,
+            templates_overriding_session,
+            untracked_domain_messages
         );
+        for d in &o.domains {
+            match self.domains.iter_mut().find(|x| x.domain == d.domain) {
+                Some(x) => x.add(d),
+                None => self.domains.push(*d),
+            }
+        }
         for (a, b) in self.malformed.iter_mut().zip(o.malformed.iter()) {
             *a += b;
         }

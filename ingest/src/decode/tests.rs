@@ -55,7 +55,7 @@ fn round_trip_many_snapshots_messages_and_sets() {
         assert_eq!(b.row(i), r.as_slice());
         assert_eq!(b.ts[i], 1000 + 10 * i as i64);
     }
-    assert_eq!(b.schema.profile, "anonymous");
+    assert_eq!(b.schema.profile, "anonymous-d7-t256");
     assert_eq!(b.schema.group, "PORT");
     assert_eq!(b.schema.columns[1].wide_name(), "unknown_1.IF_OUT_OCTETS");
     let s = d.stats();

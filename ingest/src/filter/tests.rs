@@ -255,7 +255,10 @@ fn user_space_filter_counts_and_follows_registration() {
             seen: 6,
             kept: 3,
             dropped: 3,
-            too_short: 1
+            too_short: 1,
+            learned: 0,
+            learn_failed: 0,
+            last_dropped_set_id: 256,
         }
     );
     assert!(matches!(
@@ -268,6 +271,41 @@ fn user_space_filter_counts_and_follows_registration() {
     f.register(256).unwrap(); // already there: fine
     assert!(matches!(
         f.register(256 + 4096),
-        Err(FilterError::TooManyTemplates)
+        Err(FilterError::TooManyTemplates(4096))
     ));
+}
+
+/// Policy `learn`: a kept template set registers its IDs (every record of every template and
+/// options template set), so the data right behind it passes; withdrawals learn nothing.
+#[test]
+fn user_space_learn_policy_registers_templates_from_the_stream() {
+    let mut f = TemplateFilter::user_space_quiet(3);
+    f.set_policy(FilterPolicy::Learn).unwrap();
+    assert!(!f.keep(&data(256)), "no template seen yet");
+    assert!(f.keep(&template(256)));
+    assert!(f.keep(&data(256)));
+    // Two records in one set (different field counts, one with enterprise fields).
+    let two = message(&[]);
+    let mut m = two[..16].to_vec();
+    let mut set = vec![0, 2, 0, 0];
+    set.extend_from_slice(&[1, 44, 0, 1, 0x01, 0x45, 0, 8]); // 300: one IE
+    set.extend_from_slice(&[1, 45, 0, 2, 0x80, 1, 0, 8, 0, 1, 0, 4, 0x01, 0x45, 0, 8]); // 301
+    set.extend_from_slice(&[1, 46, 0, 0]); // 302 withdrawn: not learned
+    let sl = set.len() as u16;
+    set[2..4].copy_from_slice(&sl.to_be_bytes());
+    m.extend_from_slice(&set);
+    let ml = m.len() as u16;
+    m[2..4].copy_from_slice(&ml.to_be_bytes());
+    assert!(f.keep(&m));
+    assert_eq!(
+        f.templates().iter().collect::<Vec<_>>(),
+        vec![256, 300, 301]
+    );
+    assert!(f.keep(&data(301)) && !f.keep(&data(302)));
+    // The map is full (3): the next learned ID is refused and counted.
+    assert!(f.keep(&template(999)));
+    assert!(!f.keep(&data(999)));
+    let st = f.stats().unwrap();
+    assert_eq!((st.learned, st.learn_failed), (3, 1));
+    assert_eq!(st.last_dropped_set_id, 999);
 }

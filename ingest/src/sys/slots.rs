@@ -171,17 +171,17 @@ impl SlotPool {
     }
 
     /// Takes a free slot out of the free list (recv reader).
-    pub(super) fn take_free(&mut self) -> Option<u16> {
+    pub(crate) fn take_free(&mut self) -> Option<u16> {
         self.free.pop()
     }
 
     /// Puts a slot the recv reader took but did not fill back.
-    pub(super) fn put_free(&mut self, slot: u16) {
+    pub(crate) fn put_free(&mut self, slot: u16) {
         self.free.push(slot);
     }
 
     /// The writable bytes of a slot that is free and taken by the caller.
-    pub(super) fn slot_mut(&mut self, slot: u16) -> &mut [u8] {
+    pub(crate) fn slot_mut(&mut self, slot: u16) -> &mut [u8] {
         assert!(slot < self.region.slots && self.leases[slot as usize] == 0);
         // SAFETY: the slot is in range and not leased, and the caller took it out of the free
         // list, so no one else reads or writes it; `&mut self` stops a second borrow.
@@ -213,7 +213,7 @@ impl SlotPool {
     }
 
     /// Makes the first lease on a just-filled slot, covering `start..end`.
-    pub(super) fn lease_filled(&mut self, slot: u16, start: usize, end: usize) -> Lease {
+    pub(crate) fn lease_filled(&mut self, slot: u16, start: usize, end: usize) -> Lease {
         assert!(start <= end && end <= self.region.slot_len);
         debug_assert_eq!(self.leases[slot as usize], 0);
         self.leases[slot as usize] = 1;
