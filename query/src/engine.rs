@@ -63,7 +63,8 @@ pub struct Buckets {
 }
 
 impl Buckets {
-    fn new(origin_ns: i64, width_ns: i64, n: usize, cols: usize, aggs: Aggs) -> Self {
+    /// `n` empty buckets of `cols` columns from `origin_ns`.
+    pub fn new(origin_ns: i64, width_ns: i64, n: usize, cols: usize, aggs: Aggs) -> Self {
         let cells = n * cols;
         let s = if aggs.stats { cells } else { 0 };
         Self {
