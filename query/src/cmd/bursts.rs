@@ -189,6 +189,10 @@ pub async fn detect(
             }
         }
     };
+    let Some(r) = crate::engine::clamp_to_data(cat, s, r).await? else {
+        return Ok((Vec::new(), 0));
+    };
+    let r = &r;
     let grid = Grid::new(r, Some(width_ns));
     let scanned = scan_buckets(cat, s, &names, r, grid, Aggs::default(), progress, |b| {
         for i in 0..b.n {

@@ -307,6 +307,19 @@ pub async fn compute(
     mut each: impl FnMut(RateRow) -> Result<()>,
 ) -> Result<(u64, usize)> {
     let (cols, mut feed) = RateFeed::new(s, objects, st, alpha)?;
+    // Per-interval rows only where there is data (the whole-window form needs the window as is:
+    // its single bucket starts at the window's start).
+    let clamped;
+    let r = match width_ns {
+        Some(_) => match crate::engine::clamp_to_data(cat, s, r).await? {
+            Some(c) => {
+                clamped = c;
+                &clamped
+            }
+            None => return Ok((0, cols.len())),
+        },
+        None => r,
+    };
     let grid = Grid::new(r, width_ns);
     let rows = scan_buckets(cat, s, &cols, r, grid, Aggs::default(), progress, |b| {
         feed.feed(b, &mut each)
