@@ -75,6 +75,9 @@ pub enum Per {
     Switch,
 }
 
+/// Per object: (value, per-stat parts).
+type Scores = BTreeMap<String, (f64, Vec<(String, f64)>)>;
+
 /// One scored object (or switch) before ranking.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -119,12 +122,7 @@ fn missing(s: &Session, by: By) -> Error {
 
 /// Scores one whole-window bucket: drops and rate from the first and last rows, occupancy from
 /// the peak. Per object: (value, per-stat parts).
-fn score(
-    by: By,
-    cols: &[&Column],
-    b: &Buckets,
-    out: &mut BTreeMap<String, (f64, Vec<(String, f64)>)>,
-) {
+fn score(by: By, cols: &[&Column], b: &Buckets, out: &mut Scores) {
     let Some((t0, first, fok)) = &b.first else {
         return;
     };
@@ -155,7 +153,7 @@ fn score(
     }
 }
 
-fn entries(switch: Option<&str>, m: BTreeMap<String, (f64, Vec<(String, f64)>)>) -> Vec<Entry> {
+fn entries(switch: Option<&str>, m: Scores) -> Vec<Entry> {
     m.into_iter()
         .map(|(object, (value, detail))| Entry {
             switch: switch.map(str::to_string),
@@ -217,6 +215,10 @@ fn burst_entry(
 }
 
 /// One session's entries, by the local engine.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the resolved question, spelled out"
+)]
 async fn local_entries(
     cat: &Catalog,
     s: &Session,
