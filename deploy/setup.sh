@@ -2,7 +2,8 @@
 # Installs what stel needs on a fresh Debian machine (idempotent; run as root or with sudo).
 #   deploy/setup.sh          build prerequisites + the eBPF toolchain (the kernel filter)
 #   deploy/setup.sh --test   plus what the tests use: redis-server, pyarrow + duckdb (independent
-#                            Parquet readers), moto (a local S3-compatible server)
+#                            Parquet readers), moto (a local S3-compatible server), pysail (Sail,
+#                            a Spark Connect server)
 #
 # The eBPF toolchain follows the recipe measured on these machines (shared/DESIGN.md): Debian's
 # rustc-web + rust-web-src + llvm-22-dev, then bpf-linker 0.13.0 built against LLVM 22. When any
@@ -42,6 +43,13 @@ if [ "$want_test" = 1 ]; then
     echo "setup: installing pyarrow, duckdb, moto[server] for $py"
     "$py" -m pip install --quiet --disable-pip-version-check pyarrow duckdb 'moto[server]' 2>/dev/null \
       || "$py" -m pip install --quiet --disable-pip-version-check --break-system-packages pyarrow duckdb 'moto[server]'
+  fi
+  # Sail (pysail): the Spark Connect server the fleet tests and `stel-bench fleet` query the lake
+  # with (a 63 MB wheel with the server built in; no JVM).
+  if ! command -v sail >/dev/null 2>&1; then
+    echo "setup: installing pysail (Sail, a Spark Connect server) for $py"
+    "$py" -m pip install --quiet --disable-pip-version-check pysail 2>/dev/null \
+      || "$py" -m pip install --quiet --disable-pip-version-check --break-system-packages pysail
   fi
 fi
 echo "setup: ok"

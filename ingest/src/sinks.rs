@@ -103,7 +103,17 @@ impl Upload {
     ///
     /// # Errors
     /// An invalid config or destination, an unreadable state file.
-    pub fn start(cfg: UploadConfig, data_dir: &Path) -> Result<Arc<Self>, String> {
+    /// The lake's switch name is `[upload] switch`, else `parquet_switch` (the Parquet sink's
+    /// `switch_name`), else CONFIG_DB's `DEVICE_METADATA|localhost` hostname at `redis_url`,
+    /// else the host name ([`stel_store::upload::resolve_switch`]).
+    pub fn start(
+        mut cfg: UploadConfig,
+        data_dir: &Path,
+        parquet_switch: Option<&str>,
+        redis_url: Option<&str>,
+    ) -> Result<Arc<Self>, String> {
+        let from = stel_store::upload::resolve_switch(&mut cfg, parquet_switch, redis_url);
+        tracing::info!(switch = %cfg.switch, source = ?from, "Lake switch name resolved.");
         let to = cfg.to.clone();
         let uploader =
             Uploader::start(cfg, data_dir).map_err(|e| format!("upload to {to}: {e}"))?;

@@ -60,12 +60,16 @@ fn finish(child: Child, status: &str) -> Value {
     st
 }
 
-/// Compares every published file with its copy (bytes and pyarrow tables); returns (files, rows).
+/// The lake's switch name the tests configure (`[upload] switch`).
+const SWITCH: &str = "leaf-01.lab";
+
+/// Compares every published file with its copy under `switch=<SWITCH>/` (bytes and pyarrow
+/// tables; nothing else in the lake); returns (files, rows).
 fn compare(data: &Path, dest: &str, env: &[(&str, &str)]) -> (u64, u64) {
     const SCRIPT: &str = r#"
 import io, os, sys
 import pyarrow.parquet as pq
-data, dest = sys.argv[1], sys.argv[2]
+data, dest, switch = sys.argv[1], sys.argv[2], sys.argv[3]
 def walk(root):
     out = {}
     for d, _, files in os.walk(root):
@@ -86,6 +90,10 @@ if dest.startswith("s3://"):
 else:
     remote = walk(dest)
 assert local, "no local files"
+# Every uploaded key is switch=<name>/<the data dir's relative path>.
+prefix = "switch=" + switch + "/"
+assert all(k.startswith(prefix) for k in remote), sorted(remote)[:3]
+remote = {k[len(prefix):]: v for k, v in remote.items()}
 assert sorted(local) == sorted(remote), (sorted(set(local) ^ set(remote)))
 rows = 0
 for k, b in local.items():
@@ -96,7 +104,7 @@ for k, b in local.items():
 print(len(local), rows)
 "#;
     let mut c = stel_store::testutil::python3(SCRIPT);
-    c.args([data.to_str().unwrap(), dest]);
+    c.args([data.to_str().unwrap(), dest, SWITCH]);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -118,13 +126,14 @@ fn daemon_uploads_every_published_file_to_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     let lake = dir.path().join("lake");
     let extra = format!(
-        "[upload]\nto = {:?}\nscan_interval_ms = 200\n",
+        "[upload]\nto = {:?}\nscan_interval_ms = 200\nswitch = {SWITCH:?}\n",
         lake.display()
     );
     let st = run_daemon(dir.path(), &extra, 3, &[]);
     let up = &st["sinks"]["upload"];
     let pq = &st["sinks"]["parquet"];
     assert_eq!(up["failures"], 0, "{up}");
+    assert_eq!(up["switch"], SWITCH, "{up}");
     assert_eq!(up["pending_files"], 0, "{up}");
     assert_eq!(up["vanished_files"], 0, "{up}");
     assert_eq!(up["files_uploaded"], pq["files_published"], "{up}\n{pq}");
@@ -151,8 +160,8 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
     let env = s3_client_env(&url);
     // The daemon starts while the S3 server is not there yet: uploads fail, are counted, and
     // are retried with backoff; once it is up, everything goes through.
-    let extra = "[upload]\nto = \"s3://lake/stel\"\nscan_interval_ms = 200\nretry_initial_ms = 100\nretry_max_ms = 400\n";
-    let (child, status) = spawn_daemon(dir.path(), extra, 6, &env);
+    let extra = format!("[upload]\nto = \"s3://lake/stel\"\nscan_interval_ms = 200\nretry_initial_ms = 100\nretry_max_ms = 400\nswitch = {SWITCH:?}\n");
+    let (child, status) = spawn_daemon(dir.path(), &extra, 6, &env);
     let deadline = Instant::now() + Duration::from_secs(20);
     let down = loop {
         let st: Option<Value> = std::fs::read_to_string(&status)

@@ -409,6 +409,34 @@ impl Catalog {
         Ok(get(0).zip(get(1)))
     }
 
+    /// First and last sample time of a session inside `r` (partition and `ts` statistics prune
+    /// the scan to the window's files and row groups; only `ts` is read).
+    ///
+    /// # Errors
+    /// Engine failures.
+    pub async fn extent_in(&self, s: &Session, r: &TimeRange) -> Result<Option<(i64, i64)>> {
+        use datafusion::functions_aggregate::expr_fn::{max, min};
+        let ts = || datafusion::logical_expr::cast(col("ts"), DataType::Int64);
+        let df = self
+            .ctx
+            .table(s.table.as_str())
+            .await?
+            .filter(time_filter(r))?
+            .aggregate(vec![], vec![min(ts()).alias("a"), max(ts()).alias("b")])?;
+        let batches = df.collect().await?;
+        let Some(b) = batches.first().filter(|b| b.num_rows() > 0) else {
+            return Ok(None);
+        };
+        use arrow_array::Array;
+        let get = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .and_then(|a| (!a.is_null(0)).then(|| a.value(0)))
+        };
+        Ok(get(0).zip(get(1)))
+    }
+
     /// Error for a window with no data: says which range exists.
     pub async fn empty_window(&self, s: &Session, r: &TimeRange) -> Error {
         match self.extent(s).await {

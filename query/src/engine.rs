@@ -63,7 +63,8 @@ pub struct Buckets {
 }
 
 impl Buckets {
-    fn new(origin_ns: i64, width_ns: i64, n: usize, cols: usize, aggs: Aggs) -> Self {
+    /// `n` empty buckets of `cols` columns from `origin_ns`.
+    pub fn new(origin_ns: i64, width_ns: i64, n: usize, cols: usize, aggs: Aggs) -> Self {
         let cells = n * cols;
         let s = if aggs.stats { cells } else { 0 };
         Self {
@@ -299,6 +300,24 @@ impl Grid {
             }
         }
     }
+}
+
+/// `r` narrowed to the session's data in it (`[first, last]` sample): a fine grid over a long window
+/// of sparse data (a fleet's one-hour window over a switch that sent a few ms) would otherwise
+/// walk every empty bucket. `None` when the session has no data in `r`. Bucket alignment is
+/// unchanged (grids align to multiples of their width since the epoch).
+///
+/// # Errors
+/// Engine failures.
+pub async fn clamp_to_data(cat: &Catalog, s: &Session, r: &TimeRange) -> Result<Option<TimeRange>> {
+    let Some((first, last)) = cat.extent_in(s, r).await? else {
+        return Ok(None);
+    };
+    let c = TimeRange {
+        from_ns: r.from_ns.max(first),
+        to_ns: r.to_ns.min(last.saturating_add(1)),
+    };
+    Ok((c.to_ns > c.from_ns).then_some(c))
 }
 
 /// Scans one chunk: `streams` (partitions of one scan) each on its own task, merged into `acc`.

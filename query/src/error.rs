@@ -12,6 +12,9 @@ pub enum Error {
     /// Nothing to answer from: no files, no session, an empty window. The text says what exists.
     #[error("{0}")]
     NotFound(String),
+    /// A remote engine (Spark Connect) refused or failed the question; the text is its own.
+    #[error("{0}")]
+    Engine(String),
     #[error("query engine: {0}")]
     DataFusion(#[from] datafusion::error::DataFusionError),
     #[error("arrow: {0}")]

@@ -5,7 +5,9 @@
 //! daemon writes (local or `s3://…`) as one DataFusion table per HFT session, with Hive
 //! partition pruning and `ts` statistics pruning; [`engine`] runs the vectorised bucket scan the
 //! time-series commands share; [`rates`] is SONiC's rate math and portstat's formatting;
-//! [`output`] prints tables, CSV or JSON Lines; [`cmd`] holds one module per subcommand.
+//! [`output`] prints tables, CSV or JSON Lines; [`cmd`] holds one module per subcommand;
+//! [`fleet`] runs a command over every switch of a lake (`switch=<name>/` roots) in this
+//! process; [`spark`] compiles the fleet questions to Spark SQL for a Spark Connect server.
 //!
 //! It is its own crate because it links DataFusion (a large, slow-to-build engine) which the
 //! daemon must never link; it depends on `stel-store` only for names and the file contract.
@@ -16,10 +18,12 @@ pub mod catalog;
 pub mod cmd;
 pub mod engine;
 pub mod error;
+pub mod fleet;
 pub mod longview;
 pub mod output;
 pub mod plot;
 pub mod rates;
 pub mod settings;
+pub mod spark;
 
 pub use error::{Error, Result};

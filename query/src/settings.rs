@@ -33,6 +33,29 @@ pub struct CommonArgs {
     /// Print CSV with a header line.
     #[arg(long)]
     pub csv: bool,
+    /// Where the question runs: `local` (this process, over --data-dir) or `spark` (a Spark
+    /// Connect server at --remote, which reads the lake at --data-dir itself: give a path or
+    /// s3:// URL the server can reach).
+    #[arg(long, value_enum, env = "STEL_ENGINE", default_value = "local")]
+    pub engine: Engine,
+    /// Spark Connect endpoint for --engine spark, e.g. sc://127.0.0.1:15002 (Sail or Apache
+    /// Spark's connect server).
+    #[arg(long, env = "SPARK_REMOTE", value_name = "sc://HOST:PORT")]
+    pub remote: Option<String>,
+    /// Fleet lakes (a root of switch=<name>/ directories): only these switches
+    /// (comma-separated; default all).
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub switch: Vec<String>,
+}
+
+/// Which engine answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Engine {
+    /// DataFusion and the bucket scan in this process.
+    #[default]
+    Local,
+    /// A Spark Connect server (Sail, Apache Spark): the question is compiled to Spark SQL.
+    Spark,
 }
 
 /// The time window flags.
@@ -162,11 +185,34 @@ impl TimeArgs {
 pub struct Settings {
     pub data: String,
     pub format: Format,
+    pub engine: Engine,
+    pub remote: Option<String>,
+    /// Switches to keep (empty: all).
+    pub switches: Vec<String>,
+}
+
+impl Settings {
+    /// The Spark Connect endpoint, when the engine is Spark.
+    ///
+    /// # Errors
+    /// `--engine spark` without `--remote`.
+    pub fn spark_remote(&self) -> Result<Option<crate::spark::Remote>> {
+        match (self.engine, &self.remote) {
+            (Engine::Local, _) => Ok(None),
+            (Engine::Spark, Some(r)) => crate::spark::Remote::parse(r).map(Some),
+            (Engine::Spark, None) => Err(Error::Usage(
+                "--engine spark needs --remote sc://host:port (or SPARK_REMOTE)".into(),
+            )),
+        }
+    }
 }
 
 impl CommonArgs {
     pub fn resolve(&self) -> Settings {
         Settings {
+            engine: self.engine,
+            remote: self.remote.clone(),
+            switches: self.switch.clone(),
             data: self.data_dir.clone(),
             format: if self.json {
                 Format::Json

@@ -1,9 +1,14 @@
-//! The on-disk layout of the Parquet history: the only place that formats (or parses) a path.
+//! The on-disk layout of the Parquet history and of the data lake: the only place that formats
+//! (or parses) a path.
 //!
 //! ```text
 //! <root>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/part-<first_ns:020>-<seq:06>.parquet
 //! <root>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/.part-<first_ns:020>-<seq:06>.parquet.tmp
+//! <lake>/switch=<s>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/part-….parquet   (uploaded)
 //! ```
+//!
+//! The lake (what the uploader writes, `store/LAKE.md`) is every switch's history under one more
+//! Hive level, `switch=<name>` ([`switch_segment`], [`lake_key`]), so engines prune by switch.
 //!
 //! * Partition values follow Hive's `key=value` convention, so DuckDB (`hive_partitioning`),
 //!   pyarrow (`partitioning="hive"`), Spark and DataFusion see `profile`, `group`, `date` and
@@ -67,6 +72,35 @@ pub fn unescape_value(v: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// The lake's top partition level for switch `name`: `switch=<escaped name>`.
+///
+/// Escaped like [`escape_value`], except that a `.` after the first byte is kept: switch names
+/// are host names (`leaf01.dc2`), and a dot that cannot lead can neither hide the directory nor
+/// form `..`. [`unescape_value`] reverses it.
+pub fn switch_segment(name: &str) -> String {
+    if name.is_empty() {
+        return format!("switch={EMPTY_VALUE}");
+    }
+    let mut out = String::with_capacity(7 + name.len());
+    out.push_str("switch=");
+    for (i, b) in name.bytes().enumerate() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0) {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    }
+    out
+}
+
+/// The lake key of a part, given its path relative to the data dir (`profile=…/…/part-….parquet`,
+/// as [`published_parts`] lists it): `switch=<escaped name>/<rel>`.
+pub fn lake_key(switch: &str, rel: &str) -> String {
+    format!("{}/{}", switch_segment(switch), rel.trim_start_matches('/'))
 }
 
 /// A UTC civil hour: the `date=`/`hour=` partition of a timestamp.
@@ -385,6 +419,30 @@ mod tests {
         );
         assert_eq!(unescape_value("%G1"), None);
         assert_eq!(unescape_value("%4"), None);
+    }
+
+    #[test]
+    fn lake_keys_exact() {
+        let s = SessionDir::new(Path::new("/var/lib/stel"), "stel_demo", "PORT");
+        let p = s.partition(T).part(PartName::new(T, 7));
+        let rel = p
+            .published
+            .strip_prefix("/var/lib/stel")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            lake_key("leaf-01", &rel),
+            "switch=leaf-01/profile=stel_demo/group=PORT/date=2023-11-14/hour=22/\
+             part-01700000000123456789-000007.parquet"
+        );
+        assert_eq!(switch_segment("spine1.dc2"), "switch=spine1.dc2");
+        assert_eq!(switch_segment("../x"), "switch=%2E.%2Fx");
+        assert_eq!(switch_segment(".hidden"), "switch=%2Ehidden");
+        assert_eq!(unescape_value("%2E.%2Fx").as_deref(), Some("../x"));
+        assert_eq!(switch_segment(""), "switch=__HIVE_DEFAULT_PARTITION__");
+        assert_eq!(lake_key("a b", "/profile=p/x"), "switch=a%20b/profile=p/x");
     }
 
     #[test]

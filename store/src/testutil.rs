@@ -99,3 +99,68 @@ impl Drop for MotoS3 {
         let _ = self.child.wait();
     }
 }
+
+/// A Sail Spark Connect server (`sail spark server`, from PyPI's `pysail`; `deploy/setup.sh
+/// --test` installs it) owned by a test or a bench (killed on drop), in local-cluster mode:
+/// a driver and `workers` worker actors that exchange tasks and shuffle data over gRPC, as a
+/// cluster does. `env` reaches the server (the AWS_* settings of an S3 lake). If it cannot start
+/// it **panics** with how to install it.
+#[derive(Debug)]
+pub struct SailServer {
+    child: Child,
+    port: u16,
+}
+
+impl SailServer {
+    /// Starts the server on a free port and waits (up to 60 s) until it accepts connections.
+    pub fn start(workers: usize, env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let mut c = Command::new("sail");
+        c.args([
+            "spark",
+            "server",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .env("SAIL_MODE", "local-cluster")
+        .env("SAIL_CLUSTER__WORKER_INITIAL_COUNT", workers.to_string())
+        .env("SAIL_CLUSTER__WORKER_MAX_COUNT", workers.to_string())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let child = c
+            .spawn()
+            .expect("sail spark server (install pysail: deploy/setup.sh --test)");
+        let mut me = Self { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(st)) = me.child.try_wait() {
+                panic!("sail spark server exited at start ({st}); is pysail installed? deploy/setup.sh --test");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sail spark server on port {port} did not come up in 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        me.port = port;
+        me
+    }
+
+    /// `sc://127.0.0.1:<port>` (stel-query's `--remote`).
+    pub fn remote(&self) -> String {
+        format!("sc://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for SailServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,13 +1,14 @@
 //! The data-lake uploader: copies every Parquet file the history sink publishes to a local
-//! directory or `s3://bucket/prefix`, keeping the Hive layout, continuously and off the decode
-//! path.
+//! directory or `s3://bucket/prefix`, under `switch=<name>/` and then the history's own Hive
+//! layout, continuously and off the decode path. The lake's layout is written down in
+//! `store/LAKE.md`.
 //!
 //! ```text
 //!  ParquetSink ── rename ──▶ <dir>/profile=…/group=…/date=…/hour=…/part-….parquet
 //!                                     │ scan every scan_interval_ms (published files only:
 //!                                     ▼  temp files are `.part-….parquet.tmp`, never matched)
 //!  uploader thread (current-thread tokio runtime):
-//!     pending, oldest first ──▶ up to `concurrency` uploads ──▶ <dest>/<same relative path>
+//!     pending, oldest first ──▶ up to `concurrency` uploads ──▶ <dest>/switch=<name>/<same path>
 //!          ▲                          │ ok: size checked at the destination
 //!          └── failed: retried with   ▼
 //!              exponential backoff   <dir>/.stel-upload-state   (append + fsync per upload)
@@ -18,6 +19,13 @@
 //! queue: nothing is held in memory that a crash could lose, a restart finds exactly the files
 //! not yet uploaded, and the uploader needs no hook into the writer thread. The cost is one
 //! directory walk (readdir only; a stat only for files not uploaded yet) per scan interval.
+//!
+//! # The switch name
+//! `[upload] switch`, else (set by the daemon before [`Uploader::start`], see
+//! [`resolve_switch`]) the Parquet sink's `switch_name`, the `hostname` of CONFIG_DB's
+//! `DEVICE_METADATA|localhost` when Redis is configured, or the host name. Every file a daemon
+//! uploads lands under one `switch=` prefix, which is part of the destination the state file
+//! records: renaming the switch uploads the history again under the new name.
 //!
 //! # Progress and crashes
 //! The state file (`.stel-upload-state` in the data dir; hidden, so Hive readers skip it) holds
@@ -54,7 +62,94 @@ use object_store::{
 use serde::{Deserialize, Serialize};
 use tokio::{sync::Notify, task::JoinSet};
 
-use crate::paths::published_parts;
+use crate::{
+    parquet::writer::host_name,
+    paths::{published_parts, switch_segment},
+};
+
+/// `<to>/switch=<escaped name>`: where one switch's files go (a directory or an S3 prefix).
+pub fn lake_root(to: &str, switch: &str) -> String {
+    format!(
+        "{}/{}",
+        to.trim().trim_end_matches('/'),
+        switch_segment(switch)
+    )
+}
+
+/// Where the lake's switch name came from ([`resolve_switch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchSource {
+    /// `[upload] switch`.
+    Config,
+    /// The Parquet sink's `switch_name` (the `stel.switch` footer key of every file).
+    ParquetSink,
+    /// CONFIG_DB `DEVICE_METADATA|localhost` `hostname` (SONiC's own name for the switch).
+    ConfigDb,
+    /// The kernel's host name.
+    HostName,
+}
+
+/// CONFIG_DB's database number in SONiC's Redis.
+pub const CONFIG_DB: i64 = 4;
+
+/// Fills `cfg.switch` when it is empty: the Parquet sink's `switch_name`, else the `hostname` of
+/// CONFIG_DB `DEVICE_METADATA|localhost` at `redis_url` (with the `redis` feature; a Redis that
+/// does not answer within 2 s is logged and skipped), else the host name. Returns where the name
+/// came from.
+pub fn resolve_switch(
+    cfg: &mut UploadConfig,
+    parquet_switch: Option<&str>,
+    redis_url: Option<&str>,
+) -> SwitchSource {
+    if !cfg.switch.trim().is_empty() {
+        return SwitchSource::Config;
+    }
+    if let Some(s) = parquet_switch.map(str::trim).filter(|s| !s.is_empty()) {
+        cfg.switch = s.to_string();
+        return SwitchSource::ParquetSink;
+    }
+    #[cfg(feature = "redis")]
+    if let Some(url) = redis_url {
+        match config_db_hostname(url) {
+            Ok(Some(h)) => {
+                cfg.switch = h;
+                return SwitchSource::ConfigDb;
+            }
+            Ok(None) => tracing::info!(
+                url,
+                "CONFIG_DB has no DEVICE_METADATA|localhost hostname; the lake uses the host name."
+            ),
+            Err(e) => tracing::warn!(
+                url,
+                error = %e,
+                "Cannot read the switch name from CONFIG_DB; the lake uses the host name."
+            ),
+        }
+    }
+    #[cfg(not(feature = "redis"))]
+    let _ = redis_url;
+    cfg.switch = host_name();
+    SwitchSource::HostName
+}
+
+/// `HGET DEVICE_METADATA|localhost hostname` in CONFIG_DB (db 4) of the Redis at `url`.
+///
+/// # Errors
+/// A bad URL, Redis not answering within 2 s, a command error.
+#[cfg(feature = "redis")]
+pub fn config_db_hostname(url: &str) -> Result<Option<String>, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let mut info = client.get_connection_info().clone();
+    info.redis.db = CONFIG_DB;
+    let client = redis::Client::open(info)?;
+    let mut c = client.get_connection_with_timeout(Duration::from_secs(2))?;
+    let h: Option<String> = redis::cmd("HGET")
+        .arg("DEVICE_METADATA|localhost")
+        .arg("hostname")
+        .query(&mut c)?;
+    Ok(h.map(|s| s.trim().to_string()).filter(|s| !s.is_empty()))
+}
 
 /// Name of the progress file in the data dir.
 pub const STATE_FILE: &str = ".stel-upload-state";
@@ -86,6 +181,10 @@ pub struct UploadConfig {
     pub backfill: bool,
     /// At shutdown, keep uploading what is pending for at most this long, ms.
     pub shutdown_timeout_ms: u64,
+    /// The switch's name in the lake (`<to>/switch=<name>/…`). Empty: the Parquet sink's
+    /// `switch_name`, else CONFIG_DB `DEVICE_METADATA|localhost` `hostname` when Redis is
+    /// configured, else the host name.
+    pub switch: String,
 }
 
 impl Default for UploadConfig {
@@ -100,6 +199,7 @@ impl Default for UploadConfig {
             delete_after_upload: false,
             backfill: true,
             shutdown_timeout_ms: 10_000,
+            switch: String::new(),
         }
     }
 }
@@ -114,6 +214,7 @@ impl UploadConfig {
             retry_max_ms: 1_000,
             multipart_bytes: 5 << 20,
             shutdown_timeout_ms: 5_000,
+            switch: "test-switch".into(),
             ..Self::default()
         }
     }
@@ -169,6 +270,8 @@ pub struct UploadStats {
     /// Files uploaded and confirmed (size checked at the destination).
     pub files_uploaded: u64,
     pub bytes_uploaded: u64,
+    /// The switch name every file is uploaded under (`switch=<name>/`).
+    pub switch: String,
     /// Upload attempts that failed (each is retried).
     pub failures: u64,
     /// Attempts of files that had failed before.
@@ -218,6 +321,7 @@ struct Counters {
 #[derive(Debug)]
 struct Shared {
     destination: String,
+    switch: String,
     c: Counters,
     stop: AtomicBool,
     wake: Notify,
@@ -228,6 +332,7 @@ impl Shared {
         let c = &self.c;
         UploadStats {
             destination: self.destination.clone(),
+            switch: self.switch.clone(),
             files_uploaded: c.files_uploaded.load(Relaxed),
             bytes_uploaded: c.bytes_uploaded.load(Relaxed),
             failures: c.failures.load(Relaxed),
@@ -935,18 +1040,28 @@ impl Uploader {
     /// An invalid config, an unusable destination URL or S3 setting, an unreadable state file.
     pub fn start(cfg: UploadConfig, data_dir: &Path) -> Result<Self, Error> {
         cfg.validate()?;
-        let dest = Dest::parse(cfg.to.trim(), data_dir)?;
+        let switch = if cfg.switch.trim().is_empty() {
+            host_name()
+        } else {
+            cfg.switch.trim().to_string()
+        };
+        // Everything goes under `switch=<name>/`: that is the destination, for the files and for
+        // the state file (another name is another destination).
+        let root = lake_root(cfg.to.trim(), &switch);
+        let dest = Dest::parse(&root, data_dir)?;
         fs::create_dir_all(data_dir).map_err(|source| Error::State {
             path: data_dir.to_owned(),
             source,
         })?;
         let destination = cfg.to.trim().to_string();
-        let state = State::open(data_dir, &destination).map_err(|source| Error::State {
+        let state = State::open(data_dir, &root).map_err(|source| Error::State {
             path: data_dir.join(STATE_FILE),
             source,
         })?;
+        tracing::info!(destination = %root, switch = %switch, "Uploading under the switch's lake prefix.");
         let shared = Arc::new(Shared {
             destination,
+            switch,
             c: Counters::default(),
             stop: AtomicBool::new(false),
             wake: Notify::new(),

@@ -58,6 +58,18 @@ enum Bench {
         #[arg(long)]
         quick: bool,
     },
+    /// Fleet: 100 emulated switches (mixed templates, some with queues/PGs), one real
+    /// stel-ingestd each uploading to a local S3 (moto), then the fleet questions (top ports by
+    /// microburst time, per-switch drops) on Sail in local-cluster mode through stel-query
+    /// --engine spark, checked against stel-query's local engine on the same lake. Needs root.
+    Fleet {
+        /// Less data per switch (the whole run under a minute once built).
+        #[arg(long)]
+        quick: bool,
+        /// Switches in the fleet.
+        #[arg(long, default_value_t = 100)]
+        switches: usize,
+    },
     /// Parquet sink end to end (queue → writer thread → wide transpose → encode → fsync →
     /// rename) on the emulator's design-rate counters, vs a raw 8 B/sample write in the same run.
     Parquet {
@@ -180,6 +192,7 @@ fn main() -> ExitCode {
         Bench::E2e { quick, rate } => w::e2e::bench(quick, rate),
         Bench::Parquet { quick, sweep } => w::parquet::bench(quick, sweep),
         Bench::Query { quick } => query(quick),
+        Bench::Fleet { quick, switches } => w::fleet::bench(quick, switches),
     };
     match r {
         Ok(v) => {

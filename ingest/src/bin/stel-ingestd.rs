@@ -513,7 +513,7 @@ fn run(a: Args) -> Result<(), String> {
     let mut upload = None;
     let history = match parquet_cfg {
         Some(c) => {
-            let dir = c.dir.clone();
+            let (dir, c_switch) = (c.dir.clone(), c.switch_name.clone());
             let h = ParquetHistory::start(c)?;
             eprintln!(
                 "stel-ingestd: writing Parquet history under {}",
@@ -522,7 +522,8 @@ fn run(a: Args) -> Result<(), String> {
             sinks.push(Arc::clone(&h) as Arc<dyn Sink>);
             if let Some(u) = upload_cfg {
                 let to = u.to.clone();
-                let up = Upload::start(u, &dir)?;
+                let redis = state_db_cfg.as_ref().map(|c| c.url.as_str());
+                let up = Upload::start(u, &dir, c_switch.as_deref(), redis)?;
                 eprintln!(
                     "stel-ingestd: uploading every published file to {to} (progress in {})",
                     dir.join(stel_store::upload::STATE_FILE).display()

@@ -6,13 +6,17 @@ use std::{process::ExitCode, time::Instant};
 use serde_json::json;
 
 use crate::{
-    catalog::Catalog,
+    catalog::{Catalog, Session},
     engine::{scan_buckets, Aggs, Grid, Progress},
     error::{Error, Result},
     output::{human_ns, Cell, Format, Printer},
     plot,
     rates::{self, fmt_util},
-    settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs},
+    settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs, TimeRange},
+    spark::{
+        compile::{BurstParams, Scope, Series},
+        Lake,
+    },
 };
 
 /// Microbursts: intervals where a port's utilisation stays above --threshold for at least
@@ -56,10 +60,11 @@ pub struct Args {
     pub plot: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Direction {
     Rx,
     Tx,
+    #[default]
     Both,
 }
 
@@ -85,64 +90,111 @@ struct Track {
     run: Option<(i64, i64, f64, u64)>,
 }
 
-/// # Errors
-/// See [`Error`].
-pub async fn run(a: Args) -> Result<ExitCode> {
-    let started = Instant::now();
-    let set = a.common.resolve();
-    let speed = rates::parse_speed_mbps(&a.speed).map_err(Error::Usage)?;
-    let min_ns = parse_duration_ns(&a.min_duration)?;
-    let cat = Catalog::open(&set.data).await?;
-    let group = if a.rif { "ROUTER_INTERFACE" } else { "PORT" };
-    let (s, r) = super::open_session(&cat, a.profile.as_deref(), group, &a.time).await?;
-    let objects = super::pick_objects(s, &a.interface)?;
-    let st = if a.rif { rates::RIF } else { rates::PORT };
-    let width = super::rates::resolve_resolution(&cat, s, &r, Some(&a.resolution))
-        .await?
-        .unwrap_or(r.len_ns());
-    // (object, dir, column name)
-    let mut cols: Vec<(String, &'static str, String)> = Vec::new();
-    for o in &objects {
-        if a.direction != Direction::Tx {
-            if let Some(c) = s.column(o, st.rx_octets) {
-                cols.push((o.clone(), "RX", c.name.clone()));
-            }
-        }
-        if a.direction != Direction::Rx {
-            if let Some(c) = s.column(o, st.tx_octets) {
-                cols.push((o.clone(), "TX", c.name.clone()));
-            }
-        }
+/// What makes a burst, resolved from the flags.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    /// Line rate, bytes/s (from --speed).
+    pub bytes_per_s: f64,
+    /// Utilisation threshold, %.
+    pub threshold: f64,
+    /// Shortest burst kept, ns.
+    pub min_ns: i64,
+    pub direction: Direction,
+}
+
+impl Rule {
+    /// # Errors
+    /// A bad --speed or --min-duration.
+    pub fn new(
+        speed: &str,
+        threshold: f64,
+        min_duration: &str,
+        direction: Direction,
+    ) -> Result<Self> {
+        let speed = rates::parse_speed_mbps(speed).map_err(Error::Usage)?;
+        Ok(Self {
+            bytes_per_s: speed * 1e6 / 8.0,
+            threshold,
+            min_ns: parse_duration_ns(min_duration)?,
+            direction,
+        })
     }
-    if cols.is_empty() {
-        return Err(Error::NotFound(format!(
-            "{}/{} carries no {} / {} counters to measure utilisation with",
-            s.profile, s.group, st.rx_octets, st.tx_octets
-        )));
-    }
-    let names: Vec<String> = cols.iter().map(|c| c.2.clone()).collect();
-    let bytes_per_s = speed * 1e6 / 8.0;
-    let mut tracks = vec![Track::default(); cols.len()];
-    let mut bursts: Vec<Burst> = Vec::new();
-    let close =
-        |t: &mut Track, c: &(String, &'static str, String), out: &mut Vec<Burst>, open: bool| {
-            if let Some((st, en, peak, bytes)) = t.run.take() {
-                if en - st >= min_ns {
-                    out.push(Burst {
-                        object: c.0.clone(),
-                        dir: c.1,
-                        start_ns: st,
-                        end_ns: en,
-                        peak,
-                        bytes,
-                        open,
+
+    /// The (object, direction, column) series of `objects` this rule looks at.
+    pub fn series(&self, s: &Session, objects: &[String], st: &rates::RateStats) -> Vec<Series> {
+        let mut out = Vec::new();
+        for o in objects {
+            if self.direction != Direction::Tx {
+                if let Some(c) = s.column(o, st.rx_octets) {
+                    out.push(Series {
+                        object: o.clone(),
+                        dir: "RX".into(),
+                        column: c.name.clone(),
                     });
                 }
             }
-        };
-    let progress = Progress::new("bursts");
-    let grid = Grid::new(&r, Some(width));
-    let scanned = scan_buckets(&cat, s, &names, &r, grid, Aggs::default(), &progress, |b| {
+            if self.direction != Direction::Rx {
+                if let Some(c) = s.column(o, st.tx_octets) {
+                    out.push(Series {
+                        object: o.clone(),
+                        dir: "TX".into(),
+                        column: c.name.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// For the distributed engine.
+    pub fn params(&self) -> BurstParams {
+        BurstParams {
+            bytes_per_s: self.bytes_per_s,
+            threshold: self.threshold,
+            min_ns: self.min_ns,
+        }
+    }
+}
+
+/// The bursts of `series` of one session over `r`, at `width_ns` (the stream's own interval
+/// unless asked otherwise). Returns the bursts (time order) and the snapshots scanned.
+///
+/// # Errors
+/// Engine failures.
+pub async fn detect(
+    cat: &Catalog,
+    s: &Session,
+    series: &[Series],
+    r: &TimeRange,
+    width_ns: i64,
+    rule: &Rule,
+    progress: &Progress,
+) -> Result<(Vec<Burst>, u64)> {
+    let names: Vec<String> = series.iter().map(|c| c.column.clone()).collect();
+    let mut tracks = vec![Track::default(); series.len()];
+    let mut bursts: Vec<Burst> = Vec::new();
+    let min_ns = rule.min_ns;
+    let close = |t: &mut Track, c: &Series, out: &mut Vec<Burst>, open: bool| {
+        if let Some((st, en, peak, bytes)) = t.run.take() {
+            if en - st >= min_ns {
+                out.push(Burst {
+                    object: c.object.clone(),
+                    dir: if c.dir == "TX" { "TX" } else { "RX" },
+                    start_ns: st,
+                    end_ns: en,
+                    peak,
+                    bytes,
+                    open,
+                });
+            }
+        }
+    };
+    let Some(r) = crate::engine::clamp_to_data(cat, s, r).await? else {
+        return Ok((Vec::new(), 0));
+    };
+    let r = &r;
+    let grid = Grid::new(r, Some(width_ns));
+    let scanned = scan_buckets(cat, s, &names, r, grid, Aggs::default(), progress, |b| {
         for i in 0..b.n {
             let t = b.last_ts[i];
             if t == i64::MIN {
@@ -158,45 +210,161 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 }
                 if v < pv {
                     // Counter reset: whatever was running ends here, no spike.
-                    close(tr, &cols[c], &mut bursts, false);
+                    close(tr, &series[c], &mut bursts, false);
                     continue;
                 }
-                let util = (v - pv) as f64 / ((t - pt) as f64 / 1e9) / bytes_per_s * 100.0;
-                if util > a.threshold {
+                // The same operations in the same order as the Spark SQL (compile::bursts_ctes),
+                // so both engines compare the same double with the threshold.
+                let util = (v - pv) as f64 / ((t - pt) as f64 / 1e9) / rule.bytes_per_s * 100.0;
+                if util > rule.threshold {
                     let run = tr.run.get_or_insert((pt, t, util, 0));
                     run.1 = t;
                     run.2 = run.2.max(util);
                     run.3 += v - pv;
                 } else {
-                    close(tr, &cols[c], &mut bursts, false);
+                    close(tr, &series[c], &mut bursts, false);
                 }
             }
         }
         Ok(())
     })
     .await?;
-    progress.finish();
     for (c, tr) in tracks.iter_mut().enumerate() {
-        close(tr, &cols[c], &mut bursts, true);
-    }
-    if scanned == 0 {
-        return Err(cat.empty_window(s, &r).await);
+        close(tr, &series[c], &mut bursts, true);
     }
     bursts.sort_by(|x, y| (x.start_ns, &x.object, x.dir).cmp(&(y.start_ns, &y.object, y.dir)));
+    Ok((bursts, scanned))
+}
+
+/// The objects of `s` to look at: `wanted` (those the session has, in a fleet where switches
+/// differ; all of them, checked, for one switch) or every object.
+pub(crate) fn objects_of(s: &Session, wanted: &[String], fleet: bool) -> Result<Vec<String>> {
+    if fleet && !wanted.is_empty() {
+        let have = s.objects();
+        return Ok(wanted
+            .iter()
+            .filter(|w| have.contains(w))
+            .cloned()
+            .collect());
+    }
+    super::pick_objects(s, wanted)
+}
+
+/// # Errors
+/// See [`Error`].
+pub async fn run(a: Args) -> Result<ExitCode> {
+    let started = Instant::now();
+    let set = a.common.resolve();
+    let rule = Rule::new(&a.speed, a.threshold, &a.min_duration, a.direction)?;
+    let speed = rates::parse_speed_mbps(&a.speed).map_err(Error::Usage)?;
+    let group = if a.rif { "ROUTER_INTERFACE" } else { "PORT" };
+    let st = if a.rif { rates::RIF } else { rates::PORT };
+    let progress = Progress::new("bursts");
+    // (switch, burst)
+    let mut bursts: Vec<(Option<String>, Burst)> = Vec::new();
+    let mut scanned = 0u64;
+    let mut engine = json!({"engine": "local"});
+    let fleet;
+    let (profile, r, width): (String, TimeRange, Option<i64>);
+    if let Some(remote) = set.spark_remote()? {
+        if a.resolution != "stream" {
+            return Err(Error::Usage(
+                "--engine spark finds bursts at the stream's own resolution only (-r stream)"
+                    .into(),
+            ));
+        }
+        let lake = Lake::open(remote, &set.data).await?;
+        let extent = lake.newest(group).await?.map(|t| (t, t));
+        r = a.time.resolve(extent)?;
+        let s = crate::fleet::lake_session(&lake.columns, group, a.profile.as_deref());
+        let objects = objects_of(&s, &a.interface, true)?;
+        let series = rule.series(&s, &objects, &st);
+        if series.is_empty() {
+            return Err(Error::NotFound(format!(
+                "the lake at {} has no {} / {} columns in its {group} sessions",
+                lake.root, st.rx_octets, st.tx_octets
+            )));
+        }
+        let scope = Scope {
+            group: group.into(),
+            profile: a.profile.clone(),
+            switches: set.switches.clone(),
+            range: r,
+            ts: lake.ts.clone(),
+        };
+        let (found, files) = lake.bursts(&scope, &series, &rule.params()).await?;
+        bursts.extend(found.into_iter().map(|p| (Some(p.switch), p.value)));
+        engine = lake.about(files);
+        (profile, width, fleet) = (s.profile, None, true);
+    } else {
+        let targets = crate::fleet::open(&set.data, &set.switches).await?;
+        fleet = targets.iter().any(|t| t.switch.is_some());
+        let (found, range) =
+            crate::fleet::sessions(&targets, a.profile.as_deref(), group, &a.time).await?;
+        r = range;
+        let mut w = None;
+        let mut prof = String::new();
+        for (t, s) in found {
+            let objects = objects_of(s, &a.interface, fleet)?;
+            let series = rule.series(s, &objects, &st);
+            if series.is_empty() {
+                if fleet {
+                    continue;
+                }
+                return Err(Error::NotFound(format!(
+                    "{}/{} carries no {} / {} counters to measure utilisation with",
+                    s.profile, s.group, st.rx_octets, st.tx_octets
+                )));
+            }
+            let width =
+                match super::rates::resolve_resolution(&t.cat, s, &r, Some(&a.resolution)).await {
+                    Ok(w) => w.unwrap_or(r.len_ns()),
+                    // A switch with fewer than two snapshots in the window has no interval.
+                    Err(Error::NotFound(_)) if fleet => continue,
+                    Err(e) => return Err(e),
+                };
+            w.get_or_insert(width);
+            prof = s.profile.clone();
+            let (found, n) = detect(&t.cat, s, &series, &r, width, &rule, &progress).await?;
+            scanned += n;
+            bursts.extend(found.into_iter().map(|b| (t.switch.clone(), b)));
+        }
+        if scanned == 0 && !fleet {
+            let (t, s) = (
+                &targets[0],
+                targets[0].cat.session(a.profile.as_deref(), group)?,
+            );
+            return Err(t.cat.empty_window(s, &r).await);
+        }
+        (profile, width) = (prof, w);
+    }
+    progress.finish();
+    bursts.sort_by(|(sa, x), (sb, y)| {
+        (x.start_ns, sa, &x.object, x.dir).cmp(&(y.start_ns, sb, &y.object, y.dir))
+    });
     let mut p = Printer::new(set.format);
+    let mut header = vec!["START"];
+    if fleet {
+        header.push("SWITCH");
+    }
+    header.extend(["IFACE", "DIR", "DURATION", "PEAK_UTIL", "BYTES"]);
     p.begin(
-        &["START", "IFACE", "DIR", "DURATION", "PEAK_UTIL", "BYTES"],
-        json!({"command": "bursts", "profile": s.profile, "group": s.group,
+        &header,
+        json!({"command": "bursts", "profile": profile, "group": group,
                "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns), "threshold_pct": a.threshold,
-               "min_duration_ns": min_ns, "resolution_ns": width, "speed_mbps": speed}),
+               "min_duration_ns": rule.min_ns, "resolution_ns": width, "speed_mbps": speed,
+               "engine": engine["engine"]}),
     )?;
-    for bu in &bursts {
+    for (sw, bu) in &bursts {
         let d = bu.end_ns - bu.start_ns;
-        p.row(vec![
-            Cell {
-                json: json!(fmt_ts(bu.start_ns)),
-                text: fmt_ts(bu.start_ns),
-            },
+        let mut cells = vec![Cell {
+            json: json!(fmt_ts(bu.start_ns)),
+            text: fmt_ts(bu.start_ns),
+        }];
+        if fleet {
+            cells.push(Cell::str(sw.clone().unwrap_or_default()));
+        }
+        cells.extend([
             Cell::str(bu.object.clone()),
             Cell::str(bu.dir),
             Cell {
@@ -205,12 +373,16 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             },
             Cell::f64(bu.peak, fmt_util(bu.peak)),
             Cell::u64(bu.bytes),
-        ])?;
+        ]);
+        p.row(cells)?;
     }
     if a.plot && set.format == Format::Table && !bursts.is_empty() {
         let mut series: Vec<plot::Series> = Vec::new();
-        for bu in &bursts {
-            let name = format!("{} {}", bu.object, bu.dir);
+        for (sw, bu) in &bursts {
+            let name = match sw {
+                Some(sw) => format!("{sw} {} {}", bu.object, bu.dir),
+                None => format!("{} {}", bu.object, bu.dir),
+            };
             match series.iter().position(|s| s.0 == name) {
                 Some(i) => series[i].1.push((bu.start_ns, bu.peak)),
                 None if series.len() < 8 => series.push((name, vec![(bu.start_ns, bu.peak)])),
@@ -222,17 +394,24 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             plot::chart("burst peak utilisation", &series, 72, 12, &|v| fmt_util(v))
         ))?;
     }
-    p.summary(
-        json!({"rows": p.rows(), "bursts": bursts.len(), "snapshots_scanned": scanned,
-                     "elapsed_s": started.elapsed().as_secs_f64()}),
-    )?;
+    let mut summary = json!({"rows": p.rows(), "bursts": bursts.len(), "snapshots_scanned": scanned,
+                     "elapsed_s": started.elapsed().as_secs_f64()});
+    merge(&mut summary, engine);
+    p.summary(summary)?;
     if bursts.is_empty() && set.format != Format::Json {
         eprintln!(
             "stel-query: no bursts above {}% for ≥ {} in {r} ({} snapshots scanned)",
             a.threshold,
-            human_ns(min_ns),
+            human_ns(rule.min_ns),
             scanned
         );
     }
     Ok(super::exit_for(p.rows()))
+}
+
+/// Adds the fields of `extra` (an object) to `v` (an object).
+pub(crate) fn merge(v: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(m), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+        m.extend(e);
+    }
 }

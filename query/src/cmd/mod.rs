@@ -38,6 +38,7 @@ use crate::{
   stel-query history -o Ethernet0 -s IF_IN_OCTETS,IF_IN_DISCARDS -r 100ms --agg min,max,last
   stel-query top --by drops -n 5 --since 10m
   stel-query bursts --threshold 90 --min-duration 30us --last 1s
+  stel-query top --by bursts -n 10 --last 1h -d s3://lake/fleet --engine spark --remote sc://127.0.0.1:15002
   stel-query inspect stel_demo --table --duration 10s
   stel-query sql \"SELECT object, max(value) FROM counters WHERE stat = 'IF_IN_OCTETS' GROUP BY object\"
   stel-query export s3://lake/stel --from 2024-05-01T00:00:00Z --to 2024-05-01T01:00:00Z
@@ -90,6 +91,20 @@ impl Cmd {
             Cmd::Stat(a) => return stat::run(a),
             Cmd::Completions(a) => return completions::run(a),
             _ => {}
+        }
+        let remote_ok = matches!(
+            self,
+            Cmd::Rates(_) | Cmd::Top(_) | Cmd::Bursts(_) | Cmd::Sql(_)
+        );
+        let common = match &self {
+            Cmd::History(a) => Some(&a.common),
+            Cmd::Export(a) => Some(&a.common),
+            _ => None,
+        };
+        if !remote_ok && common.is_some_and(|c| c.engine == crate::settings::Engine::Spark) {
+            return Err(Error::Usage(
+                "--engine spark answers top, bursts, rates and sql; run this command with the local engine".into(),
+            ));
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()

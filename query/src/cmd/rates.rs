@@ -7,12 +7,13 @@ use serde_json::json;
 
 use crate::{
     catalog::{Catalog, Session},
-    engine::{scan_buckets, Aggs, Grid, Progress},
+    engine::{scan_buckets, Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
     output::{Cell, Format, Printer},
     plot,
     rates::{self, fmt_bps, fmt_ok, fmt_pps, fmt_util, RateState, RateStats, Rates},
     settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs, TimeRange},
+    spark::{compile::Scope, Lake},
 };
 
 /// RX/TX BPS, PPS and UTIL per port (portstat -R's columns and units).
@@ -191,6 +192,103 @@ pub struct RateRow {
     pub rates: Rates,
 }
 
+/// The rate state machines of a set of objects, fed bucket by bucket (by the local scan or by a
+/// remote engine's per-bucket last values) in time order.
+#[derive(Debug)]
+pub struct RateFeed {
+    inputs: Vec<Inputs>,
+    states: Vec<RateState>,
+    names: Vec<std::sync::Arc<str>>,
+    alpha: Option<f64>,
+    seeded: bool,
+}
+
+impl RateFeed {
+    /// For `objects` of `s`: the projection to scan (column names) and the feed.
+    ///
+    /// # Errors
+    /// The session carries none of the rate inputs.
+    pub fn new(
+        s: &Session,
+        objects: &[String],
+        st: &RateStats,
+        alpha: Option<f64>,
+    ) -> Result<(Vec<String>, Self)> {
+        let (cols, inputs) = plan_inputs(s, objects, st);
+        if cols.is_empty() {
+            return Err(Error::NotFound(format!(
+                "{}/{} carries none of the rate inputs ({}, {}, {})",
+                s.profile,
+                s.group,
+                st.rx_octets,
+                st.tx_octets,
+                st.rx_pkts.join(", ")
+            )));
+        }
+        let names = inputs.iter().map(|i| i.object.as_str().into()).collect();
+        Ok((
+            cols,
+            Self {
+                states: vec![RateState::default(); inputs.len()],
+                inputs,
+                names,
+                alpha,
+                seeded: false,
+            },
+        ))
+    }
+
+    /// The same objects with fresh state machines (one per switch of a fleet).
+    pub fn fresh(&self) -> Self {
+        Self {
+            states: vec![RateState::default(); self.inputs.len()],
+            inputs: self.inputs.clone(),
+            names: self.names.clone(),
+            alpha: self.alpha,
+            seeded: false,
+        }
+    }
+
+    /// Consumes one chunk of buckets (the first chunk seeds the state machines with the
+    /// window's first row), calling `each` per completed (interval, object).
+    ///
+    /// # Errors
+    /// Whatever `each` returns.
+    pub fn feed(&mut self, b: &Buckets, mut each: impl FnMut(RateRow) -> Result<()>) -> Result<()> {
+        if !self.seeded {
+            if let Some((t, v, ok)) = &b.first {
+                for (inp, stt) in self.inputs.iter().zip(self.states.iter_mut()) {
+                    let q = inp.quantities(|i| ok[i].then(|| v[i]));
+                    stt.poll(*t, q, self.alpha);
+                }
+                self.seeded = true;
+            }
+        }
+        for i in 0..b.n {
+            let t = b.last_ts[i];
+            if t == i64::MIN {
+                continue;
+            }
+            for ((inp, stt), name) in self
+                .inputs
+                .iter()
+                .zip(self.states.iter_mut())
+                .zip(&self.names)
+            {
+                let q = inp.quantities(|c| b.last(i, c));
+                if let Some(rates) = stt.poll(t, q, self.alpha) {
+                    each(RateRow {
+                        t_ns: t,
+                        object: std::sync::Arc::clone(name),
+                        rates,
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Runs the rates scan, calling `each` per completed (interval, object) in time order.
 /// Returns rows scanned.
 ///
@@ -208,48 +306,23 @@ pub async fn compute(
     progress: &Progress,
     mut each: impl FnMut(RateRow) -> Result<()>,
 ) -> Result<(u64, usize)> {
-    let (cols, inputs) = plan_inputs(s, objects, st);
-    if cols.is_empty() {
-        return Err(Error::NotFound(format!(
-            "{}/{} carries none of the rate inputs ({}, {}, {})",
-            s.profile,
-            s.group,
-            st.rx_octets,
-            st.tx_octets,
-            st.rx_pkts.join(", ")
-        )));
-    }
+    let (cols, mut feed) = RateFeed::new(s, objects, st, alpha)?;
+    // Per-interval rows only where there is data (the whole-window form needs the window as is:
+    // its single bucket starts at the window's start).
+    let clamped;
+    let r = match width_ns {
+        Some(_) => match crate::engine::clamp_to_data(cat, s, r).await? {
+            Some(c) => {
+                clamped = c;
+                &clamped
+            }
+            None => return Ok((0, cols.len())),
+        },
+        None => r,
+    };
     let grid = Grid::new(r, width_ns);
-    let mut states: Vec<RateState> = vec![RateState::default(); inputs.len()];
-    let names: Vec<std::sync::Arc<str>> = inputs.iter().map(|i| i.object.as_str().into()).collect();
-    let mut seeded = false;
     let rows = scan_buckets(cat, s, &cols, r, grid, Aggs::default(), progress, |b| {
-        if !seeded {
-            if let Some((t, v, ok)) = &b.first {
-                for (inp, stt) in inputs.iter().zip(states.iter_mut()) {
-                    let q = inp.quantities(|i| ok[i].then(|| v[i]));
-                    stt.poll(*t, q, alpha);
-                }
-                seeded = true;
-            }
-        }
-        for i in 0..b.n {
-            let t = b.last_ts[i];
-            if t == i64::MIN {
-                continue;
-            }
-            for ((inp, stt), name) in inputs.iter().zip(states.iter_mut()).zip(&names) {
-                let q = inp.quantities(|c| b.last(i, c));
-                if let Some(rates) = stt.poll(t, q, alpha) {
-                    each(RateRow {
-                        t_ns: t,
-                        object: std::sync::Arc::clone(name),
-                        rates,
-                    })?;
-                }
-            }
-        }
-        Ok(())
+        feed.feed(b, &mut each)
     })
     .await?;
     Ok((rows, cols.len()))
@@ -261,75 +334,172 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
     let speed = rates::parse_speed_mbps(&a.speed).map_err(Error::Usage)?;
-    let cat = Catalog::open(&set.data).await?;
     let group = if a.rif { "ROUTER_INTERFACE" } else { "PORT" };
-    let (s, r) = super::open_session(&cat, a.profile.as_deref(), group, &a.time).await?;
-    let objects = super::pick_objects(s, &a.interface)?;
     let st = if a.rif { rates::RIF } else { rates::PORT };
-    let width = resolve_resolution(&cat, s, &r, a.resolution.as_deref()).await?;
     let alpha = a.ema.map(|n| rates::alpha(n.max(1)));
-    let mut p = Printer::new(set.format);
-    let per_interval = width.is_some();
-    let mut header = vec![];
-    if per_interval {
-        header.push("TIME");
-    }
-    header.extend([
-        "IFACE", "RX_OK", "RX_BPS", "RX_PPS", "RX_UTIL", "TX_OK", "TX_BPS", "TX_PPS", "TX_UTIL",
-    ]);
-    p.begin(
-        &header,
-        json!({
-            "command": "rates", "profile": s.profile, "group": s.group,
-            "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns),
-            "resolution_ns": width, "alpha": alpha, "speed_mbps": speed,
-            "units": {"rx_bps": "bytes/s", "rx_pps": "packets/s", "rx_util": "%"},
-        }),
-    )?;
+    let want_plot = a.plot && set.format == Format::Table;
     let progress = Progress::new("rates");
     let mut series: Vec<plot::Series> = Vec::new();
-    let want_plot = a.plot && set.format == Format::Table;
-    let (rows, ncols) = compute(&cat, s, &objects, &st, &r, width, alpha, &progress, |row| {
-        let x = &row.rates;
-        let rx_util = Rates::util(x.rx_bps, Some(speed));
-        let tx_util = Rates::util(x.tx_bps, Some(speed));
-        let mut cells = Vec::with_capacity(10);
-        if per_interval {
-            cells.push(Cell::time(row.t_ns));
-        }
-        cells.extend([
-            Cell::str(&*row.object),
-            x.rx_ok.map_or_else(Cell::na, |v| Cell {
-                json: json!(v),
-                text: fmt_ok(v),
-            }),
-            Cell::opt_f64(x.rx_bps, fmt_bps),
-            Cell::opt_f64(x.rx_pps, fmt_pps),
-            Cell::opt_f64(rx_util, fmt_util),
-            x.tx_ok.map_or_else(Cell::na, |v| Cell {
-                json: json!(v),
-                text: fmt_ok(v),
-            }),
-            Cell::opt_f64(x.tx_bps, fmt_bps),
-            Cell::opt_f64(x.tx_pps, fmt_pps),
-            Cell::opt_f64(tx_util, fmt_util),
-        ]);
-        if want_plot {
-            match series.iter_mut().find(|(n, _)| **n == *row.object) {
-                Some((_, v)) => v.push((row.t_ns, x.rx_bps.unwrap_or(f64::NAN))),
-                None => series.push((
-                    row.object.to_string(),
-                    vec![(row.t_ns, x.rx_bps.unwrap_or(f64::NAN))],
-                )),
+    let mut p = Printer::new(set.format);
+    // Prints one row (the switch column only for fleets).
+    let mut emit =
+        |p: &mut Printer, sw: Option<&str>, per_interval: bool, row: RateRow| -> Result<()> {
+            let x = &row.rates;
+            let rx_util = Rates::util(x.rx_bps, Some(speed));
+            let tx_util = Rates::util(x.tx_bps, Some(speed));
+            let mut cells = Vec::with_capacity(11);
+            if per_interval {
+                cells.push(Cell::time(row.t_ns));
             }
+            if let Some(sw) = sw {
+                cells.push(Cell::str(sw));
+            }
+            cells.extend([
+                Cell::str(&*row.object),
+                x.rx_ok.map_or_else(Cell::na, |v| Cell {
+                    json: json!(v),
+                    text: fmt_ok(v),
+                }),
+                Cell::opt_f64(x.rx_bps, fmt_bps),
+                Cell::opt_f64(x.rx_pps, fmt_pps),
+                Cell::opt_f64(rx_util, fmt_util),
+                x.tx_ok.map_or_else(Cell::na, |v| Cell {
+                    json: json!(v),
+                    text: fmt_ok(v),
+                }),
+                Cell::opt_f64(x.tx_bps, fmt_bps),
+                Cell::opt_f64(x.tx_pps, fmt_pps),
+                Cell::opt_f64(tx_util, fmt_util),
+            ]);
+            if want_plot {
+                let name = match sw {
+                    Some(sw) => format!("{sw} {}", row.object),
+                    None => row.object.to_string(),
+                };
+                match series.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, v)) => v.push((row.t_ns, x.rx_bps.unwrap_or(f64::NAN))),
+                    None => series.push((name, vec![(row.t_ns, x.rx_bps.unwrap_or(f64::NAN))])),
+                }
+            }
+            p.row(cells)
+        };
+    let begin = |p: &mut Printer,
+                 fleet: bool,
+                 per_interval: bool,
+                 profile: &str,
+                 r: &TimeRange,
+                 width: Option<i64>|
+     -> Result<()> {
+        let mut header = vec![];
+        if per_interval {
+            header.push("TIME");
         }
-        p.row(cells)
-    })
-    .await?;
-    progress.finish();
-    if rows == 0 {
-        return Err(cat.empty_window(s, &r).await);
+        if fleet {
+            header.push("SWITCH");
+        }
+        header.extend([
+            "IFACE", "RX_OK", "RX_BPS", "RX_PPS", "RX_UTIL", "TX_OK", "TX_BPS", "TX_PPS", "TX_UTIL",
+        ]);
+        p.begin(
+            &header,
+            json!({
+                "command": "rates", "profile": profile, "group": group,
+                "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns),
+                "resolution_ns": width, "alpha": alpha, "speed_mbps": speed,
+                "units": {"rx_bps": "bytes/s", "rx_pps": "packets/s", "rx_util": "%"},
+            }),
+        )
+    };
+    let (mut scanned, mut samples) = (0u64, 0u64);
+    let mut summary = json!({"engine": "local"});
+    if let Some(remote) = set.spark_remote()? {
+        let lake = Lake::open(remote, &set.data).await?;
+        let extent = lake.newest(group).await?.map(|t| (t, t));
+        let r = a.time.resolve(extent)?;
+        let width = match a.resolution.as_deref() {
+            None => None,
+            Some("stream") | Some("native") => {
+                return Err(Error::Usage(
+                    "--engine spark: give --resolution as a duration (e.g. 1s); `stream` is measured per switch by the local engine only".into(),
+                ))
+            }
+            Some(d) => Some(parse_duration_ns(d)?),
+        };
+        let s = crate::fleet::lake_session(&lake.columns, group, a.profile.as_deref());
+        let objects = crate::cmd::bursts::objects_of(&s, &a.interface, true)?;
+        let (cols, proto_feed) = RateFeed::new(&s, &objects, &st, alpha)?;
+        let scope = Scope {
+            group: group.into(),
+            profile: a.profile.clone(),
+            switches: set.switches.clone(),
+            range: r,
+            ts: lake.ts.clone(),
+        };
+        let grid = Grid::new(&r, width);
+        let (per_switch, files) = lake.buckets(&scope, &cols, grid, Aggs::default()).await?;
+        begin(&mut p, true, width.is_some(), &s.profile, &r, width)?;
+        for sw in per_switch {
+            // Each switch's objects: the ones it has data for (its own rows come back non-null).
+            let mut feed = proto_feed.fresh();
+            scanned += sw.value.rows;
+            samples += sw.value.rows * cols.len() as u64;
+            feed.feed(&sw.value, |row| {
+                if row.rates.rx_bps.is_none()
+                    && row.rates.tx_bps.is_none()
+                    && row.rates.rx_pps.is_none()
+                    && row.rates.tx_pps.is_none()
+                {
+                    return Ok(()); // an object this switch does not have
+                }
+                emit(&mut p, Some(&sw.switch), width.is_some(), row)
+            })?;
+        }
+        summary = lake.about(files);
+        if scanned == 0 {
+            return Err(Error::NotFound(format!(
+                "no {group} samples in {r} in the lake at {}",
+                lake.root
+            )));
+        }
+    } else {
+        let targets = crate::fleet::open(&set.data, &set.switches).await?;
+        let fleet = targets.iter().any(|t| t.switch.is_some());
+        let (found, r) =
+            crate::fleet::sessions(&targets, a.profile.as_deref(), group, &a.time).await?;
+        let mut begun = false;
+        for (t, s) in &found {
+            let objects = crate::cmd::bursts::objects_of(s, &a.interface, fleet)?;
+            let width = match resolve_resolution(&t.cat, s, &r, a.resolution.as_deref()).await {
+                Ok(w) => w,
+                Err(Error::NotFound(_)) if fleet => continue,
+                Err(e) => return Err(e),
+            };
+            if !begun {
+                begin(&mut p, fleet, width.is_some(), &s.profile, &r, width)?;
+                begun = true;
+            }
+            let sw = t.switch.as_deref();
+            let (rows, ncols) = compute(
+                &t.cat,
+                s,
+                &objects,
+                &st,
+                &r,
+                width,
+                alpha,
+                &progress,
+                |row| emit(&mut p, sw, width.is_some(), row),
+            )
+            .await?;
+            scanned += rows;
+            samples += rows * ncols as u64;
+        }
+        if scanned == 0 {
+            let (t, s) = found[0];
+            return Err(t.cat.empty_window(s, &r).await);
+        }
     }
+    progress.finish();
     if want_plot {
         // The eight busiest interfaces, so the chart stays readable.
         series.sort_by(|a, b| {
@@ -343,9 +513,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         ))?;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    p.summary(json!({
-        "rows": p.rows(), "snapshots_scanned": rows, "samples_scanned": rows * ncols as u64,
+    let mut out = json!({
+        "rows": p.rows(), "snapshots_scanned": scanned, "samples_scanned": samples,
         "elapsed_s": elapsed,
-    }))?;
+    });
+    crate::cmd::bursts::merge(&mut out, summary);
+    p.summary(out)?;
     Ok(super::exit_for(p.rows()))
 }

@@ -6,6 +6,10 @@
 //! ([`crate::longview`]): filters on `profile`/`group`/`object`/`stat` choose the wide columns
 //! read (one column for one object × stat), and `ts` filters reach the partition directories and
 //! the Parquet statistics in both.
+//!
+//! A fleet lake (a root of `switch=<name>/` directories), locally or with `--engine spark`, is
+//! the one table `lake`: partition columns `switch`, `profile`, `group`, `date`, `hour`, and the
+//! union by name of every file's columns (store/LAKE.md).
 
 use std::{process::ExitCode, time::Instant};
 
@@ -19,6 +23,7 @@ use crate::{
     catalog::Catalog,
     error::Result,
     output::{Cell, Printer},
+    spark::Lake,
 };
 
 /// Run SQL over the history (DataFusion dialect).
@@ -56,29 +61,13 @@ fn cell(a: &dyn Array, f: &ArrayFormatter<'_>, i: usize) -> Cell {
     Cell { json, text }
 }
 
-/// # Errors
-/// Planning or execution failures (the engine's message says what is wrong with the SQL).
-pub async fn run(a: Args) -> Result<ExitCode> {
-    let started = Instant::now();
-    let set = a.common.resolve();
-    let cat = Catalog::open(&set.data).await?;
-    if a.query.to_ascii_lowercase().contains("counters") {
-        crate::longview::LongView::register(&cat).await?;
-    }
-    let df = cat.ctx.sql(&a.query).await?;
-    let schema = df.schema().as_arrow().clone();
-    let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    let mut p = Printer::new(set.format);
-    p.begin(
-        &header,
-        json!({"command": "sql", "query": a.query,
-               "tables": cat.sessions.iter().map(|s| &s.table).collect::<Vec<_>>(),
-               "columns": header}),
-    )?;
-    let mut stream = df.execute_stream().await?;
+/// Prints `batches` (a header from `schema`) and returns the printer.
+fn print_batches<'a>(
+    p: &mut Printer,
+    batches: impl IntoIterator<Item = &'a arrow_array::RecordBatch>,
+) -> Result<()> {
     let opts = FormatOptions::default().with_null("N/A");
-    while let Some(b) = stream.next().await {
-        let b = b?;
+    for b in batches {
         let fmts: Vec<ArrayFormatter<'_>> = b
             .columns()
             .iter()
@@ -93,6 +82,99 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 .collect();
             p.row(cells)?;
         }
+    }
+    Ok(())
+}
+
+/// The fleet lake at `data` (a root of `switch=` directories) as one DataFusion table `lake`
+/// with the partition columns switch, profile, group, date, hour and the schema merged by name
+/// over every file — the same view `--engine spark` registers.
+async fn register_lake(data: &str) -> Result<datafusion::prelude::SessionContext> {
+    use std::sync::Arc;
+
+    use datafusion::datasource::{
+        file_format::parquet::ParquetFormat,
+        listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
+    };
+    let location = crate::catalog::Location::parse(data, false)?;
+    let ctx = crate::catalog::session_context();
+    ctx.register_object_store(&location.store_url(), location.store_for_df()?);
+    let url = ListingTableUrl::parse(location.url.as_str())?;
+    let parts = ["switch", "profile", "group", "date", "hour"]
+        .map(|k| (k.to_string(), DataType::Utf8))
+        .to_vec();
+    let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(".parquet")
+        .with_table_partition_cols(parts);
+    let schema = opts.infer_schema(&ctx.state(), &url).await?;
+    let config = ListingTableConfig::new(url)
+        .with_listing_options(opts)
+        .with_schema(schema);
+    ctx.register_table(
+        crate::spark::lake::VIEW,
+        Arc::new(ListingTable::try_new(config)?),
+    )?;
+    Ok(ctx)
+}
+
+/// # Errors
+/// Planning or execution failures (the engine's message says what is wrong with the SQL).
+pub async fn run(a: Args) -> Result<ExitCode> {
+    let started = Instant::now();
+    let set = a.common.resolve();
+    let mut p = Printer::new(set.format);
+    if let Some(remote) = set.spark_remote()? {
+        let lake = Lake::open(remote, &set.data).await?;
+        let (answer, files) = lake.run(&a.query).await?;
+        let header: Vec<String> = answer
+            .batches
+            .first()
+            .map(|b| {
+                b.schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let h: Vec<&str> = header.iter().map(String::as_str).collect();
+        p.begin(
+            &h,
+            json!({"command": "sql", "query": a.query, "tables": [crate::spark::lake::VIEW],
+                   "columns": header, "engine": "spark"}),
+        )?;
+        print_batches(&mut p, &answer.batches)?;
+        let mut summary = json!({"rows": p.rows(), "elapsed_s": started.elapsed().as_secs_f64()});
+        crate::cmd::bursts::merge(&mut summary, lake.about(files));
+        p.summary(summary)?;
+        return Ok(super::exit_for(p.rows()));
+    }
+    let loc = crate::catalog::Location::parse(&set.data, false)?;
+    let fleet = !loc.subdirs_pub("", "switch").await?.is_empty();
+    let (ctx, tables) = if fleet {
+        (
+            register_lake(&set.data).await?,
+            vec![crate::spark::lake::VIEW.to_string()],
+        )
+    } else {
+        let cat = Catalog::open(&set.data).await?;
+        if a.query.to_ascii_lowercase().contains("counters") {
+            crate::longview::LongView::register(&cat).await?;
+        }
+        let t = cat.sessions.iter().map(|s| s.table.clone()).collect();
+        (cat.ctx, t)
+    };
+    let df = ctx.sql(&a.query).await?;
+    let schema = df.schema().as_arrow().clone();
+    let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    p.begin(
+        &header,
+        json!({"command": "sql", "query": a.query, "tables": tables, "columns": header,
+               "engine": "local"}),
+    )?;
+    let mut stream = df.execute_stream().await?;
+    while let Some(b) = stream.next().await {
+        print_batches(&mut p, [&b?])?;
     }
     p.summary(json!({"rows": p.rows(), "elapsed_s": started.elapsed().as_secs_f64()}))?;
     Ok(super::exit_for(p.rows()))

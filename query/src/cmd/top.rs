@@ -1,25 +1,34 @@
-//! `stel-query top`: the N busiest objects of a window by rate, drops or buffer occupancy.
+//! `stel-query top`: the N busiest objects of a window by rate, drops, buffer occupancy or
+//! microburst time — of one switch, or of a fleet (a lake of `switch=` roots, in this process or
+//! on a Spark Connect engine), per object or per switch.
 
 use std::{collections::BTreeMap, process::ExitCode, time::Instant};
 
 use serde_json::json;
 
+use super::bursts::{merge, objects_of, Direction, Rule};
 use crate::{
-    catalog::Catalog,
-    engine::{scan_buckets, Aggs, Grid, Progress},
+    catalog::{Catalog, Column, Session},
+    engine::{scan_buckets, Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
-    output::{thousands, Cell, Printer},
+    output::{human_ns, thousands, Cell, Printer},
     rates::{self, fmt_bps, fmt_util, Rates},
-    settings::{fmt_ts, CommonArgs, TimeArgs},
+    settings::{fmt_ts, CommonArgs, TimeArgs, TimeRange},
+    spark::{compile::Scope, Lake},
 };
 
-/// Top-N objects of a window by rate (bytes/s), drops (discarded/dropped packets) or occupancy
-/// (peak buffer bytes).
+/// Top-N objects of a window by rate (bytes/s), drops (discarded/dropped packets), occupancy
+/// (peak buffer bytes) or bursts (time spent in microbursts: utilisation above --threshold for
+/// at least --min-duration, RX and TX added up). Over a fleet lake (switch=<name>/ roots, or
+/// --engine spark) the ranking is across every switch; --per switch ranks switches by their
+/// totals.
 ///
 /// Examples:
 ///   stel-query top                          # busiest ports over the last minute of data
 ///   stel-query top --by drops -n 5 --since 10m
 ///   stel-query top --by occupancy --group QUEUE --last 1s
+///   stel-query top --by bursts --threshold 90 --last 1h -d s3://lake/fleet --engine spark --remote sc://127.0.0.1:15002
+///   stel-query top --by drops --per switch -n 100 -d s3://lake/fleet --last 1h
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -35,12 +44,21 @@ pub struct Args {
     /// What to rank by.
     #[arg(long, value_enum, default_value = "rate")]
     pub by: By,
-    /// How many objects.
+    /// Rank objects, or switches by the sum (max for occupancy) over their objects.
+    #[arg(long, value_enum, default_value = "object")]
+    pub per: Per,
+    /// How many.
     #[arg(long, short = 'n', default_value_t = 10)]
     pub top: usize,
-    /// Port speed for UTIL (100G, 25G, Mb/s).
+    /// Port speed for UTIL and bursts (100G, 25G, Mb/s).
     #[arg(long, default_value = "100G")]
     pub speed: String,
+    /// --by bursts: utilisation threshold, % of --speed.
+    #[arg(long, default_value_t = 90.0)]
+    pub threshold: f64,
+    /// --by bursts: shortest burst counted.
+    #[arg(long, default_value = "10us")]
+    pub min_duration: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -48,6 +66,364 @@ pub enum By {
     Rate,
     Drops,
     Occupancy,
+    Bursts,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Per {
+    Object,
+    Switch,
+}
+
+/// Per object: (value, per-stat parts).
+type Scores = BTreeMap<String, (f64, Vec<(String, f64)>)>;
+
+/// One scored object (or switch) before ranking.
+#[derive(Debug, Clone)]
+struct Entry {
+    switch: Option<String>,
+    object: String,
+    value: f64,
+    /// Per-stat parts of the value, in the order they were met.
+    detail: Vec<(String, f64)>,
+    rates: Option<Rates>,
+}
+
+fn add_detail(d: &mut Vec<(String, f64)>, k: &str, v: f64, by: By) {
+    match d.iter_mut().find(|(n, _)| n == k) {
+        Some((_, x)) if by == By::Occupancy => *x = x.max(v),
+        Some((_, x)) => *x += v,
+        None => d.push((k.to_string(), v)),
+    }
+}
+
+/// The columns `by` ranks on (for the bucket-scored kinds).
+fn pick_columns(s: &Session, by: By) -> Vec<&Column> {
+    let pick: &dyn Fn(&str) -> bool = match by {
+        By::Drops => &|st: &str| st.contains("DISCARDS") || st.contains("DROPPED"),
+        By::Occupancy => &|st: &str| st.contains("CURR_OCCUPANCY_BYTES"),
+        _ => &|st: &str| st == "BYTES",
+    };
+    s.columns.iter().filter(|c| pick(&c.stat)).collect()
+}
+
+fn missing(s: &Session, by: By) -> Error {
+    Error::NotFound(format!(
+        "{}/{} carries no {} counter (try another --group or --by)",
+        s.profile,
+        s.group,
+        match by {
+            By::Drops => "*DISCARDS / *DROPPED*",
+            By::Occupancy => "*CURR_OCCUPANCY_BYTES",
+            _ => "BYTES",
+        }
+    ))
+}
+
+/// Scores one whole-window bucket: drops and rate from the first and last rows, occupancy from
+/// the peak. Per object: (value, per-stat parts).
+fn score(by: By, cols: &[&Column], b: &Buckets, out: &mut Scores) {
+    let Some((t0, first, fok)) = &b.first else {
+        return;
+    };
+    let dt = (b.last_ts[0] - t0) as f64 / 1e9;
+    for (c, col) in cols.iter().enumerate() {
+        match by {
+            By::Occupancy => {
+                if b.count[c] > 0 {
+                    let e = out.entry(col.object.clone()).or_default();
+                    e.0 = e.0.max(b.max[c] as f64);
+                    e.1.push((col.stat.clone(), b.max[c] as f64));
+                }
+            }
+            _ => {
+                if let (Some(l), true) = (b.last(0, c), fok[c]) {
+                    let d = l.saturating_sub(first[c]) as f64;
+                    let v = if by == By::Rate && dt > 0.0 {
+                        d / dt
+                    } else {
+                        d
+                    };
+                    let e = out.entry(col.object.clone()).or_default();
+                    e.0 += v;
+                    e.1.push((col.stat.clone(), v));
+                }
+            }
+        }
+    }
+}
+
+fn entries(switch: Option<&str>, m: Scores) -> Vec<Entry> {
+    m.into_iter()
+        .map(|(object, (value, detail))| Entry {
+            switch: switch.map(str::to_string),
+            object,
+            value,
+            detail,
+            rates: None,
+        })
+        .collect()
+}
+
+fn is_rate_group(group: &str) -> bool {
+    group == "PORT" || group == "ROUTER_INTERFACE"
+}
+
+fn rate_stats(group: &str) -> rates::RateStats {
+    if group == "PORT" {
+        rates::PORT
+    } else {
+        rates::RIF
+    }
+}
+
+fn rate_entry(switch: Option<&str>, row: crate::cmd::rates::RateRow) -> Entry {
+    let x = row.rates;
+    Entry {
+        switch: switch.map(str::to_string),
+        object: row.object.to_string(),
+        value: x.rx_bps.unwrap_or(0.0) + x.tx_bps.unwrap_or(0.0),
+        detail: vec![
+            ("RX_BPS".into(), x.rx_bps.unwrap_or(0.0)),
+            ("TX_BPS".into(), x.tx_bps.unwrap_or(0.0)),
+        ],
+        rates: Some(x),
+    }
+}
+
+/// Per object: the bursts' total time (RX + TX), with the parts and the count.
+fn burst_entry(
+    switch: Option<&str>,
+    object: &str,
+    dir: &str,
+    ns: i64,
+    n: u64,
+    into: &mut BTreeMap<(Option<String>, String), Entry>,
+) {
+    let e = into
+        .entry((switch.map(str::to_string), object.to_string()))
+        .or_insert_with(|| Entry {
+            switch: switch.map(str::to_string),
+            object: object.to_string(),
+            value: 0.0,
+            detail: Vec::new(),
+            rates: None,
+        });
+    e.value += ns as f64;
+    add_detail(&mut e.detail, dir, ns as f64, By::Bursts);
+    add_detail(&mut e.detail, "bursts", n as f64, By::Bursts);
+}
+
+/// One session's entries, by the local engine.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the resolved question, spelled out"
+)]
+async fn local_entries(
+    cat: &Catalog,
+    s: &Session,
+    r: &TimeRange,
+    a: &Args,
+    rule: &Rule,
+    switch: Option<&str>,
+    fleet: bool,
+    progress: &Progress,
+) -> Result<(Vec<Entry>, u64)> {
+    let group = s.group.to_ascii_uppercase();
+    match a.by {
+        By::Rate if is_rate_group(&group) => {
+            let objects = s.objects();
+            let mut out = Vec::new();
+            let (scanned, _) = crate::cmd::rates::compute(
+                cat,
+                s,
+                &objects,
+                &rate_stats(&group),
+                r,
+                None,
+                None,
+                progress,
+                |row| {
+                    out.push(rate_entry(switch, row));
+                    Ok(())
+                },
+            )
+            .await?;
+            Ok((out, scanned))
+        }
+        By::Bursts => {
+            let objects = objects_of(s, &[], fleet)?;
+            let series = rule.series(s, &objects, &rate_stats(&group));
+            if series.is_empty() {
+                return if fleet {
+                    Ok((Vec::new(), 0))
+                } else {
+                    Err(Error::NotFound(format!(
+                        "{}/{} carries no octet counters to measure utilisation with",
+                        s.profile, s.group
+                    )))
+                };
+            }
+            let width = match crate::cmd::rates::stream_interval(cat, s, r).await {
+                Ok(w) => w,
+                Err(Error::NotFound(_)) if fleet => return Ok((Vec::new(), 0)),
+                Err(e) => return Err(e),
+            };
+            let (bursts, scanned) =
+                crate::cmd::bursts::detect(cat, s, &series, r, width, rule, progress).await?;
+            let mut m = BTreeMap::new();
+            for b in bursts {
+                burst_entry(switch, &b.object, b.dir, b.end_ns - b.start_ns, 1, &mut m);
+            }
+            Ok((m.into_values().collect(), scanned))
+        }
+        by => {
+            let cols = pick_columns(s, by);
+            if cols.is_empty() {
+                return if fleet {
+                    Ok((Vec::new(), 0))
+                } else {
+                    Err(missing(s, by))
+                };
+            }
+            let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
+            let mut m = BTreeMap::new();
+            let scanned = scan_buckets(
+                cat,
+                s,
+                &names,
+                r,
+                Grid::new(r, None),
+                Aggs {
+                    stats: by == By::Occupancy,
+                },
+                progress,
+                |b| {
+                    score(by, &cols, b, &mut m);
+                    Ok(())
+                },
+            )
+            .await?;
+            Ok((entries(switch, m), scanned))
+        }
+    }
+}
+
+/// The same entries for every switch of the lake, by a Spark Connect engine.
+async fn spark_entries(
+    lake: &Lake,
+    a: &Args,
+    rule: &Rule,
+    scope: &Scope,
+) -> Result<(Vec<Entry>, u64, serde_json::Value)> {
+    let group = scope.group.clone();
+    let s = crate::fleet::lake_session(&lake.columns, &group, a.profile.as_deref());
+    let mut out = Vec::new();
+    let mut scanned = 0;
+    let files;
+    match a.by {
+        By::Rate if is_rate_group(&group) => {
+            let objects = s.objects();
+            let (cols, feed) =
+                crate::cmd::rates::RateFeed::new(&s, &objects, &rate_stats(&group), None)?;
+            let (per, f) = lake
+                .buckets(scope, &cols, Grid::new(&scope.range, None), Aggs::default())
+                .await?;
+            files = f;
+            for sw in per {
+                scanned += sw.value.rows;
+                let mut feed = feed.fresh();
+                feed.feed(&sw.value, |row| {
+                    let x = &row.rates;
+                    if x.rx_bps.is_some() || x.tx_bps.is_some() {
+                        out.push(rate_entry(Some(&sw.switch), row));
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        By::Bursts => {
+            let series = rule.series(&s, &s.objects(), &rate_stats(&group));
+            if series.is_empty() {
+                return Err(missing(&s, By::Rate));
+            }
+            let (per, f) = lake.burst_totals(scope, &series, &rule.params()).await?;
+            files = f;
+            let mut m = BTreeMap::new();
+            for t in per {
+                let v = t.value;
+                burst_entry(
+                    Some(&t.switch),
+                    &v.object,
+                    &v.dir,
+                    v.burst_ns,
+                    v.bursts,
+                    &mut m,
+                );
+            }
+            out = m.into_values().collect();
+        }
+        by => {
+            let cols = pick_columns(&s, by);
+            if cols.is_empty() {
+                return Err(missing(&s, by));
+            }
+            let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
+            let (per, f) = lake
+                .buckets(
+                    scope,
+                    &names,
+                    Grid::new(&scope.range, None),
+                    Aggs {
+                        stats: by == By::Occupancy,
+                    },
+                )
+                .await?;
+            files = f;
+            for sw in per {
+                scanned += sw.value.rows;
+                let mut m = BTreeMap::new();
+                score(by, &cols, &sw.value, &mut m);
+                out.extend(entries(Some(&sw.switch), m));
+            }
+        }
+    }
+    Ok((out, scanned, lake.about(files)))
+}
+
+/// Sums (max for occupancy) a switch's entries into one.
+fn per_switch(entries: Vec<Entry>, by: By) -> Vec<Entry> {
+    let mut m: BTreeMap<Option<String>, Entry> = BTreeMap::new();
+    for e in entries {
+        let t = m.entry(e.switch.clone()).or_insert_with(|| Entry {
+            switch: e.switch.clone(),
+            object: String::new(),
+            value: 0.0,
+            detail: Vec::new(),
+            rates: None,
+        });
+        if by == By::Occupancy {
+            t.value = t.value.max(e.value);
+        } else {
+            t.value += e.value;
+        }
+        for (k, v) in e.detail {
+            add_detail(&mut t.detail, &k, v, by);
+        }
+        add_detail(&mut t.detail, "objects", 1.0, By::Drops);
+    }
+    m.into_values().collect()
+}
+
+fn fmt_detail(by: By, d: &[(String, f64)]) -> String {
+    d.iter()
+        .map(|(k, v)| match (by, k.as_str()) {
+            (By::Bursts, "RX" | "TX") => format!("{k}={}", human_ns(*v as i64)),
+            (By::Rate, _) => format!("{k}={}", fmt_bps(*v)),
+            _ => format!("{k}={}", thousands(*v as u64)),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// # Errors
@@ -56,142 +432,139 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
     let speed = rates::parse_speed_mbps(&a.speed).map_err(Error::Usage)?;
-    let cat = Catalog::open(&set.data).await?;
-    let (s, r) = super::open_session(&cat, a.profile.as_deref(), &a.group, &a.time).await?;
-    let mut p = Printer::new(set.format);
-    let about = json!({"command": "top", "by": format!("{:?}", a.by).to_lowercase(),
-        "profile": s.profile, "group": s.group, "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns)});
+    let rule = Rule::new(&a.speed, a.threshold, &a.min_duration, Direction::Both)?;
+    let group = a.group.to_ascii_uppercase();
     let progress = Progress::new("top");
-    let scanned;
-    let group = s.group.to_ascii_uppercase();
-    match a.by {
-        By::Rate if group == "PORT" || group == "ROUTER_INTERFACE" => {
-            let st = if group == "PORT" {
-                rates::PORT
-            } else {
-                rates::RIF
-            };
-            let objects = s.objects();
-            let mut rows = Vec::new();
-            (scanned, _) =
-                super::rates::compute(&cat, s, &objects, &st, &r, None, None, &progress, |row| {
-                    rows.push(row);
-                    Ok(())
-                })
-                .await?;
-            let total = |x: &Rates| x.rx_bps.unwrap_or(0.0) + x.tx_bps.unwrap_or(0.0);
-            rows.sort_by(|x, y| total(&y.rates).total_cmp(&total(&x.rates)));
-            p.begin(
-                &["RANK", "IFACE", "RX_BPS", "TX_BPS", "RX_UTIL", "TX_UTIL"],
-                about,
-            )?;
-            for (i, row) in rows.iter().take(a.top).enumerate() {
-                let x = &row.rates;
-                p.row(vec![
-                    Cell::u64(i as u64 + 1),
-                    Cell::str(&*row.object),
-                    Cell::opt_f64(x.rx_bps, fmt_bps),
-                    Cell::opt_f64(x.tx_bps, fmt_bps),
-                    Cell::opt_f64(Rates::util(x.rx_bps, Some(speed)), fmt_util),
-                    Cell::opt_f64(Rates::util(x.tx_bps, Some(speed)), fmt_util),
-                ])?;
-            }
-        }
-        by => {
-            let pick: &dyn Fn(&str) -> bool = match by {
-                By::Rate => &|st: &str| st == "BYTES",
-                By::Drops => &|st: &str| st.contains("DISCARDS") || st.contains("DROPPED"),
-                By::Occupancy => &|st: &str| st.contains("CURR_OCCUPANCY_BYTES"),
-            };
-            let cols: Vec<&crate::catalog::Column> =
-                s.columns.iter().filter(|c| pick(&c.stat)).collect();
-            if cols.is_empty() {
-                return Err(Error::NotFound(format!(
-                    "{}/{} carries no {} counter (try another --group or --by)",
-                    s.profile,
-                    s.group,
-                    match by {
-                        By::Rate => "BYTES",
-                        By::Drops => "*DISCARDS / *DROPPED*",
-                        By::Occupancy => "*CURR_OCCUPANCY_BYTES",
-                    }
-                )));
-            }
-            let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
-            let grid = Grid::new(&r, None);
-            // Per object: score, and per-stat detail.
-            let mut score: BTreeMap<String, (f64, Vec<String>)> = BTreeMap::new();
-            scanned = scan_buckets(
-                &cat,
+    let mut all = Vec::new();
+    let mut scanned = 0u64;
+    let mut engine = json!({"engine": "local"});
+    let (fleet, r, profile);
+    if let Some(remote) = set.spark_remote()? {
+        let lake = Lake::open(remote, &set.data).await?;
+        let extent = lake.newest(&group).await?.map(|t| (t, t));
+        r = a.time.resolve(extent)?;
+        let scope = Scope {
+            group: group.clone(),
+            profile: a.profile.clone(),
+            switches: set.switches.clone(),
+            range: r,
+            ts: lake.ts.clone(),
+        };
+        let (e, n, about) = spark_entries(&lake, &a, &rule, &scope).await?;
+        (all, scanned, engine) = (e, n, about);
+        fleet = true;
+        profile = a.profile.clone().unwrap_or_else(|| "*".into());
+    } else {
+        let targets = crate::fleet::open(&set.data, &set.switches).await?;
+        fleet = targets.iter().any(|t| t.switch.is_some());
+        let (found, range) =
+            crate::fleet::sessions(&targets, a.profile.as_deref(), &group, &a.time).await?;
+        r = range;
+        profile = found[0].1.profile.clone();
+        for (t, s) in &found {
+            let (e, n) = local_entries(
+                &t.cat,
                 s,
-                &names,
                 &r,
-                grid,
-                Aggs {
-                    stats: by == By::Occupancy,
-                },
+                &a,
+                &rule,
+                t.switch.as_deref(),
+                fleet,
                 &progress,
-                |b| {
-                    let Some((t0, first, fok)) = &b.first else {
-                        return Ok(());
-                    };
-                    let dt = (b.last_ts[0] - t0) as f64 / 1e9;
-                    for (c, col) in cols.iter().enumerate() {
-                        let e = score.entry(col.object.clone()).or_default();
-                        match by {
-                            By::Occupancy => {
-                                if b.count[c] > 0 {
-                                    e.0 = e.0.max(b.max[c] as f64);
-                                    e.1.push(format!("{}={}", col.stat, thousands(b.max[c])));
-                                }
-                            }
-                            _ => {
-                                if let (Some(l), true) = (b.last(0, c), fok[c]) {
-                                    let d = l.saturating_sub(first[c]) as f64;
-                                    let v = if by == By::Rate && dt > 0.0 {
-                                        d / dt
-                                    } else {
-                                        d
-                                    };
-                                    e.0 += v;
-                                    e.1.push(format!("{}={}", col.stat, thousands(v as u64)));
-                                }
-                            }
-                        }
-                    }
-                    Ok(())
-                },
             )
             .await?;
-            let mut rows: Vec<(String, (f64, Vec<String>))> = score.into_iter().collect();
-            rows.sort_by(|x, y| y.1 .0.total_cmp(&x.1 .0));
-            let value_name = match by {
-                By::Rate => "BPS",
-                By::Drops => "DROPS",
-                By::Occupancy => "PEAK_BYTES",
-            };
-            p.begin(&["RANK", "OBJECT", value_name, "DETAIL"], about)?;
-            for (i, (o, (v, detail))) in rows.into_iter().take(a.top).enumerate() {
-                p.row(vec![
-                    Cell::u64(i as u64 + 1),
-                    Cell::str(o),
-                    match by {
-                        By::Rate => Cell::f64(v, fmt_bps(v)),
-                        _ => Cell {
-                            json: json!(v as u64),
-                            text: thousands(v as u64),
-                        },
-                    },
-                    Cell::str(detail.join(" ")),
-                ])?;
-            }
+            all.extend(e);
+            scanned += n;
+        }
+        if scanned == 0 && !fleet {
+            let (t, s) = found[0];
+            return Err(t.cat.empty_window(s, &r).await);
         }
     }
     progress.finish();
-    if scanned == 0 {
-        return Err(cat.empty_window(s, &r).await);
+    if scanned == 0 && a.by != By::Bursts {
+        return Err(Error::NotFound(format!("no {group} samples in {r}")));
     }
-    p.summary(json!({"rows": p.rows(), "snapshots_scanned": scanned,
-                     "elapsed_s": started.elapsed().as_secs_f64()}))?;
+    if a.per == Per::Switch {
+        all = per_switch(all, a.by);
+    }
+    // Highest first; ties in switch, then object order (the same on every engine).
+    all.sort_by(|x, y| {
+        y.value
+            .total_cmp(&x.value)
+            .then_with(|| x.switch.cmp(&y.switch))
+            .then_with(|| x.object.cmp(&y.object))
+    });
+    let mut p = Printer::new(set.format);
+    let about = json!({"command": "top", "by": format!("{:?}", a.by).to_lowercase(),
+        "per": format!("{:?}", a.per).to_lowercase(), "profile": profile, "group": group,
+        "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns), "engine": engine["engine"]});
+    let mut header = vec!["RANK"];
+    if fleet || a.per == Per::Switch {
+        header.push("SWITCH");
+    }
+    let rate_table = a.by == By::Rate && is_rate_group(&group) && a.per == Per::Object;
+    if rate_table {
+        header.extend(["IFACE", "RX_BPS", "TX_BPS", "RX_UTIL", "TX_UTIL"]);
+    } else {
+        if a.per == Per::Object {
+            header.push("OBJECT");
+        }
+        header.extend([
+            match a.by {
+                By::Rate => "BPS",
+                By::Drops => "DROPS",
+                By::Occupancy => "PEAK_BYTES",
+                By::Bursts => "BURST_TIME",
+            },
+            "DETAIL",
+        ]);
+    }
+    p.begin(&header, about)?;
+    for (i, e) in all.iter().take(a.top).enumerate() {
+        let mut cells = vec![Cell::u64(i as u64 + 1)];
+        if fleet || a.per == Per::Switch {
+            cells.push(Cell::str(e.switch.clone().unwrap_or_default()));
+        }
+        if rate_table {
+            let x = e.rates.unwrap_or(Rates {
+                rx_bps: None,
+                tx_bps: None,
+                rx_pps: None,
+                tx_pps: None,
+                rx_ok: None,
+                tx_ok: None,
+                dt_ns: 0,
+            });
+            cells.extend([
+                Cell::str(e.object.clone()),
+                Cell::opt_f64(x.rx_bps, fmt_bps),
+                Cell::opt_f64(x.tx_bps, fmt_bps),
+                Cell::opt_f64(Rates::util(x.rx_bps, Some(speed)), fmt_util),
+                Cell::opt_f64(Rates::util(x.tx_bps, Some(speed)), fmt_util),
+            ]);
+        } else {
+            if a.per == Per::Object {
+                cells.push(Cell::str(e.object.clone()));
+            }
+            cells.push(match a.by {
+                By::Rate => Cell::f64(e.value, fmt_bps(e.value)),
+                By::Bursts => Cell {
+                    json: json!(e.value as i64),
+                    text: human_ns(e.value as i64),
+                },
+                _ => Cell {
+                    json: json!(e.value as u64),
+                    text: thousands(e.value as u64),
+                },
+            });
+            cells.push(Cell::str(fmt_detail(a.by, &e.detail)));
+        }
+        p.row(cells)?;
+    }
+    let mut summary = json!({"rows": p.rows(), "ranked": all.len(), "snapshots_scanned": scanned,
+                     "elapsed_s": started.elapsed().as_secs_f64()});
+    merge(&mut summary, engine);
+    p.summary(summary)?;
     Ok(super::exit_for(p.rows()))
 }

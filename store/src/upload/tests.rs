@@ -63,10 +63,15 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Where `UploadConfig::for_test` puts a file of relative path `rel` under `lake`.
+fn in_lake(lake: &Path, rel: &str) -> PathBuf {
+    lake.join(crate::paths::lake_key("test-switch", rel))
+}
+
 fn same_files(data: &Path, lake: &Path) {
     for (rel, path, _) in published(data) {
         let a = fs::read(&path).unwrap();
-        let b = fs::read(lake.join(&rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let b = fs::read(in_lake(lake, &rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
         assert!(a == b, "{rel} differs");
     }
 }
@@ -125,7 +130,7 @@ fn uploads_to_a_directory_resumes_and_never_reuploads() {
     let last = text.trim_end().rsplit('\n').next().unwrap().to_string();
     text.truncate(text.len() - 3);
     fs::write(&state, &text).unwrap();
-    fs::remove_file(lake.path().join(&last)).unwrap();
+    fs::remove_file(in_lake(lake.path(), &last)).unwrap();
     let up = Uploader::start(cfg, data.path()).unwrap();
     wait_for("the re-upload", || up.stats().files_uploaded == 1);
     let st = up.shutdown();
@@ -172,7 +177,7 @@ fn a_failing_destination_is_retried_counted_and_recovered() {
     // The first file was deleted with the old lake directory; the third made it.
     let third = &published(data.path())[1];
     assert_eq!(
-        fs::read(lake.join(&third.0)).unwrap(),
+        fs::read(in_lake(&lake, &third.0)).unwrap(),
         fs::read(&third.1).unwrap()
     );
 }
@@ -200,7 +205,7 @@ fn delete_after_upload_and_no_backfill() {
     );
     // The old file stays local and never went to the lake; the new one moved.
     assert_eq!(published(data.path()), old);
-    assert!(!lake.path().join(&old[0].0).exists());
+    assert!(!in_lake(lake.path(), &old[0].0).exists());
 }
 
 #[test]
@@ -236,6 +241,105 @@ fn bad_configs_say_what_to_change() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("no bucket"), "{e}");
+}
+
+#[test]
+fn every_file_goes_under_the_switch_prefix_and_a_new_name_uploads_again() {
+    let data = tempfile::tempdir().unwrap();
+    let lake = tempfile::tempdir().unwrap();
+    publish(data.path(), T0, 10);
+    let rel = published(data.path())[0].0.clone();
+    let cfg = UploadConfig {
+        switch: "leaf01.dc2".into(),
+        ..UploadConfig::for_test(lake.path().to_str().unwrap())
+    };
+    let st = Uploader::start(cfg.clone(), data.path()).unwrap();
+    wait_for("one upload", || st.stats().files_uploaded == 1);
+    let s = st.shutdown();
+    assert_eq!(s.switch, "leaf01.dc2");
+    let key = format!("switch=leaf01.dc2/{rel}");
+    assert!(lake.path().join(&key).exists(), "{key}");
+    // The state file's destination is the switch's own root.
+    let state = fs::read_to_string(data.path().join(STATE_FILE)).unwrap();
+    let header = format!(
+        "{STATE_HEADER}{}/switch=leaf01.dc2\n",
+        lake.path().display()
+    );
+    assert!(state.starts_with(&header), "{state}");
+    // Renamed switch: another destination, so the history goes again under the new name.
+    let renamed = UploadConfig {
+        switch: "leaf01".into(),
+        ..cfg
+    };
+    let st = Uploader::start(renamed, data.path()).unwrap();
+    wait_for("the upload under the new name", || {
+        st.stats().files_uploaded == 1
+    });
+    let s = st.shutdown();
+    assert_eq!(s.resumed_files, 0, "{s:?}");
+    assert!(lake.path().join(format!("switch=leaf01/{rel}")).exists());
+}
+
+#[test]
+fn the_switch_name_comes_from_config_then_parquet_then_host() {
+    let mut c = UploadConfig::for_test("/x");
+    assert_eq!(
+        resolve_switch(&mut c, Some("p"), None),
+        SwitchSource::Config
+    );
+    assert_eq!(c.switch, "test-switch");
+    c.switch.clear();
+    assert_eq!(
+        resolve_switch(&mut c, Some(" spine-1 "), None),
+        SwitchSource::ParquetSink
+    );
+    assert_eq!(c.switch, "spine-1");
+    c.switch.clear();
+    assert_eq!(resolve_switch(&mut c, None, None), SwitchSource::HostName);
+    assert_eq!(c.switch, host_name());
+    assert_eq!(
+        lake_root("s3://lake/stel/", "a b"),
+        "s3://lake/stel/switch=a%20b"
+    );
+}
+
+/// SONiC's own name for the switch, from a real redis-server's CONFIG_DB.
+#[cfg(feature = "redis")]
+#[test]
+fn the_switch_name_comes_from_config_db_when_redis_is_configured() {
+    let r = crate::sonic::testutil::TestRedis::start();
+    let mut c = r.connect(CONFIG_DB);
+    let mut cfg = UploadConfig::for_test("/x");
+    cfg.switch.clear();
+    // No DEVICE_METADATA yet: the host name.
+    assert_eq!(
+        resolve_switch(&mut cfg, None, Some(r.url())),
+        SwitchSource::HostName
+    );
+    redis::cmd("HSET")
+        .arg("DEVICE_METADATA|localhost")
+        .arg("hostname")
+        .arg("sonic-leaf-07")
+        .query::<()>(&mut c)
+        .unwrap();
+    cfg.switch.clear();
+    assert_eq!(
+        resolve_switch(&mut cfg, None, Some(r.url())),
+        SwitchSource::ConfigDb
+    );
+    assert_eq!(cfg.switch, "sonic-leaf-07");
+    // The Parquet sink's explicit name wins over CONFIG_DB (it is what the files' footers say).
+    cfg.switch.clear();
+    assert_eq!(
+        resolve_switch(&mut cfg, Some("lab"), Some(r.url())),
+        SwitchSource::ParquetSink
+    );
+    // A Redis that is not there: logged, the host name.
+    cfg.switch.clear();
+    assert_eq!(
+        resolve_switch(&mut cfg, None, Some("unix:///nonexistent/redis.sock")),
+        SwitchSource::HostName
+    );
 }
 
 #[test]
