@@ -203,10 +203,10 @@ impl Envelope {
         Self { resource, scope }
     }
 
-    /// Room the front of a request buffer must leave for the envelope.
+    /// Room the front of a request buffer must leave for the envelope (and a gRPC prefix).
     pub(crate) fn headroom(&self) -> usize {
-        // Two tags, two varint lengths (≤ 10 bytes each), the two fields.
-        2 + 20 + self.resource.len() + self.scope.len()
+        // gRPC's prefix, two tags, two varint lengths (≤ 10 bytes each), the two fields.
+        5 + 2 + 20 + self.resource.len() + self.scope.len()
     }
 }
 
@@ -237,6 +237,20 @@ impl RequestBuf {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.buf.len() == self.headroom
+    }
+
+    /// Writes the envelope in front of the metrics, and with `grpc` gRPC's length prefix in
+    /// front of that. Returns the buffer and where the request starts in it (`buf[start..]` is
+    /// the `ExportMetricsServiceRequest`, framed for gRPC if asked).
+    pub(crate) fn finish_framed(self, env: &Envelope, grpc: bool) -> (Vec<u8>, usize) {
+        let (mut buf, start) = self.finish(env);
+        if !grpc {
+            return (buf, start);
+        }
+        let len = (buf.len() - start) as u32;
+        buf[start - 5] = 0;
+        buf[start - 4..start].copy_from_slice(&len.to_be_bytes());
+        (buf, start - 5)
     }
 
     /// Writes the envelope in front of the metrics. Returns the buffer and where the request
@@ -611,6 +625,52 @@ pub(crate) fn parse_response(b: &[u8]) -> Option<(u64, String)> {
     Some(out)
 }
 
+/// Encodes `batches` into requests of at most `max_points` points as the sink's exporter does,
+/// on the calling thread, reusing one buffer; returns (requests, protobuf bytes, points). For
+/// the benchmark's encode-only figure: what one core can encode with no transport.
+pub fn encode_requests(
+    batches: &[Arc<CounterBatch>],
+    names: MetricNames,
+    max_points: usize,
+) -> (u64, u64, u64) {
+    let env = Envelope::new("bench");
+    let mut plans: Vec<Plan> = Vec::new();
+    let (mut requests, mut bytes, mut points) = (0u64, 0u64, 0u64);
+    let mut buf = Vec::new();
+    let mut req = RequestBuf::new(std::mem::take(&mut buf), &env);
+    let finish = |req: RequestBuf, requests: &mut u64, bytes: &mut u64| -> RequestBuf {
+        let (b, start) = req.finish(&env);
+        *requests += 1;
+        *bytes += (b.len() - start) as u64;
+        RequestBuf::new(b, &env)
+    };
+    let mut rows = Vec::new();
+    for b in batches {
+        let p = match plans.iter().position(|p| Arc::ptr_eq(&p.schema, &b.schema)) {
+            Some(p) => p,
+            None => {
+                plans.push(Plan::new(Arc::clone(&b.schema), names, None));
+                plans.len() - 1
+            }
+        };
+        plans[p].select_rows(b, 0, &mut rows);
+        let width = b.schema.width().max(1);
+        let mut i = 0;
+        while i < rows.len() {
+            let n = (max_points.saturating_sub(req.points) / width).clamp(1, rows.len() - i);
+            points += plans[p].write_rows(b, &rows[i..i + n], &mut req) as u64;
+            i += n;
+            if req.points >= max_points {
+                req = finish(req, &mut requests, &mut bytes);
+            }
+        }
+    }
+    if !req.is_empty() {
+        finish(req, &mut requests, &mut bytes);
+    }
+    (requests, bytes, points)
+}
+
 /// Encodes a response (for the bench's receiver and tests).
 pub fn encode_response(rejected: u64, message: &str) -> Vec<u8> {
     if rejected == 0 && message.is_empty() {
@@ -649,16 +709,7 @@ pub fn count_points(req: &[u8]) -> Option<(u64, u64)> {
                 let mut r = Reader { b: m };
                 while let Some(x) = r.field() {
                     if let (5 | 7, Len(data)) = x.ok()? {
-                        each(data, 1, |dp| {
-                            points += 1;
-                            let mut p = Reader { b: dp };
-                            while let Some(y) = p.field() {
-                                if let (6, wire::Value::I64(v)) = y.ok()? {
-                                    sum = sum.wrapping_add(v);
-                                }
-                            }
-                            Some(())
-                        })?;
+                        points_in(data, &mut points, &mut sum)?;
                     }
                 }
                 Some(())
@@ -666,6 +717,79 @@ pub fn count_points(req: &[u8]) -> Option<(u64, u64)> {
         })
     })?;
     Some((points, sum))
+}
+
+/// A varint at `b[i..]`: (value, bytes).
+#[inline]
+fn varint_at(b: &[u8], i: usize) -> Option<(usize, usize)> {
+    let mut v = 0u64;
+    for k in 0..10 {
+        let x = *b.get(i + k)?;
+        v |= u64::from(x & 0x7f) << (7 * k);
+        if x < 0x80 {
+            return Some((usize::try_from(v).ok()?, k + 1));
+        }
+    }
+    None
+}
+
+/// The data points of a `Sum`/`Gauge` body: counts them and adds their `as_int` values. The
+/// common shapes (one-byte tags) are walked byte by byte; anything else goes through the
+/// generic reader.
+fn points_in(data: &[u8], points: &mut u64, sum: &mut u64) -> Option<()> {
+    let mut i = 0;
+    while i < data.len() {
+        if data[i] == tag(1, LEN) {
+            let (len, n) = varint_at(data, i + 1)?;
+            let s = i + 1 + n;
+            let e = s.checked_add(len)?;
+            *sum = sum.wrapping_add(point_value(data.get(s..e)?)?);
+            *points += 1;
+            i = e;
+        } else {
+            let mut r = wire::Reader { b: &data[i..] };
+            match r.field()?.ok()? {
+                (1, _) => return None,
+                _ => i = data.len() - r.b.len(),
+            }
+        }
+    }
+    Some(())
+}
+
+/// A data point's `as_int` (0 when absent), checking that its fields are well-formed.
+#[inline]
+fn point_value(dp: &[u8]) -> Option<u64> {
+    let mut v = 0;
+    let mut i = 0;
+    while i < dp.len() {
+        let t = dp[i];
+        if t >= 0x80 {
+            // A field number ≥ 16: the generic reader.
+            let mut r = wire::Reader { b: &dp[i..] };
+            r.field()?.ok()?;
+            i = dp.len() - r.b.len();
+            continue;
+        }
+        i += 1;
+        match t & 7 {
+            1 => {
+                let w = dp.get(i..i + 8)?;
+                if t == tag(6, wire::I64) {
+                    v = u64::from_le_bytes(w.try_into().ok()?);
+                }
+                i += 8;
+            }
+            2 => {
+                let (len, n) = varint_at(dp, i)?;
+                i = i.checked_add(n + len)?;
+            }
+            0 => i += varint_at(dp, i)?.1,
+            5 => i += 4,
+            _ => return None,
+        }
+    }
+    (i == dp.len()).then_some(v)
 }
 
 #[cfg(test)]

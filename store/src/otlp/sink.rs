@@ -845,7 +845,8 @@ impl Exporter {
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         }
-        let (buf, start) = req.finish(&self.env);
+        let grpc = self.cfg.protocol == super::config::Protocol::Grpc;
+        let (buf, start) = req.finish_framed(&self.env, grpc);
         let body = Bytes::from_owner(Pooled {
             buf,
             back: self.pool.0.clone(),
@@ -854,6 +855,11 @@ impl Exporter {
         let job = Delivery {
             client: dest.client.clone(),
             body,
+            frame: if grpc {
+                super::transport::GRPC_PREFIX
+            } else {
+                0
+            },
             guard: Pending {
                 points,
                 own,
@@ -959,6 +965,8 @@ impl Drop for Pending {
 struct Delivery {
     client: Client,
     body: Bytes,
+    /// Bytes of transport framing in `body` (gRPC's prefix).
+    frame: usize,
     guard: Pending,
     down: Arc<AtomicBool>,
     give_up: Arc<GiveUp>,
@@ -998,7 +1006,7 @@ impl Delivery {
                             &msg,
                         );
                     }
-                    self.guard.delivered(rejected, self.body.len());
+                    self.guard.delivered(rejected, self.body.len() - self.frame);
                     return;
                 }
                 Err(e) => {

@@ -4,13 +4,13 @@
 
 use std::{path::Path, sync::Arc, time::Duration};
 
-use bytes::{Buf, BufMut, Bytes};
-use http::{uri::PathAndQuery, Uri};
+use bytes::Bytes;
+use http::{header::HeaderValue, HeaderMap, Uri};
+use http_body_util::BodyExt;
 use tonic::{
-    codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
-    metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap},
+    client::GrpcService,
     transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity},
-    Code, Status,
+    Code,
 };
 
 use super::config::{OtlpConfig, Protocol};
@@ -114,67 +114,29 @@ fn read_pem(what: &str, p: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(p).map_err(|e| format!("tls {what} {}: {e}", p.display()))
 }
 
-/// Passes an encoded `ExportMetricsServiceRequest` through as the gRPC message and returns the
-/// response message's bytes. The encode buffer is sized to the request, so tonic copies it once
-/// and never regrows.
-#[derive(Debug, Clone, Copy)]
-struct RawCodec {
-    len: usize,
-}
+/// gRPC's length prefix of one uncompressed message (the request buffer reserves room for it,
+/// so the framed request goes to HTTP/2 without a copy).
+pub(crate) const GRPC_PREFIX: usize = 5;
 
-#[derive(Debug, Clone, Copy)]
-struct RawEncoder {
-    len: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct RawDecoder;
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder { len: self.len }
+/// The first gRPC message of a response body (its 5-byte prefix removed).
+fn grpc_message(body: &[u8]) -> Option<&[u8]> {
+    if body.is_empty() {
+        return Some(body);
     }
-
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-impl Encoder for RawEncoder {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        // Room for the request and gRPC's 5-byte frame header; one message, no early yield.
-        BufferSettings::new(self.len + 5, self.len + 5)
-    }
-}
-
-impl Decoder for RawDecoder {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
+    let (head, rest) = body.split_first_chunk::<GRPC_PREFIX>()?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    (head[0] == 0).then_some(())?;
+    rest.get(..len)
 }
 
 /// One collector endpoint.
 #[derive(Debug, Clone)]
 pub(crate) enum Client {
+    /// The channel is used as a plain HTTP/2 service: the request body is the already framed
+    /// message (tonic's codecs would copy it once more), the status comes from the trailers.
     Grpc {
-        grpc: tonic::client::Grpc<Channel>,
-        metadata: Arc<MetadataMap>,
+        channel: Channel,
+        headers: Arc<HeaderMap>,
         timeout: Duration,
     },
     Http {
@@ -232,17 +194,28 @@ impl Client {
                         .tls_config(t)
                         .map_err(|e| format!("endpoint `{url}`: tls: {e}"))?;
                 }
-                let mut metadata = MetadataMap::new();
+                let mut headers = HeaderMap::new();
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/grpc"),
+                );
+                headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+                headers.insert(
+                    "grpc-timeout",
+                    HeaderValue::from_str(&format!("{}m", cfg.timeout_ms.min(99_999_999)))
+                        .map_err(|e| format!("timeout_ms: {e}"))?,
+                );
                 for (k, v) in &cfg.headers {
-                    let key = AsciiMetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-                        .map_err(|e| format!("headers: `{k}`: {e}"))?;
-                    let val = AsciiMetadataValue::try_from(v.as_str())
+                    let key =
+                        http::header::HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes())
+                            .map_err(|e| format!("headers: `{k}`: {e}"))?;
+                    let val = HeaderValue::from_str(v)
                         .map_err(|e| format!("headers: value of `{k}`: {e}"))?;
-                    metadata.insert(key, val);
+                    headers.insert(key, val);
                 }
                 Ok(Client::Grpc {
-                    grpc: tonic::client::Grpc::new(ep.connect_lazy()),
-                    metadata: Arc::new(metadata),
+                    channel: ep.connect_lazy(),
+                    headers: Arc::new(headers),
                     timeout,
                 })
             }
@@ -306,32 +279,63 @@ impl Client {
     pub(crate) async fn export(&self, body: Bytes) -> Result<Bytes, AttemptError> {
         match self {
             Client::Grpc {
-                grpc,
-                metadata,
+                channel,
+                headers,
                 timeout,
             } => {
-                let mut grpc = grpc.clone();
                 let err = |failure, detail: String| AttemptError { failure, detail };
-                grpc.ready()
+                let mut ch = channel.clone();
+                std::future::poll_fn(|cx| GrpcService::poll_ready(&mut ch, cx))
                     .await
-                    .map_err(|e| err(Failure::Unavailable, e.to_string()))?;
-                let len = body.len();
-                let mut req = tonic::Request::new(body);
-                *req.metadata_mut() = (**metadata).clone();
-                req.set_timeout(*timeout);
-                let path = PathAndQuery::from_static(EXPORT_PATH);
-                match tokio::time::timeout(*timeout, grpc.unary(req, path, RawCodec { len })).await
-                {
-                    Ok(Ok(resp)) => Ok(resp.into_inner()),
-                    Ok(Err(s)) => Err(err(
-                        failure_of_code(s.code()),
-                        format!("{:?}: {}", s.code(), s.message()),
-                    )),
-                    Err(_) => Err(err(
-                        Failure::Timeout,
-                        format!("no answer within {timeout:?}"),
-                    )),
+                    .map_err(|e| err(Failure::Unavailable, error_chain(&e)))?;
+                let mut req = http::Request::post(Uri::from_static(EXPORT_PATH))
+                    .body(tonic::body::Body::new(http_body_util::Full::new(body)))
+                    .map_err(|e| err(Failure::Rejected, e.to_string()))?;
+                *req.headers_mut() = (**headers).clone();
+                let call = async {
+                    let resp = GrpcService::call(&mut ch, req)
+                        .await
+                        .map_err(|e| err(Failure::Unavailable, error_chain(&e)))?;
+                    let (parts, body) = resp.into_parts();
+                    let collected = body
+                        .collect()
+                        .await
+                        .map_err(|e| err(Failure::Unavailable, e.to_string()))?;
+                    let trailers = collected.trailers().cloned().unwrap_or_default();
+                    let bytes = collected.to_bytes();
+                    Ok::<_, AttemptError>((parts, trailers, bytes))
+                };
+                let (parts, trailers, bytes) =
+                    tokio::time::timeout(*timeout, call).await.map_err(|_| {
+                        err(Failure::Timeout, format!("no answer within {timeout:?}"))
+                    })??;
+                if parts.status != http::StatusCode::OK {
+                    let f = match parts.status.as_u16() {
+                        429 => Failure::Throttled,
+                        502..=504 => Failure::Unavailable,
+                        _ => Failure::Rejected,
+                    };
+                    return Err(err(f, format!("HTTP {}", parts.status)));
                 }
+                // A trailers-only response carries the status in the headers.
+                let field = |k: &str| {
+                    trailers
+                        .get(k)
+                        .or_else(|| parts.headers.get(k))
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                };
+                let code = field("grpc-status")
+                    .and_then(|c| c.parse::<i32>().ok())
+                    .map(Code::from_i32)
+                    .ok_or_else(|| err(Failure::BadResponse, "no grpc-status".into()))?;
+                if code != Code::Ok {
+                    let msg = field("grpc-message").unwrap_or_default();
+                    return Err(err(failure_of_code(code), format!("{code:?}: {msg}")));
+                }
+                grpc_message(&bytes)
+                    .map(|m| bytes.slice_ref(m))
+                    .ok_or_else(|| err(Failure::BadResponse, "not a gRPC message".into()))
             }
             Client::Http { client, url } => {
                 let err = |failure, detail: String| AttemptError { failure, detail };
