@@ -607,7 +607,7 @@ pub(crate) fn write_snapshot(
 
 /// `ExportMetricsServiceResponse.partial_success`: rejected data points and the message.
 /// `None` when the bytes are not a response.
-pub(crate) fn parse_response(b: &[u8]) -> Option<(u64, String)> {
+pub fn parse_response(b: &[u8]) -> Option<(u64, String)> {
     let mut r = wire::Reader { b };
     let mut out = (0u64, String::new());
     while let Some(f) = r.field() {

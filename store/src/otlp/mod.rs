@@ -50,7 +50,7 @@ mod transport;
 use std::path::PathBuf;
 
 pub use config::{ConfigDbConfig, MetricNames, OtlpConfig, Protocol, TlsConfig, WhenFull};
-pub use encode::{count_points, encode_requests, encode_response};
+pub use encode::{count_points, encode_requests, encode_response, parse_response};
 #[cfg(feature = "redis")]
 pub use profiles::PROFILE_TABLE;
 pub use sink::{DropCounts, DropReason, OtlpSink, OtlpStats};
