@@ -266,6 +266,8 @@ fn a_receiver_that_disappears_and_returns() {
     });
     let mut cfg = OtlpConfig::for_test(&rx.grpc_endpoint());
     cfg.retry_max_ms = 100;
+    // Room for the whole burst below: this test is about retries, not the queue's policy.
+    cfg.queue_batches = 64;
     let sink = OtlpSink::start(cfg, None).unwrap();
     let s = port_schema("p");
     let t0 = 1_700_000_000_000_000_000;

@@ -120,7 +120,9 @@ pub struct OtlpConfig {
     pub resolution_ms: u64,
     /// `sai` (`sai.port.if_in_octets`) or `countersyncd` (`sai_counter_type_1_stat_0`).
     pub metric_names: MetricNames,
-    /// Batches the queue between the decoders and the exporter holds.
+    /// Batches the queue between the decoders and the exporter holds. A queued batch keeps its
+    /// buffers (8 MiB at the design session with the default decoder batches), so this bounds
+    /// the sink's memory: 8 × 8 MiB by default.
     pub queue_batches: usize,
     /// `drop_newest` or `drop_oldest` when the queue is full.
     pub when_full: WhenFull,
@@ -160,7 +162,7 @@ impl Default for OtlpConfig {
             max_points_per_request: 10_000,
             resolution_ms: 0,
             metric_names: MetricNames::Sai,
-            queue_batches: 64,
+            queue_batches: 8,
             when_full: WhenFull::DropOldest,
             max_in_flight: 1,
             timeout_ms: 10_000,
