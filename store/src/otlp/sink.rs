@@ -775,14 +775,16 @@ impl Exporter {
         let mut rows = std::mem::take(&mut self.rows);
         self.routes[r].plan.select_rows(b, res_ns, &mut rows);
         let width = b.schema.width().max(1);
-        let selected = if b.part_masks.is_empty() {
-            (rows.len() * width) as u64
-        } else {
-            rows.iter()
-                .map(|&i| (width - b.missing_samples_in(i as usize, i as usize + 1)) as u64)
-                .sum()
+        let valid = |rows: &[u32]| -> u64 {
+            if b.part_masks.is_empty() {
+                (rows.len() * width) as u64
+            } else {
+                rows.iter()
+                    .map(|&i| (width - b.missing_samples_in(i as usize, i as usize + 1)) as u64)
+                    .sum()
+            }
         };
-        self.c.downsampled.add(samples - selected);
+        self.c.downsampled.add(samples - valid(&rows));
         let max = self.cfg.max_points_per_request;
         let mut i = 0;
         while i < rows.len() {
@@ -801,6 +803,15 @@ impl Exporter {
             i += n;
             if req.points >= max {
                 self.send(d);
+                // The endpoint failed meanwhile: the rest of the batch is not encoded either.
+                if i < rows.len()
+                    && self.dests[d].down.load(Relaxed)
+                    && self.dests[d].slots.1.is_empty()
+                {
+                    self.c
+                        .drop_samples(DropReason::Unavailable, valid(&rows[i..]), 0);
+                    break;
+                }
             }
         }
         self.rows = rows;
