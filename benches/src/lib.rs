@@ -5,6 +5,7 @@
 pub mod e2e;
 pub mod fleet;
 pub mod netlink;
+pub mod otlp;
 pub mod parquet;
 
 use stel_ingest::{

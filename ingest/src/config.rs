@@ -244,6 +244,9 @@ pub struct DaemonConfig {
     pub upload: Option<stel_store::upload::UploadConfig>,
     /// Live inspect socket.
     pub inspect: InspectConfig,
+    /// OTLP export (`stel_store::otlp`); off unless this section is present (or
+    /// `--otlp-endpoint`).
+    pub otlp: Option<stel_store::otlp::OtlpConfig>,
 }
 
 /// `[history]`.

@@ -451,6 +451,35 @@ macro_rules! labels {
 metrics! {
     /// Datagrams received whole by the reader.
     ReaderDatagrams: Counter "stel_reader_datagrams_total" [Source];
+
+    /// Batches offered to a sink (`submit`).
+    SinkReceivedBatches: Counter "stel_sink_received_batches_total" [Sink];
+    /// Counter values offered to a sink (values of snapshot parts that arrived).
+    SinkReceivedSamples: Counter "stel_sink_received_samples_total" [Sink];
+    /// Batches put on a sink's queue (pushed).
+    SinkQueuedBatches: Counter "stel_sink_queued_batches_total" [Sink];
+    /// Batches taken off a sink's queue by its worker (popped).
+    SinkDequeuedBatches: Counter "stel_sink_dequeued_batches_total" [Sink];
+    /// Batches a sink dropped before working on them, by reason.
+    SinkDroppedBatches: Counter "stel_sink_dropped_batches_total" [Sink, Reason];
+    /// Counter values a sink dropped, by reason.
+    SinkDroppedSamples: Counter "stel_sink_dropped_samples_total" [Sink, Reason];
+    /// Counter values a sink left out on purpose (OTLP `resolution_ms`).
+    SinkDownsampledSamples: Counter "stel_sink_downsampled_samples_total" [Sink];
+    /// Counter values a sink's destination acknowledged.
+    SinkDeliveredSamples: Counter "stel_sink_delivered_samples_total" [Sink];
+    /// Export requests a sink's destination acknowledged.
+    SinkRequests: Counter "stel_sink_requests_total" [Sink];
+    /// Bytes of acknowledged export requests (protobuf, before transport framing).
+    SinkRequestBytes: Counter "stel_sink_request_bytes_total" [Sink];
+    /// Export attempts that failed, by reason (whether or not they were retried).
+    SinkRequestErrors: Counter "stel_sink_request_errors_total" [Sink, Reason];
+    /// Export attempts that were retries of a failed one.
+    SinkRetries: Counter "stel_sink_retries_total" [Sink];
+    /// Profiles whose CONFIG_DB entry names their own collector endpoint, now.
+    SinkProfileEndpoints: Gauge "stel_sink_profile_endpoints" [Sink];
+    /// CONFIG_DB reads that failed (the last good profile endpoints stay in use).
+    SinkConfigDbErrors: Counter "stel_sink_config_db_errors_total" [Sink];
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use stel_ingest::{
     netlink,
     pipeline::Sink,
     reader::ReaderKind,
-    sinks::{CountersDb, InspectServer, Live, ParquetHistory, StatusSource, Upload},
+    sinks::{CountersDb, InspectServer, Live, Otlp, ParquetHistory, StatusSource, Upload},
     sources::state_db::StateDbWatcher,
     sys::{self, signal},
 };
@@ -49,6 +49,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-ingestd --demo --upload-to /mnt/lake/stel   # also copy every published file there
 ///   AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=… \
 ///     AWS_SECRET_ACCESS_KEY=… stel-ingestd --demo --upload-to s3://lake/stel
+///   stel-ingestd --demo --otlp-endpoint http://127.0.0.1:4317   # also to an OTLP collector
+///     (python3 deploy/otlp_receiver.py --grpc 4317 --every 1 shows what arrives)
 ///   stel-ingestd status                         # every counter of the running daemon
 ///   stel-query inspect stel_demo --table        # live counters from the running daemon's
 ///                                               # inspect socket (next to the status file)
@@ -130,6 +132,10 @@ struct Args {
     /// write COUNTERS_DB + RATES.
     #[arg(long)]
     redis: Option<String>,
+    /// Also send every counter to this OpenTelemetry collector (OTLP/gRPC, e.g.
+    /// http://127.0.0.1:4317; other settings: [otlp] in the config file).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     /// Stop after this long (e.g. 30s); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = emu::parse_duration_ns)]
     duration: Option<u64>,
@@ -457,9 +463,15 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
             p.dir = PathBuf::from("stel-data");
         }
     }
+    if let Some(e) = &a.otlp_endpoint {
+        cfg.otlp.get_or_insert_with(Default::default).endpoint = e.clone();
+    }
     if let Some(url) = &a.redis {
         cfg.counters_db.get_or_insert_with(Default::default).url = url.clone();
         cfg.state_db.get_or_insert_with(Default::default).url = url.clone();
+        if let Some(o) = cfg.otlp.as_mut() {
+            o.config_db.get_or_insert_with(Default::default).url = url.clone();
+        }
     }
     cfg.sessions
         .extend(a.session.iter().map(|p| SessionFile { path: p.clone() }));
@@ -499,6 +511,7 @@ fn run(a: Args) -> Result<(), String> {
     let counters_cfg = cfg.counters_db.clone();
     let state_db_cfg = cfg.state_db.clone();
     let upload_cfg = cfg.upload.clone();
+    let otlp_cfg = cfg.otlp.clone();
     let inspect_cfg = cfg.inspect.clone();
 
     // Privileged set-up, then drop every capability before any thread exists.
@@ -569,6 +582,16 @@ fn run(a: Args) -> Result<(), String> {
             let url = c.url.clone();
             let s = CountersDb::start(c)?;
             eprintln!("stel-ingestd: writing COUNTERS_DB and RATES to {url}");
+            sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
+            Some(s)
+        }
+        None => None,
+    };
+    let otlp = match otlp_cfg {
+        Some(c) => {
+            let ep = c.endpoint.clone();
+            let s = Otlp::start(c, Some(stel_store::metrics::Registry::new()))?;
+            eprintln!("stel-ingestd: exporting counters over OTLP to {ep}");
             sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
             Some(s)
         }
@@ -710,6 +733,15 @@ fn run(a: Args) -> Result<(), String> {
     }
     if let Some(c) = counters {
         c.shutdown();
+    }
+    if let Some(o) = otlp.and_then(Otlp::shutdown) {
+        eprintln!(
+            "stel-ingestd: otlp: {} points delivered, {} dropped",
+            o.samples_delivered,
+            o.dropped_samples.total()
+        );
+        st.sinks
+            .insert("otlp".into(), serde_json::to_value(o).unwrap_or_default());
     }
     write_status(&status_file, &st);
     if let Some(t) = truth {
