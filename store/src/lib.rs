@@ -8,12 +8,15 @@
 //! daemon. [`live`] holds the newest snapshot of each session and serves it over a unix socket
 //! (the daemon's live inspect endpoint; `stel-query inspect` is its client), and `upload`
 //! (feature `upload`) copies published Parquet files to a data lake (a directory or S3).
+//! [`int`] holds the INT telemetry-report tables (`int_reports`, `int_hops`, `int_drops`) and
+//! their writer.
 //!
 //! It is its own crate because both the daemon (`stel-ingest`) and the query tool (`stel-query`)
 //! need the schema and names, and the query tool must never link the daemon's kernel plumbing.
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod int;
 pub mod live;
 pub mod parquet;
 pub mod paths;
