@@ -5,7 +5,8 @@
 //! sequence accounting, every malformed input counted) → sinks. [`emu`] is the switch stand-in
 //! (`stel-emu`) built on the same encoder; [`sys`] holds the few unsafe syscall wrappers.
 //!
-//! `decode` does no I/O so benchmarks and fuzzers drive it with plain byte slices.
+//! `decode` does no I/O so benchmarks and fuzzers drive it with plain byte slices. [`int`] is the
+//! second source: INT telemetry reports (UDP payloads) → the `int_*` tables, equally I/O-free.
 
 pub mod config;
 pub mod daemon;
@@ -13,6 +14,7 @@ pub mod decode;
 pub mod emu;
 pub mod filter;
 pub mod genl;
+pub mod int;
 pub mod ipfix;
 pub mod netlink;
 pub mod pipeline;

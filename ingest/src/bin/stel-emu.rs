@@ -28,6 +28,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-emu --ports 8 --interval 1ms --pattern microburst --netlink-group 1
 ///   stel-emu --file capture.ipfix --duration 1s --truth truth.json --session session.json
 ///   stel-emu --replay capture.ipfix --netlink-group 1
+///   stel-emu int --to 127.0.0.1:5900 --rate 100000    # INT reports (stel-emu int --help)
 #[derive(Debug, Parser)]
 #[command(version, verbatim_doc_comment)]
 struct Args {
@@ -369,6 +370,10 @@ fn run(a: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // `stel-emu int …`: INT telemetry reports (stel_ingest::int::gen).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "int") {
+        return stel_ingest::int::gen::cli_main(std::env::args_os().skip(1));
+    }
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
