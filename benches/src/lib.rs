@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod e2e;
+pub mod int;
 pub mod netlink;
 pub mod parquet;
 

@@ -69,6 +69,13 @@ enum Bench {
         #[arg(long)]
         sweep: bool,
     },
+    /// INT report decode on one core (AmLight 5-hop reports) vs a plain per-report parse in
+    /// the same run; the end-to-end figures come with the daemon's INT source.
+    Int {
+        /// Fewer, shorter runs.
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -180,6 +187,7 @@ fn main() -> ExitCode {
         Bench::E2e { quick, rate } => w::e2e::bench(quick, rate),
         Bench::Parquet { quick, sweep } => w::parquet::bench(quick, sweep),
         Bench::Query { quick } => query(quick),
+        Bench::Int { quick } => w::int::bench(quick),
     };
     match r {
         Ok(v) => {

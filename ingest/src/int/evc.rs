@@ -36,14 +36,12 @@
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
+use super::FastMap;
+
 use serde::Deserialize;
 
-/// One EVC.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Evc {
-    pub id: String,
-    pub name: String,
-}
+/// One EVC: its id and name (the columns `evc_id`, `evc_name`).
+pub type Evc = stel_store::int::EvcName;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -55,10 +53,12 @@ struct Entry {
 #[derive(Debug, Default, Clone)]
 pub struct EvcMap {
     evcs: Vec<Evc>,
+    /// `evcs` as batches share them (refreshed after each `add_*`).
+    names: Arc<[Evc]>,
     /// (dpid, vlan) → candidate EVCs.
-    by_dpid_vlan: HashMap<(u64, u16), Vec<Entry>>,
+    by_dpid_vlan: FastMap<(u64, u16), Vec<Entry>>,
     /// INT switch id → dpid.
-    dpid_of: HashMap<u32, u64>,
+    dpid_of: FastMap<u32, u64>,
 }
 
 /// Why a source could not be loaded (nothing is replaced then).
@@ -79,7 +79,9 @@ pub enum EvcError {
         path: PathBuf,
         source: toml::de::Error,
     },
-    #[error("{what}: bad datapath id {value:?} (expected 8 hex bytes like 00:00:00:00:00:00:00:01)")]
+    #[error(
+        "{what}: bad datapath id {value:?} (expected 8 hex bytes like 00:00:00:00:00:00:00:01)"
+    )]
     Dpid { what: String, value: String },
 }
 
@@ -207,6 +209,15 @@ impl EvcMap {
         self.evcs.is_empty()
     }
 
+    /// The EVCs, indexed as [`EvcMap::lookup_index`] returns them; batches share this.
+    pub fn names(&self) -> &Arc<[Evc]> {
+        &self.names
+    }
+
+    fn refresh(&mut self) {
+        self.names = self.evcs.clone().into();
+    }
+
     fn add_evc(&mut self, id: String, name: String) -> u32 {
         if let Some(i) = self.evcs.iter().position(|e| e.id == id) {
             self.evcs[i].name = name;
@@ -269,6 +280,7 @@ impl EvcMap {
                 }
             }
         }
+        self.refresh();
         Ok(n)
     }
 
@@ -308,6 +320,7 @@ impl EvcMap {
                 self.add_key(dpid, u.vlan, idx, u.port);
             }
         }
+        self.refresh();
         Ok(n)
     }
 
@@ -322,6 +335,16 @@ impl EvcMap {
     /// reporting/sink switch with its egress port, then the path's first switch with its ingress
     /// port).
     pub fn lookup(&self, vlan: u16, switches: &[(u32, Option<u32>)]) -> Option<&Evc> {
+        self.lookup_index(vlan, switches).and_then(|i| self.get(i))
+    }
+
+    /// The EVC at an index [`EvcMap::lookup_index`] returned.
+    pub fn get(&self, index: u32) -> Option<&Evc> {
+        self.evcs.get(index as usize)
+    }
+
+    /// [`EvcMap::lookup`], as an index (decoders cache it per flow).
+    pub fn lookup_index(&self, vlan: u16, switches: &[(u32, Option<u32>)]) -> Option<u32> {
         if self.by_dpid_vlan.is_empty() {
             return None;
         }
@@ -337,7 +360,7 @@ impl EvcMap {
                     .or_else(|| many.iter().find(|e| e.port.is_none())),
             };
             if let Some(e) = pick {
-                return self.evcs.get(e.evc as usize);
+                return Some(e.evc);
             }
         }
         None
@@ -423,11 +446,16 @@ mod tests {
         let mut m = EvcMap::default();
         assert_eq!(m.add_kytos_json(KYTOS).unwrap(), 2);
         // Sink switch 3 (dpid low bits) VLAN 42: two EVCs, the egress port decides.
-        assert_eq!(m.lookup(42, &[(3, Some(11))]).unwrap().name, "Vlan_42_Miami_SaoPaulo");
+        assert_eq!(
+            m.lookup(42, &[(3, Some(11))]).unwrap().name,
+            "Vlan_42_Miami_SaoPaulo"
+        );
         assert_eq!(m.lookup(42, &[(3, Some(5))]).unwrap().id, "bb22");
         // The source switch (0xFB65D675) with its ingress port.
         assert_eq!(
-            m.lookup(42, &[(9, None), (0xFB65_D675, Some(23))]).unwrap().id,
+            m.lookup(42, &[(9, None), (0xFB65_D675, Some(23))])
+                .unwrap()
+                .id,
             "3766c105686749"
         );
         // Transit: S-VLAN on the path's switches.
@@ -455,9 +483,14 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(m.lookup(42, &[(77, Some(11))]).unwrap().name, "Vlan_42_Miami_SaoPaulo");
+        assert_eq!(
+            m.lookup(42, &[(77, Some(11))]).unwrap().name,
+            "Vlan_42_Miami_SaoPaulo"
+        );
         assert_eq!(m.lookup(100, &[(500, Some(1))]).unwrap().id, "manual-1");
-        assert!(m.add_mapping_toml("[[switch]]\nint_id = 1\ndpid = \"zz\"").is_err());
+        assert!(m
+            .add_mapping_toml("[[switch]]\nint_id = 1\ndpid = \"zz\"")
+            .is_err());
         assert!(m.add_mapping_toml("bogus = 1").is_err());
     }
 

@@ -437,7 +437,16 @@ impl Generator {
                 match self.cfg.format {
                     Format::V2 => self.v2_group(buf, rep_hw, seq, sink),
                     Format::Amlight => {
-                        v1_report_header(buf, rep_hw, sink, seq, hops[nh - 1].egress_ts as u32, dropped, congested, &[]);
+                        v1_report_header(
+                            buf,
+                            rep_hw,
+                            sink,
+                            seq,
+                            hops[nh - 1].egress_ts as u32,
+                            dropped,
+                            congested,
+                            &[],
+                        );
                     }
                     Format::V1 => {
                         let h = &hops[nh - 1];
@@ -446,14 +455,33 @@ impl Generator {
                             h.latency,
                             (u32::from(h.queue) << 24) | h.occupancy,
                             h.egress_ts as u32,
-                            (u32::from(h.queue) << 24) | (if dropped { 7u32 << 16 } else { 0xff << 16 }),
+                            (u32::from(h.queue) << 24)
+                                | (if dropped { 7u32 << 16 } else { 0xff << 16 }),
                             500,
                         ];
-                        v1_report_header(buf, rep_hw, sink, seq, h.ingress_ts as u32, dropped, congested, &md);
+                        v1_report_header(
+                            buf,
+                            rep_hw,
+                            sink,
+                            seq,
+                            h.ingress_ts as u32,
+                            dropped,
+                            congested,
+                            &md,
+                        );
                     }
                     Format::V05 => {
                         let h = &hops[nh - 1];
-                        v05_header(buf, rep_hw, seq, h.ingress_ts as u32, dropped, congested, sink, h);
+                        v05_header(
+                            buf,
+                            rep_hw,
+                            seq,
+                            h.ingress_ts as u32,
+                            dropped,
+                            congested,
+                            sink,
+                            h,
+                        );
                     }
                 }
             }
@@ -472,7 +500,10 @@ impl Generator {
                 t.hops_sent += nh as u64;
                 t.drops_sent += u64::from(dropped);
                 t.congested_sent += u64::from(congested);
-                t.latency_sum_ns += hops[..nh].iter().map(|h| u128::from(h.latency)).sum::<u128>();
+                t.latency_sum_ns += hops[..nh]
+                    .iter()
+                    .map(|h| u128::from(h.latency))
+                    .sum::<u128>();
                 let fl = &mut self.flows[f];
                 // A change only when the switches differ (1–2-hop paths have one route).
                 if fl
@@ -485,11 +516,14 @@ impl Generator {
                 fl.last_sent_path = Some(fl.cur);
             }
         }
-        let st = self.streams.entry(stream_key).or_insert_with(|| StreamTruth {
-            switch_id: stream_key.0,
-            hw_id: stream_key.1,
-            ..Default::default()
-        });
+        let st = self
+            .streams
+            .entry(stream_key)
+            .or_insert_with(|| StreamTruth {
+                switch_id: stream_key.0,
+                hw_id: stream_key.1,
+                ..Default::default()
+            });
         if lost {
             st.lost += 1;
             st.lost_since_sent += 1;
@@ -763,7 +797,10 @@ fn v2_individual(b: &mut Vec<u8>, f: &Flow, hops: &[GHop], d: bool, q: bool) {
     put32(&mut inner, 0);
     for h in hops.iter().rev() {
         put32(&mut inner, h.node);
-        put32(&mut inner, (u32::from(h.in_port) << 16) | u32::from(h.out_port));
+        put32(
+            &mut inner,
+            (u32::from(h.in_port) << 16) | u32::from(h.out_port),
+        );
         put32(&mut inner, h.latency);
         put32(&mut inner, (u32::from(h.queue) << 24) | h.occupancy);
         put64(&mut inner, h.ingress_ts);
@@ -784,7 +821,10 @@ fn v2_individual(b: &mut Vec<u8>, f: &Flow, hops: &[GHop], d: bool, q: bool) {
     put16(b, 0);
     put16(b, 0);
     put16(b, 0);
-    put32(b, (u32::from(sink.in_port) << 16) | u32::from(sink.out_port));
+    put32(
+        b,
+        (u32::from(sink.in_port) << 16) | u32::from(sink.out_port),
+    );
     put32(b, (u32::from(sink.queue) << 24) | sink.occupancy);
     put64(b, sink.ingress_ts);
     put64(b, sink.egress_ts);
@@ -799,7 +839,14 @@ pub fn outer_frame(out: &mut Vec<u8>, switch_id: u32, dst_port: u16, payload: &[
     out.clear();
     ethernet(out, &[], 0x0800);
     let s = switch_id.to_be_bytes();
-    ipv4_header(out, [10, 255, s[2], s[3]], [10, 0, 0, 1], 17, 0, 8 + payload.len());
+    ipv4_header(
+        out,
+        [10, 255, s[2], s[3]],
+        [10, 0, 0, 1],
+        17,
+        0,
+        8 + payload.len(),
+    );
     put16(out, 6000);
     put16(out, dst_port);
     put16(out, (8 + payload.len()) as u16);
@@ -1003,9 +1050,7 @@ fn run(a: &IntArgs) -> Result<Truth, String> {
         }
     }
     if let Some(w) = pcap {
-        w.into_writer()
-            .flush()
-            .map_err(|e| format!("pcap: {e}"))?;
+        w.into_writer().flush().map_err(|e| format!("pcap: {e}"))?;
     }
     let t = g.truth();
     if let Some(p) = &a.truth {

@@ -31,6 +31,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 pub use stats::{IntStats, Malformed, MalformedCounts};
 pub use stel_store::int::IntBatch;
+use stel_store::int::{DropRow, HopRow, ReportRow};
 
 use self::{
     evc::EvcMap,
@@ -175,11 +176,50 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// A small, fast hasher for the decoder's own maps (keys are switch ids, VLANs; not
+/// attacker-chosen beyond what the sharding already exposes).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FastHasher(u64);
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        mix(self.0, 0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+    #[inline]
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+}
+
+/// A map with [`FastHasher`].
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
 #[derive(Debug, Clone, Copy)]
 struct Flow {
     path: u64,
     over: bool,
     last_ns: i64,
+    /// EVC index + 1 (0 = none), valid while `evc_epoch` matches the decoder's.
+    evc: u32,
+    evc_epoch: u32,
 }
 
 #[inline]
@@ -202,12 +242,14 @@ pub struct IntDecoder {
     seq: SeqTracker,
     flows: HashMap<u64, Flow, BuildHasherDefault<KeyHasher>>,
     evc: Arc<EvcMap>,
+    /// Bumped by every [`IntDecoder::set_evc_map`]: flows' cached EVCs are stale after it.
+    evc_epoch: u32,
     batch: IntBatch,
 }
 
 impl IntDecoder {
     pub fn new(cfg: IntDecodeConfig) -> Self {
-        let batch = IntBatch::with_capacity(cfg.batch_reports, cfg.batch_reports * 4);
+        let batch = Self::new_batch(&cfg);
         Self {
             seq: SeqTracker::new(cfg.reorder_window),
             cfg,
@@ -215,14 +257,21 @@ impl IntDecoder {
             scratch: Box::default(),
             flows: HashMap::default(),
             evc: Arc::new(EvcMap::default()),
+            evc_epoch: 1,
             batch,
         }
+    }
+
+    /// Room for a batch of `batch_reports` reports of up to 6 hops without reallocating.
+    fn new_batch(cfg: &IntDecodeConfig) -> IntBatch {
+        IntBatch::with_capacity(cfg.batch_reports, cfg.batch_reports * 6)
     }
 
     /// Replaces the EVC map (the reload hook: the daemon builds a new map with
     /// [`evc::EvcSources::load`] and hands each decoder the `Arc`).
     pub fn set_evc_map(&mut self, map: Arc<EvcMap>) {
         self.evc = map;
+        self.evc_epoch = self.evc_epoch.wrapping_add(1).max(1);
     }
 
     pub fn config(&self) -> &IntDecodeConfig {
@@ -289,8 +338,7 @@ impl IntDecoder {
         if self.batch.is_empty() {
             return;
         }
-        let n = self.cfg.batch_reports;
-        let b = std::mem::replace(&mut self.batch, IntBatch::with_capacity(n, n * 4));
+        let b = std::mem::replace(&mut self.batch, Self::new_batch(&self.cfg));
         self.stats.batches += 1;
         sink.on_batch(b);
     }
@@ -439,10 +487,22 @@ impl IntDecoder {
             let mut h = mix(0, u64::from(inner.vlan.unwrap_or(0xffff)));
             h = mix(h, u64::from(inner.inner_vlan.unwrap_or(0xffff)));
             h = mix(h, u64::from(inner.ip_version.unwrap_or(0)));
-            h = mix(h, u64::from_be_bytes(inner.src[..8].try_into().unwrap_or([0; 8])));
-            h = mix(h, u64::from_be_bytes(inner.src[8..].try_into().unwrap_or([0; 8])));
-            h = mix(h, u64::from_be_bytes(inner.dst[..8].try_into().unwrap_or([0; 8])));
-            h = mix(h, u64::from_be_bytes(inner.dst[8..].try_into().unwrap_or([0; 8])));
+            h = mix(
+                h,
+                u64::from_be_bytes(inner.src[..8].try_into().unwrap_or([0; 8])),
+            );
+            h = mix(
+                h,
+                u64::from_be_bytes(inner.src[8..].try_into().unwrap_or([0; 8])),
+            );
+            h = mix(
+                h,
+                u64::from_be_bytes(inner.dst[..8].try_into().unwrap_or([0; 8])),
+            );
+            h = mix(
+                h,
+                u64::from_be_bytes(inner.dst[8..].try_into().unwrap_or([0; 8])),
+            );
             let ports = u64::from(inner.proto.unwrap_or(0)) << 32
                 | u64::from(inner.sport.unwrap_or(0)) << 16
                 | u64::from(inner.dport.unwrap_or(0));
@@ -450,12 +510,10 @@ impl IntDecoder {
         });
 
         // Per-hop latencies, their sum, the path.
-        let mut lat = [None; MAX_HOPS];
         let mut sum: Option<u64> = (nh > 0).then_some(0);
         let mut path: Option<u64> = (nh > 0).then_some(0x5157_4e41_4d50_4154);
-        for (i, h) in hops.iter().enumerate() {
-            lat[i] = Self::hop_latency(h, &mut st.negative_hop_latency);
-            sum = match (sum, lat[i]) {
+        for h in hops {
+            sum = match (sum, Self::hop_latency(h, &mut st.negative_hop_latency)) {
                 (Some(s), Some(l)) => Some(s.saturating_add(l)),
                 _ => None,
             };
@@ -538,6 +596,8 @@ impl IntDecoder {
                             path: path.unwrap_or(0),
                             over: now_over.unwrap_or(false),
                             last_ns: ts,
+                            evc: 0,
+                            evc_epoch: 0,
                         },
                     );
                 }
@@ -549,141 +609,157 @@ impl IntDecoder {
         }
 
         // EVC: the sink switch with its egress (UNI) port, then the path's first switch with
-        // its ingress port.
-        let evc = inner.vlan.and_then(|vlan| {
-            let sink_port = hops
-                .last()
-                .and_then(|h| h.egress_port)
-                .or(rep.md.egress_port);
-            let first = hops
-                .first()
-                .and_then(|h| h.node_id.map(|n| (n, h.ingress_port)));
-            let mut keys = [(rep.switch_id, sink_port), (0, None)];
-            let n = match first {
-                Some(f) => {
-                    keys[1] = f;
-                    2
+        // its ingress port. Cached per flow until the map or the flow's path changes.
+        let epoch = self.evc_epoch;
+        let cached = flow_key
+            .and_then(|fk| self.flows.get(&fk))
+            .filter(|f| f.evc_epoch == epoch && path_changed != Some(true))
+            .map(|f| f.evc);
+        let evc_index = match cached {
+            Some(c) => c.checked_sub(1),
+            None => {
+                let idx = inner.vlan.and_then(|vlan| {
+                    let sink_port = hops
+                        .last()
+                        .and_then(|h| h.egress_port)
+                        .or(rep.md.egress_port);
+                    let first = hops
+                        .first()
+                        .and_then(|h| h.node_id.map(|n| (n, h.ingress_port)));
+                    let mut keys = [(rep.switch_id, sink_port), (0, None)];
+                    let n = match first {
+                        Some(f) => {
+                            keys[1] = f;
+                            2
+                        }
+                        None => 1,
+                    };
+                    self.evc.lookup_index(vlan, &keys[..n])
+                });
+                if let Some(f) = flow_key.and_then(|fk| self.flows.get_mut(&fk)) {
+                    f.evc = idx.map_or(0, |i| i + 1);
+                    f.evc_epoch = epoch;
                 }
-                None => 1,
-            };
-            self.evc.lookup(vlan, &keys[..n])
-        });
+                idx
+            }
+        };
         if inner.vlan.is_some() {
-            if evc.is_some() {
+            if evc_index.is_some() {
                 st.evc_matched += 1;
             } else {
                 st.evc_unmatched += 1;
             }
         }
 
-        let b = &mut self.batch;
-        let r = &mut b.reports;
-        let md = &rep.md;
-        r.ts.push(ts);
-        r.switch_id.push(rep.switch_id);
-        r.report_version.push(rep.version);
-        r.hw_id.push(rep.hw_id);
-        r.seq.push(rep.seq);
-        r.seq_gap.push(gap);
-        r.dropped.push(rep.d);
-        r.congested.push(rep.q);
-        r.tracked.push(rep.f);
-        r.intermediate.push_opt(rep.i);
-        r.rep_type.push_opt(rep.rep_type);
-        r.in_type.push_opt(rep.in_type);
-        r.report_ingress_ts.push_opt(rep.ingress_ts);
-        r.rep_ingress_port.push_opt(md.ingress_port);
-        r.rep_egress_port.push_opt(md.egress_port);
-        r.rep_hop_latency.push_opt(md.hop_latency);
-        r.rep_queue_id.push_opt(md.queue_id);
-        r.rep_queue_occupancy.push_opt(md.queue_occupancy);
-        r.rep_egress_ts.push_opt(md.egress_ts);
-        r.rep_drop_reason.push_opt(md.drop_reason);
-        r.rep_tx_util.push_opt(md.tx_util);
-        r.rep_buffer_id.push_opt(md.buffer_id);
-        r.rep_buffer_occupancy.push_opt(md.buffer_occupancy);
-        r.vlan.push_opt(inner.vlan);
-        r.inner_vlan.push_opt(inner.inner_vlan);
-        r.ip_version.push_opt(inner.ip_version);
-        if inner.ip_version.is_some() {
-            r.src_addr.push(inner.src);
-            r.dst_addr.push(inner.dst);
-        } else {
-            r.src_addr.push_null();
-            r.dst_addr.push_null();
+        // Rows refer to EVCs by index into the map's list: a batch holds one map's list.
+        if !Arc::ptr_eq(&self.batch.evcs, self.evc.names()) {
+            if !self.batch.is_empty() {
+                let b = std::mem::replace(&mut self.batch, Self::new_batch(&self.cfg));
+                st.batches += 1;
+                sink.on_batch(b);
+            }
+            self.batch.evcs = Arc::clone(self.evc.names());
         }
-        r.ip_proto.push_opt(inner.proto);
-        r.src_port.push_opt(inner.sport);
-        r.dst_port.push_opt(inner.dport);
-        r.dscp.push_opt(inner.dscp);
-        r.flow_key.push_opt(flow_key);
+        let b = &mut self.batch;
+        let md = &rep.md;
+        let ip = inner.ip_version.is_some();
         let ih = sc.int;
-        r.int_version.push_opt(ih.map(|h| h.version));
-        r.hop_count.push_opt(ih.map(|h| h.hops));
-        r.hop_ml.push_opt(ih.map(|h| h.hop_ml));
-        r.instructions.push_opt(ih.map(|h| h.instructions));
-        r.remaining_hop_count.push_opt(ih.and_then(|h| h.rhc));
-        r.path_id.push_opt(path);
-        r.path_changed.push_opt(path_changed);
-        r.latency_sum_ns.push_opt(sum);
-        r.latency_e2e_ns.push_opt(e2e);
-        r.latency_over.push_opt(over);
-        r.evc_id.push_opt(evc.map(|e| e.id.as_str()));
-        r.evc_name.push_opt(evc.map(|e| e.name.as_str()));
-
-        let h = &mut b.hops;
+        b.reports.push(ReportRow {
+            ts,
+            switch_id: rep.switch_id,
+            report_version: Some(rep.version),
+            hw_id: Some(rep.hw_id),
+            seq: Some(rep.seq),
+            seq_gap: Some(gap),
+            dropped: Some(rep.d),
+            congested: Some(rep.q),
+            tracked: Some(rep.f),
+            intermediate: rep.i,
+            rep_type: rep.rep_type,
+            in_type: rep.in_type,
+            report_ingress_ts: rep.ingress_ts,
+            rep_ingress_port: md.ingress_port,
+            rep_egress_port: md.egress_port,
+            rep_hop_latency: md.hop_latency,
+            rep_queue_id: md.queue_id,
+            rep_queue_occupancy: md.queue_occupancy,
+            rep_egress_ts: md.egress_ts,
+            rep_drop_reason: md.drop_reason,
+            rep_tx_util: md.tx_util,
+            rep_buffer_id: md.buffer_id,
+            rep_buffer_occupancy: md.buffer_occupancy,
+            vlan: inner.vlan,
+            inner_vlan: inner.inner_vlan,
+            ip_version: inner.ip_version,
+            src_addr: ip.then_some(inner.src),
+            dst_addr: ip.then_some(inner.dst),
+            ip_proto: inner.proto,
+            src_port: inner.sport,
+            dst_port: inner.dport,
+            dscp: inner.dscp,
+            flow_key,
+            int_version: ih.map(|h| h.version),
+            hop_count: ih.map(|h| h.hops),
+            hop_ml: ih.map(|h| h.hop_ml),
+            instructions: ih.map(|h| h.instructions),
+            remaining_hop_count: ih.and_then(|h| h.rhc),
+            path_id: path,
+            path_changed,
+            latency_sum_ns: sum,
+            latency_e2e_ns: e2e,
+            latency_over: over,
+            evc_id: evc_index,
+            evc_name: evc_index,
+        });
         for (i, hop) in hops.iter().enumerate() {
-            h.ts.push(ts);
-            h.switch_id.push(rep.switch_id);
-            h.seq.push(rep.seq);
-            h.flow_key.push_opt(flow_key);
-            h.vlan.push_opt(inner.vlan);
-            h.hop_index.push(i as u8);
-            h.node_id.push_opt(hop.node_id);
-            h.ingress_port.push_opt(hop.ingress_port);
-            h.egress_port.push_opt(hop.egress_port);
-            h.l2_ingress_port.push_opt(hop.l2_ingress_port);
-            h.l2_egress_port.push_opt(hop.l2_egress_port);
-            h.hop_latency.push_opt(hop.hop_latency);
-            h.queue_id.push_opt(hop.queue_id);
-            h.queue_occupancy.push_opt(hop.queue_occupancy);
-            h.queue_congestion.push_opt(hop.queue_congestion);
-            h.ingress_ts.push_opt(hop.ingress_ts);
-            h.egress_ts.push_opt(hop.egress_ts);
-            h.tx_util.push_opt(hop.tx_util);
-            h.buffer_id.push_opt(hop.buffer_id);
-            h.buffer_occupancy.push_opt(hop.buffer_occupancy);
-            h.latency_ns.push_opt(lat[i]);
+            b.hops.push(HopRow {
+                ts,
+                switch_id: rep.switch_id,
+                seq: Some(rep.seq),
+                flow_key,
+                vlan: inner.vlan,
+                hop_index: Some(i as u8),
+                node_id: hop.node_id,
+                ingress_port: hop.ingress_port,
+                egress_port: hop.egress_port,
+                l2_ingress_port: hop.l2_ingress_port,
+                l2_egress_port: hop.l2_egress_port,
+                hop_latency: hop.hop_latency,
+                queue_id: hop.queue_id,
+                queue_occupancy: hop.queue_occupancy,
+                queue_congestion: hop.queue_congestion,
+                ingress_ts: hop.ingress_ts,
+                egress_ts: hop.egress_ts,
+                tx_util: hop.tx_util,
+                buffer_id: hop.buffer_id,
+                buffer_occupancy: hop.buffer_occupancy,
+                latency_ns: Self::hop_latency(hop, &mut 0),
+            });
         }
         st.hops += nh as u64;
         if nh > 0 {
             st.int_stacks += 1;
         }
-
         if rep.drop_header || rep.d || md.drop_reason.is_some() {
-            let d = &mut b.drops;
-            d.ts.push(ts);
-            d.switch_id.push(rep.switch_id);
-            d.report_version.push(rep.version);
-            d.hw_id.push(rep.hw_id);
-            d.seq.push(rep.seq);
-            d.ingress_port.push_opt(md.ingress_port);
-            d.egress_port.push_opt(md.egress_port);
-            d.queue_id.push_opt(md.queue_id);
-            d.drop_reason.push_opt(md.drop_reason);
-            d.vlan.push_opt(inner.vlan);
-            if inner.ip_version.is_some() {
-                d.src_addr.push(inner.src);
-                d.dst_addr.push(inner.dst);
-            } else {
-                d.src_addr.push_null();
-                d.dst_addr.push_null();
-            }
-            d.ip_proto.push_opt(inner.proto);
-            d.src_port.push_opt(inner.sport);
-            d.dst_port.push_opt(inner.dport);
-            d.flow_key.push_opt(flow_key);
-            d.evc_id.push_opt(evc.map(|e| e.id.as_str()));
+            b.drops.push(DropRow {
+                ts,
+                switch_id: rep.switch_id,
+                report_version: Some(rep.version),
+                hw_id: Some(rep.hw_id),
+                seq: Some(rep.seq),
+                ingress_port: md.ingress_port,
+                egress_port: md.egress_port,
+                queue_id: md.queue_id,
+                drop_reason: md.drop_reason,
+                vlan: inner.vlan,
+                src_addr: ip.then_some(inner.src),
+                dst_addr: ip.then_some(inner.dst),
+                ip_proto: inner.proto,
+                src_port: inner.sport,
+                dst_port: inner.dport,
+                flow_key,
+                evc_id: evc_index,
+            });
             st.drops += 1;
         }
     }

@@ -10,7 +10,7 @@
 //! A report behind the window is *stale* (counted, ignored); several stale reports in a row that
 //! follow each other mean the switch restarted its numbering: the stream resynchronises.
 
-use std::collections::HashMap;
+use super::FastMap;
 
 /// Largest reordering window (bits of the ring).
 pub const MAX_WINDOW: u32 = 1024;
@@ -61,7 +61,7 @@ impl Stream {
 #[derive(Debug)]
 pub struct SeqTracker {
     window: u32,
-    streams: HashMap<(u32, u8, u8), Stream>,
+    streams: FastMap<(u32, u8, u8), Stream>,
     /// Final losses.
     pub lost: u64,
     /// Missing numbers still inside a window.
@@ -77,7 +77,7 @@ impl SeqTracker {
     pub fn new(window: u32) -> Self {
         Self {
             window: window.clamp(1, MAX_WINDOW),
-            streams: HashMap::new(),
+            streams: FastMap::default(),
             lost: 0,
             pending: 0,
             reordered: 0,
@@ -243,10 +243,16 @@ mod tests {
                 (1 << bits) - 1
             };
             let mut t = SeqTracker::new(64);
-            let seqs: Vec<u32> = (0..10u32).map(|i| max.wrapping_sub(4).wrapping_add(i) & max).collect();
+            let seqs: Vec<u32> = (0..10u32)
+                .map(|i| max.wrapping_sub(4).wrapping_add(i) & max)
+                .collect();
             assert_eq!(run(&mut t, bits, &seqs), vec![0; 10]);
             t.finish();
-            assert_eq!((t.lost, t.reordered, t.duplicates, t.stale), (0, 0, 0, 0), "{bits}");
+            assert_eq!(
+                (t.lost, t.reordered, t.duplicates, t.stale),
+                (0, 0, 0, 0),
+                "{bits}"
+            );
         }
     }
 

@@ -146,7 +146,7 @@ fn amlight_vector() -> Vec<u8> {
         &words(&[0xFB65_D675, 1_408_972_298, 980_327_565]),
     ]);
     let int = cat(&[
-        &[0x01, 0x00, 9, 0x02 << 2],     // shim: Type 1, Length 9, DSCP 0x02
+        &[0x01, 0x00, 9, 0x02 << 2], // shim: Type 1, Length 9, DSCP 0x02
         &[0x10, 0x00, 6, 9, 0xFC, 0x00, 0x00, 0x00], // Ver 1, Hop ML 6, RHC 9, 0xFC00
         &words(&[
             0xFB65_D675,
@@ -349,7 +349,10 @@ fn v1_with_report_metadata_ipv4_nprot_and_int_by_udp_port() {
 /// packet carries INT v2.1 with 8-byte timestamps, and domain-specific metadata to skip.
 #[test]
 fn v2_coalesced_reports_exact() {
-    let group = cat(&[&[0x20 | (3 >> 2), (3 << 6) | 0x3F, 0xFF, 0xFF], &words(&[0x0102_0304])]);
+    let group = cat(&[
+        &[0x20 | (3 >> 2), (3 << 6) | 0x3F, 0xFF, 0xFF],
+        &words(&[0x0102_0304]),
+    ]);
     // hw_id 3 and sequence 0x3FFFFF (the largest 22-bit value).
     let ip = ipv4([10, 1, 1, 1], [10, 2, 2, 2], 6, 0, 20);
     let first = cat(&[
@@ -426,7 +429,12 @@ fn v2_tlv_inner_and_tofino_header() {
     let ip = ipv4([10, 9, 9, 9], [10, 8, 8, 8], 17, 0, 8);
     let body = cat(&[&ip, &udp(5, 6, 0)]);
     // TLV: type 0 (DS, 1 word) then type 2 (IPv4, 7 words).
-    let tlvs = cat(&[&[0x00, 1, 0x12, 0x34], &[0, 0, 0, 0], &[0x20, 7, 0, 0], &body]);
+    let tlvs = cat(&[
+        &[0x00, 1, 0x12, 0x34],
+        &[0, 0, 0, 0],
+        &[0x20, 7, 0, 0],
+        &body,
+    ]);
     let rep = cat(&[&[0x01, (tlvs.len() / 4) as u8, 0, 0], &tlvs]);
     // Tofino: 4-bit hw_id 0xA, 24-bit sequence 0xABCDEF.
     let group = cat(&[&[0x2A, 0xAB, 0xCD, 0xEF], &words(&[99])]);
@@ -450,8 +458,16 @@ fn int_over_vxlan_gpe_and_tcp_before_options() {
     // VXLAN-GPE (next protocol 0x82) + GPE INT shim (Length 3 + 1 hop × 1 word, next 0x01
     // IPv4) + INT v2 header, then the encapsulated IPv4/UDP packet names the flow.
     let int = cat(&[&[0x20, 0, 1, 9, 0x80, 0, 0, 0, 0, 0, 0, 0], &words(&[55])]);
-    let enc = cat(&[&ipv4([172, 16, 0, 1], [172, 16, 0, 2], 17, 0, 8), &udp(9, 10, 0)]);
-    let gpe = cat(&[&[0x0C, 0, 0, 0x82, 0, 0, 1, 0], &[0x00, (int.len() / 4) as u8, 0, 0x01], &int, &enc]);
+    let enc = cat(&[
+        &ipv4([172, 16, 0, 1], [172, 16, 0, 2], 17, 0, 8),
+        &udp(9, 10, 0),
+    ]);
+    let gpe = cat(&[
+        &[0x0C, 0, 0, 0x82, 0, 0, 1, 0],
+        &[0x00, (int.len() / 4) as u8, 0, 0x01],
+        &int,
+        &enc,
+    ]);
     let pkt = cat(&[
         &[0x14, 0x00, 0x00, 0x40],
         &words(&[1, 1, 1]),
@@ -461,7 +477,11 @@ fn int_over_vxlan_gpe_and_tcp_before_options() {
         &gpe,
     ]);
     // NoviFlow: INT right after the fixed TCP header, before 8 bytes of options.
-    let int1 = cat(&[&[1, 0, 4, 0], &[0x10, 0, 1, 9, 0x80, 0, 0, 0], &words(&[66])]);
+    let int1 = cat(&[
+        &[1, 0, 4, 0],
+        &[0x10, 0, 1, 9, 0x80, 0, 0, 0],
+        &words(&[66]),
+    ]);
     let mut seg = tcp(1, 2, &[]);
     seg[12] = 7 << 4; // data offset 7 words: 8 bytes of options follow the INT block
     let pkt2 = cat(&[
@@ -493,30 +513,115 @@ fn malformed_reports_are_counted_by_reason() {
         (vec![0x30, 0, 0, 0], Malformed::UnknownReportVersion),
         (good[..10].to_vec(), Malformed::V1HeaderTruncated),
         // Length 3 words.
-        ({ let mut p = good.clone(); p[0] = 0x13; p }, Malformed::V1LengthTooSmall),
+        (
+            {
+                let mut p = good.clone();
+                p[0] = 0x13;
+                p
+            },
+            Malformed::V1LengthTooSmall,
+        ),
         // Length 5 but RepMdBits 0.
-        ({ let mut p = good.clone(); p[0] = 0x15; p }, Malformed::V1LengthMdMismatch),
+        (
+            {
+                let mut p = good.clone();
+                p[0] = 0x15;
+                p
+            },
+            Malformed::V1LengthMdMismatch,
+        ),
         // NProt 3.
-        ({ let mut p = good.clone(); p[1] = 3 << 5; p }, Malformed::V1UnknownNextProto),
+        (
+            {
+                let mut p = good.clone();
+                p[1] = 3 << 5;
+                p
+            },
+            Malformed::V1UnknownNextProto,
+        ),
         // Hop ML 5 does not divide a 24-byte stack.
-        ({ let mut p = good.clone(); p[16 + 18 + 20 + 8 + 6] = 5; p }, Malformed::HopMlMismatch),
+        (
+            {
+                let mut p = good.clone();
+                p[16 + 18 + 20 + 8 + 6] = 5;
+                p
+            },
+            Malformed::HopMlMismatch,
+        ),
         // Hop ML 4 is smaller than the 6 instructions it must hold.
-        ({ let mut p = good.clone(); p[16 + 18 + 20 + 8 + 6] = 4; p[16 + 18 + 20 + 8 + 2] = 9; p }, Malformed::HopMlMismatch),
+        (
+            {
+                let mut p = good.clone();
+                p[16 + 18 + 20 + 8 + 6] = 4;
+                p[16 + 18 + 20 + 8 + 2] = 9;
+                p
+            },
+            Malformed::HopMlMismatch,
+        ),
         // INT header version 3.
-        ({ let mut p = good.clone(); p[16 + 18 + 20 + 8 + 4] = 0x30; p }, Malformed::UnknownIntVersion),
+        (
+            {
+                let mut p = good.clone();
+                p[16 + 18 + 20 + 8 + 4] = 0x30;
+                p
+            },
+            Malformed::UnknownIntVersion,
+        ),
         // Shim Length beyond the packet.
-        ({ let mut p = good.clone(); p[16 + 18 + 20 + 8 + 2] = 15; p }, Malformed::ShimPastPacket),
+        (
+            {
+                let mut p = good.clone();
+                p[16 + 18 + 20 + 8 + 2] = 15;
+                p
+            },
+            Malformed::ShimPastPacket,
+        ),
         // Shim type 7.
-        ({ let mut p = good.clone(); p[16 + 18 + 20 + 8] = 7; p }, Malformed::ShimBadType),
+        (
+            {
+                let mut p = good.clone();
+                p[16 + 18 + 20 + 8] = 7;
+                p
+            },
+            Malformed::ShimBadType,
+        ),
         (vec![0x20, 0, 0], Malformed::V2GroupTruncated),
-        (vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x13, 5, 0, 0], Malformed::V2ReportPastPayload),
-        (vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x23, 0, 0, 0], Malformed::V2Ioam),
-        (vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x53, 0, 0, 0], Malformed::V2UnknownRepType),
-        (vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x09, 0, 0, 0], Malformed::V2UnknownInType),
-        (vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x13, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], Malformed::V2MdPastReport),
-        (vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x10, 3, 1, 0, 0x0C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], Malformed::V2MdBitsExceedMdLength),
-        (vec![0x05, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], Malformed::V05UnknownNextProto),
-        (vec![0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], Malformed::V05SubHeaderTruncated),
+        (
+            vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x13, 5, 0, 0],
+            Malformed::V2ReportPastPayload,
+        ),
+        (
+            vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x23, 0, 0, 0],
+            Malformed::V2Ioam,
+        ),
+        (
+            vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x53, 0, 0, 0],
+            Malformed::V2UnknownRepType,
+        ),
+        (
+            vec![0x20, 0, 0, 1, 0, 0, 0, 1, 0x09, 0, 0, 0],
+            Malformed::V2UnknownInType,
+        ),
+        (
+            vec![
+                0x20, 0, 0, 1, 0, 0, 0, 1, 0x13, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ],
+            Malformed::V2MdPastReport,
+        ),
+        (
+            vec![
+                0x20, 0, 0, 1, 0, 0, 0, 1, 0x10, 3, 1, 0, 0x0C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ],
+            Malformed::V2MdBitsExceedMdLength,
+        ),
+        (
+            vec![0x05, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            Malformed::V05UnknownNextProto,
+        ),
+        (
+            vec![0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            Malformed::V05SubHeaderTruncated,
+        ),
     ];
     for (pkt, reason) in cases {
         let (_, d) = decode_all(IntDecodeConfig::default(), &[pkt.clone()]);
@@ -567,7 +672,10 @@ fn every_truncation_is_counted_never_a_panic() {
                 "cut {cut} of {}: {s:?}",
                 p.len()
             );
-            assert!(s.reports_malformed >= 1 || cut >= 8 && p[0] >> 4 == 2, "cut {cut}");
+            assert!(
+                s.reports_malformed >= 1 || cut >= 8 && p[0] >> 4 == 2,
+                "cut {cut}"
+            );
         }
         // The whole packet decodes cleanly.
         let (_, d) = decode_all(IntDecodeConfig::default(), &[p.clone()]);
@@ -621,7 +729,11 @@ fn generator_round_trip_loss_wraparound_paths() {
             }
             let truth = g.truth();
             let cfg = IntDecodeConfig {
-                v2_header: if tofino { V2Header::Tofino } else { V2Header::Spec },
+                v2_header: if tofino {
+                    V2Header::Tofino
+                } else {
+                    V2Header::Spec
+                },
                 ..IntDecodeConfig::for_test()
             };
             let mut d = IntDecoder::new(cfg);

@@ -35,9 +35,7 @@ fn be64(b: &[u8], o: usize) -> u64 {
 
 #[inline]
 fn get(b: &[u8], off: usize, n: usize, r: Malformed) -> R<&[u8]> {
-    off.checked_add(n)
-        .and_then(|end| b.get(off..end))
-        .ok_or(r)
+    off.checked_add(n).and_then(|end| b.get(off..end)).ok_or(r)
 }
 
 /// All-ones means "not available".
@@ -247,6 +245,28 @@ impl Plan {
     /// Reads the items from `b` (at least `self.bytes` long) into `md`.
     #[inline]
     pub(crate) fn read(&self, b: &[u8], md: &mut Md) {
+        // The common instruction set (switch id, ports, hop latency, queue, timestamps: AmLight's
+        // 0xFC00 in v1.0 and v2.x) without the per-item dispatch.
+        if self.key.1 == 0xFC00 && matches!(self.key.0, 1 | 2) && b.len() >= 24 {
+            md.node_id = avail32(be32(b, 0));
+            md.ingress_port = avail16(be16(b, 4));
+            md.egress_port = avail16(be16(b, 6));
+            md.hop_latency = avail32(be32(b, 8));
+            md.queue_id = avail8(b[12]);
+            md.queue_occupancy = avail24(be32(b, 12));
+            if self.key.0 == 1 {
+                md.ingress_ts = avail32(be32(b, 16)).map(u64::from);
+                md.egress_ts = avail32(be32(b, 20)).map(u64::from);
+                md.ts_bits = 32;
+                return;
+            }
+            if b.len() >= 32 {
+                md.ingress_ts = avail64(be64(b, 16));
+                md.egress_ts = avail64(be64(b, 24));
+                md.ts_bits = 64;
+                return;
+            }
+        }
         let mut o = 0;
         for &it in &self.items[..self.n as usize] {
             match it {
@@ -472,7 +492,7 @@ impl Scratch {
             return Err(Malformed::V1LengthMdMismatch);
         }
         if rep_md != 0 {
-            let plan = Plan::new(&REP_V1, 1, u16::from(rep_md) << 10);
+            let plan = Plan::new(&REP_V1, 11, u16::from(rep_md) << 10);
             plan.read(&b[16..len], &mut self.rep.md);
         }
         if nprot > 2 {
@@ -530,7 +550,7 @@ impl Scratch {
             1 => {
                 let main = get(body, 0, 8 + md_len, Malformed::V2MdPastReport)?;
                 let rep_md = be16(main, 0);
-                let plan = Plan::new(&REP_V2, 2, rep_md);
+                let plan = Plan::new(&REP_V2, 12, rep_md);
                 if plan.unknown {
                     stats.v2_reserved_md_bits += 1;
                 }
@@ -723,9 +743,9 @@ impl Scratch {
         if proto == 17 && cfg.vxlan_gpe_port != 0 && dport == cfg.vxlan_gpe_port {
             return self.gpe(&b[8..], ctx, stats);
         }
-        let by_dscp = cfg
-            .int_dscp
-            .is_some_and(|v| (self.inner.dscp.unwrap_or(0) & cfg.int_dscp_mask) == (v & cfg.int_dscp_mask));
+        let by_dscp = cfg.int_dscp.is_some_and(|v| {
+            (self.inner.dscp.unwrap_or(0) & cfg.int_dscp_mask) == (v & cfg.int_dscp_mask)
+        });
         let by_port = proto == 17 && cfg.int_udp_ports.contains(&dport);
         if !(by_dscp || by_port) {
             if self.rep.f {
@@ -833,17 +853,44 @@ impl Scratch {
                     return Err(Malformed::InsCntMismatch);
                 }
                 // Header 8 B, tail 4 B.
-                let stack = b.len().checked_sub(12).ok_or(Malformed::ShimLengthTooSmall)?;
-                (8, &INT_V05, ins_cnt * 4, stack, None, Some(usize::from(h[3])), ins_cnt as u8)
+                let stack = b
+                    .len()
+                    .checked_sub(12)
+                    .ok_or(Malformed::ShimLengthTooSmall)?;
+                (
+                    8,
+                    &INT_V05,
+                    ins_cnt * 4,
+                    stack,
+                    None,
+                    Some(usize::from(h[3])),
+                    ins_cnt as u8,
+                )
             }
             1 => {
                 let ml = h[2] & 0x1f;
-                (8, &INT_V1, usize::from(ml) * 4, b.len() - 8, Some(h[3]), None, ml)
+                (
+                    8,
+                    &INT_V1,
+                    usize::from(ml) * 4,
+                    b.len() - 8,
+                    Some(h[3]),
+                    None,
+                    ml,
+                )
             }
             _ => {
                 get(b, 0, 12, Malformed::IntHeaderTruncated)?;
                 let ml = h[2] & 0x1f;
-                (12, &INT_V2, usize::from(ml) * 4, b.len() - 12, Some(h[3]), None, ml)
+                (
+                    12,
+                    &INT_V2,
+                    usize::from(ml) * 4,
+                    b.len() - 12,
+                    Some(h[3]),
+                    None,
+                    ml,
+                )
             }
         };
         let plan = match self.plan {

@@ -125,9 +125,9 @@ impl IntSinkConfig {
 
     pub(crate) fn writer_properties(&self) -> WriterProperties {
         let compression = match self.compression {
-            Codec::Zstd => Compression::ZSTD(
-                ZstdLevel::try_new(self.compression_level).unwrap_or_default(),
-            ),
+            Codec::Zstd => {
+                Compression::ZSTD(ZstdLevel::try_new(self.compression_level).unwrap_or_default())
+            }
             Codec::Lz4 => Compression::LZ4_RAW,
             Codec::None => Compression::UNCOMPRESSED,
         };

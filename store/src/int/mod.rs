@@ -1,8 +1,11 @@
 //! INT telemetry-report tables: what the INT decoder fills and the INT sink writes.
 //!
-//! Three tables, each a set of typed, nullable columns that the decoder (`stel_ingest::int`)
-//! appends to without allocating per report (each column is a `Vec` plus a lazily materialised
-//! validity bitmap; [`IntBatch::finish`] moves the vectors into Arrow buffers without copying):
+//! Three tables. The decoder (`stel_ingest::int`) appends one fixed-size row struct per report,
+//! hop and drop ([`ReportRow`], [`HopRow`], [`DropRow`]: plain `Copy` values, `None` = null) to
+//! a `Vec` — one sequential write per row, no allocation per report. [`IntBatch::finish`] turns
+//! the rows into Arrow columns; the sink calls it on its own thread, so the decode core never
+//! pays for the transpose (the counter path makes the same split: row-major on the decode
+//! thread, columns in the Parquet sink).
 //!
 //! | table | one row per | key columns |
 //! |---|---|---|
@@ -23,7 +26,7 @@ use arrow_array::{
     ArrayRef, BooleanArray, FixedSizeBinaryArray, PrimitiveArray, RecordBatch, StringArray,
     TimestampNanosecondArray,
 };
-use arrow_buffer::{BooleanBuffer, Buffer, NullBufferBuilder, ScalarBuffer};
+use arrow_buffer::{Buffer, NullBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 pub mod config;
@@ -71,128 +74,21 @@ impl Table {
 /// Width of the address columns: IPv6, or IPv4 mapped into IPv6 (`::ffff:a.b.c.d`).
 pub const ADDR_LEN: usize = 16;
 
-/// A nullable column being built: values plus a validity bitmap that stays unmaterialised until
-/// the first null.
-#[derive(Debug)]
-pub struct Col<T> {
-    pub values: Vec<T>,
-    nulls: NullBufferBuilder,
+/// An EVC's id and name; rows refer to them by index into the batch's [`IntBatch::evcs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvcName {
+    pub id: String,
+    pub name: String,
 }
 
-impl<T: Copy + Default> Col<T> {
-    pub fn with_capacity(n: usize) -> Self {
-        Self {
-            values: Vec::with_capacity(n),
-            nulls: NullBufferBuilder::new(n),
-        }
-    }
-
-    #[inline]
-    pub fn push(&mut self, v: T) {
-        self.values.push(v);
-        self.nulls.append_non_null();
-    }
-
-    #[inline]
-    pub fn push_null(&mut self) {
-        self.values.push(T::default());
-        self.nulls.append_null();
-    }
-
-    #[inline]
-    pub fn push_opt(&mut self, v: Option<T>) {
-        match v {
-            Some(v) => self.push(v),
-            None => self.push_null(),
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.values.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
-    fn take(&mut self) -> (Vec<T>, Option<arrow_buffer::NullBuffer>) {
-        (std::mem::take(&mut self.values), self.nulls.finish())
-    }
-}
-
-/// A nullable UTF-8 column (EVC ids and names).
-#[derive(Debug)]
-pub struct StrCol {
-    offsets: Vec<i32>,
-    data: Vec<u8>,
-    nulls: NullBufferBuilder,
-}
-
-impl StrCol {
-    pub fn with_capacity(n: usize) -> Self {
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0);
-        Self {
-            offsets,
-            data: Vec::new(),
-            nulls: NullBufferBuilder::new(n),
-        }
-    }
-
-    #[inline]
-    pub fn push(&mut self, s: &str) {
-        self.data.extend_from_slice(s.as_bytes());
-        self.offsets.push(self.data.len() as i32);
-        self.nulls.append_non_null();
-    }
-
-    #[inline]
-    pub fn push_null(&mut self) {
-        self.offsets.push(self.data.len() as i32);
-        self.nulls.append_null();
-    }
-
-    #[inline]
-    pub fn push_opt(&mut self, v: Option<&str>) {
-        match v {
-            Some(s) => self.push(s),
-            None => self.push_null(),
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.offsets.len() - 1
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn bytes(&self) -> usize {
-        self.data.len() + self.offsets.len() * 4
-    }
-
-    fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
-        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
-        let data = std::mem::take(&mut self.data);
-        let nulls = self.nulls.finish();
-        let offsets = arrow_buffer::OffsetBuffer::new(ScalarBuffer::from(offsets));
-        Ok(Arc::new(StringArray::try_new(
-            offsets,
-            Buffer::from_vec(data),
-            nulls,
-        )?))
-    }
-}
-
-/// Column kinds: their Rust value type and Arrow type.
+/// Column kinds: the row's value type and how a column of them becomes Arrow.
 pub trait Kind {
-    type Builder;
+    type T: Copy + Default + std::fmt::Debug + PartialEq;
     fn data_type() -> DataType;
-    fn builder(n: usize) -> Self::Builder;
-    fn len(b: &Self::Builder) -> usize;
-    fn bytes(b: &Self::Builder) -> usize;
-    fn finish(b: &mut Self::Builder) -> Result<ArrayRef, ArrowError>;
+    fn column(
+        values: impl Iterator<Item = Option<Self::T>>,
+        evcs: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError>;
 }
 
 macro_rules! prim_kind {
@@ -200,25 +96,15 @@ macro_rules! prim_kind {
         #[derive(Debug)]
         pub struct $k;
         impl Kind for $k {
-            type Builder = Col<$t>;
+            type T = $t;
             fn data_type() -> DataType {
                 $dt
             }
-            fn builder(n: usize) -> Col<$t> {
-                Col::with_capacity(n)
-            }
-            fn len(b: &Col<$t>) -> usize {
-                b.len()
-            }
-            fn bytes(b: &Col<$t>) -> usize {
-                b.values.len() * std::mem::size_of::<$t>()
-            }
-            fn finish(b: &mut Col<$t>) -> Result<ArrayRef, ArrowError> {
-                let (v, n) = b.take();
-                Ok(Arc::new(PrimitiveArray::<$at>::try_new(
-                    ScalarBuffer::from(v),
-                    n,
-                )?))
+            fn column(
+                values: impl Iterator<Item = Option<$t>>,
+                _: &[EvcName],
+            ) -> Result<ArrayRef, ArrowError> {
+                Ok(Arc::new(PrimitiveArray::<$at>::from_iter(values)))
             }
         }
     };
@@ -233,25 +119,15 @@ prim_kind!(U64, u64, UInt64Type, DataType::UInt64);
 #[derive(Debug)]
 pub struct Bool;
 impl Kind for Bool {
-    type Builder = Col<bool>;
+    type T = bool;
     fn data_type() -> DataType {
         DataType::Boolean
     }
-    fn builder(n: usize) -> Col<bool> {
-        Col::with_capacity(n)
-    }
-    fn len(b: &Col<bool>) -> usize {
-        b.len()
-    }
-    fn bytes(b: &Col<bool>) -> usize {
-        b.values.len()
-    }
-    fn finish(b: &mut Col<bool>) -> Result<ArrayRef, ArrowError> {
-        let (v, n) = b.take();
-        Ok(Arc::new(BooleanArray::new(
-            BooleanBuffer::from_iter(v.iter().copied()),
-            n,
-        )))
+    fn column(
+        values: impl Iterator<Item = Option<bool>>,
+        _: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError> {
+        Ok(Arc::new(BooleanArray::from_iter(values)))
     }
 }
 
@@ -259,49 +135,66 @@ impl Kind for Bool {
 #[derive(Debug)]
 pub struct Addr;
 impl Kind for Addr {
-    type Builder = Col<[u8; ADDR_LEN]>;
+    type T = [u8; ADDR_LEN];
     fn data_type() -> DataType {
         DataType::FixedSizeBinary(ADDR_LEN as i32)
     }
-    fn builder(n: usize) -> Col<[u8; ADDR_LEN]> {
-        Col::with_capacity(n)
-    }
-    fn len(b: &Col<[u8; ADDR_LEN]>) -> usize {
-        b.len()
-    }
-    fn bytes(b: &Col<[u8; ADDR_LEN]>) -> usize {
-        b.values.len() * ADDR_LEN
-    }
-    fn finish(b: &mut Col<[u8; ADDR_LEN]>) -> Result<ArrayRef, ArrowError> {
-        let (v, n) = b.take();
-        let flat: Vec<u8> = v.into_iter().flatten().collect();
+    fn column(
+        values: impl Iterator<Item = Option<[u8; ADDR_LEN]>>,
+        _: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError> {
+        let values: Vec<Option<[u8; ADDR_LEN]>> = values.collect();
+        let n = values.len();
+        let mut flat = Vec::with_capacity(n * ADDR_LEN);
+        for v in &values {
+            flat.extend_from_slice(&v.unwrap_or_default());
+        }
+        let nulls = values
+            .iter()
+            .any(Option::is_none)
+            .then(|| NullBuffer::from_iter(values.iter().map(Option::is_some)));
         Ok(Arc::new(FixedSizeBinaryArray::try_new(
             ADDR_LEN as i32,
             Buffer::from_vec(flat),
-            n,
+            nulls,
         )?))
     }
 }
 
-/// UTF-8 column.
+/// EVC id column (UTF-8) from an index into the batch's EVC names.
 #[derive(Debug)]
-pub struct Str;
-impl Kind for Str {
-    type Builder = StrCol;
+pub struct EvcId;
+impl Kind for EvcId {
+    type T = u32;
     fn data_type() -> DataType {
         DataType::Utf8
     }
-    fn builder(n: usize) -> StrCol {
-        StrCol::with_capacity(n)
+    fn column(
+        values: impl Iterator<Item = Option<u32>>,
+        evcs: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError> {
+        Ok(Arc::new(StringArray::from_iter(values.map(|i| {
+            i.and_then(|i| evcs.get(i as usize)).map(|e| e.id.as_str())
+        }))))
     }
-    fn len(b: &StrCol) -> usize {
-        b.len()
+}
+
+/// EVC name column (UTF-8) from an index into the batch's EVC names.
+#[derive(Debug)]
+pub struct EvcNameCol;
+impl Kind for EvcNameCol {
+    type T = u32;
+    fn data_type() -> DataType {
+        DataType::Utf8
     }
-    fn bytes(b: &StrCol) -> usize {
-        b.bytes()
-    }
-    fn finish(b: &mut StrCol) -> Result<ArrayRef, ArrowError> {
-        b.finish()
+    fn column(
+        values: impl Iterator<Item = Option<u32>>,
+        evcs: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError> {
+        Ok(Arc::new(StringArray::from_iter(values.map(|i| {
+            i.and_then(|i| evcs.get(i as usize))
+                .map(|e| e.name.as_str())
+        }))))
     }
 }
 
@@ -315,34 +208,40 @@ pub const TABLE_KEY: &str = "stel.table";
 pub const SWITCH_COLUMN: &str = "switch_id";
 
 macro_rules! table {
-    ($(#[doc = $tdoc:literal])* $name:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
-        $(#[doc = $tdoc])*
-        #[derive(Debug)]
-        pub struct $name {
+    ($(#[doc = $tdoc:literal])* $name:ident, $row:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
+        #[doc = concat!("One row of [`", stringify!($name), "`]; `None` is null.")]
+        #[derive(Debug, Clone, Copy, Default, PartialEq)]
+        pub struct $row {
             /// Receive time, ns since the epoch (non-null).
-            pub ts: Vec<i64>,
+            pub ts: i64,
             /// Reporting switch (non-null; the partition key).
-            pub switch_id: Vec<u32>,
-            $($(#[doc = $doc])* pub $col: <$kind as Kind>::Builder,)*
+            pub switch_id: u32,
+            $($(#[doc = $doc])* pub $col: Option<<$kind as Kind>::T>,)*
+        }
+
+        $(#[doc = $tdoc])*
+        #[derive(Debug, Default)]
+        pub struct $name {
+            pub rows: Vec<$row>,
         }
 
         impl $name {
             pub fn with_capacity(n: usize) -> Self {
-                Self {
-                    ts: Vec::with_capacity(n),
-                    switch_id: Vec::with_capacity(n),
-                    $($col: <$kind>::builder(n),)*
-                }
+                Self { rows: Vec::with_capacity(n) }
             }
 
-            /// Rows appended (the length of `ts`).
+            #[inline(always)]
+            pub fn push(&mut self, row: $row) {
+                self.rows.push(row);
+            }
+
             pub fn rows(&self) -> usize {
-                self.ts.len()
+                self.rows.len()
             }
 
-            /// Approximate bytes held.
+            /// Bytes held.
             pub fn bytes(&self) -> usize {
-                self.ts.len() * 12 $(+ <$kind>::bytes(&self.$col))*
+                self.rows.len() * std::mem::size_of::<$row>()
             }
 
             /// The Arrow schema (field order = column order).
@@ -354,30 +253,16 @@ macro_rules! table {
                 ]))
             }
 
-            /// Whether every column has as many values as `ts` (the decoder's invariant).
-            pub fn is_consistent(&self) -> bool {
-                let n = self.ts.len();
-                self.switch_id.len() == n $(&& <$kind>::len(&self.$col) == n)*
-            }
-
-            /// Moves the columns into a record batch (no copy) and leaves this builder empty.
+            /// The rows as a record batch (the transpose), leaving this table empty.
             ///
             /// # Errors
-            /// When a column's length differs from `ts` (a decoder bug; the batch is dropped).
-            pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-                if !self.is_consistent() {
-                    let r = self.ts.len();
-                    *self = Self::with_capacity(0);
-                    return Err(ArrowError::InvalidArgumentError(format!(
-                        "{}: columns of unequal length ({} rows)", stringify!($name), r
-                    )));
-                }
-                let ts = std::mem::take(&mut self.ts);
-                let sw = std::mem::take(&mut self.switch_id);
+            /// Arrow rejecting a column (a bug).
+            pub fn finish(&mut self, evcs: &[EvcName]) -> Result<RecordBatch, ArrowError> {
+                let rows = std::mem::take(&mut self.rows);
                 let cols: Vec<ArrayRef> = vec![
-                    Arc::new(TimestampNanosecondArray::new(ScalarBuffer::from(ts), None).with_timezone("UTC")),
-                    Arc::new(PrimitiveArray::<UInt32Type>::new(ScalarBuffer::from(sw), None)),
-                    $(<$kind>::finish(&mut self.$col)?,)*
+                    Arc::new(TimestampNanosecondArray::from_iter_values(rows.iter().map(|r| r.ts)).with_timezone("UTC")),
+                    Arc::new(PrimitiveArray::<UInt32Type>::from_iter_values(rows.iter().map(|r| r.switch_id))),
+                    $(<$kind>::column(rows.iter().map(|r| r.$col), evcs)?,)*
                 ];
                 RecordBatch::try_new(Self::schema(), cols)
             }
@@ -387,7 +272,7 @@ macro_rules! table {
 
 table! {
     /// `int_reports`: one row per individual telemetry report.
-    Reports {
+    Reports, ReportRow {
         /// Telemetry Report version: 0 (v0.5), 1 (v1.0), 2 (v2.0).
         report_version: U8,
         /// Sub-system of the reporting switch (6 bits; 4 with the Tofino v2.0 variant).
@@ -459,14 +344,14 @@ table! {
         /// The flow's latency is above `latency_threshold_ns`.
         latency_over: Bool,
         /// EVC the report belongs to (Kytos mef_eline id) and its name.
-        evc_id: Str,
-        evc_name: Str,
+        evc_id: EvcId,
+        evc_name: EvcNameCol,
     }
 }
 
 table! {
     /// `int_hops`: one row per hop of a report's INT stack, in path order.
-    Hops {
+    Hops, HopRow {
         /// Report sequence number (joins with `int_reports` on switch_id, seq, ts).
         seq: U32,
         flow_key: U64,
@@ -500,7 +385,7 @@ table! {
 
 table! {
     /// `int_drops`: one row per report that says a packet was dropped.
-    Drops {
+    Drops, DropRow {
         report_version: U8,
         hw_id: U8,
         seq: U32,
@@ -516,16 +401,18 @@ table! {
         src_port: U16,
         dst_port: U16,
         flow_key: U64,
-        evc_id: Str,
+        evc_id: EvcId,
     }
 }
 
 /// One decoder batch of the three tables.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct IntBatch {
     pub reports: Reports,
     pub hops: Hops,
     pub drops: Drops,
+    /// The EVC names the rows' `evc_id`/`evc_name` indices refer to (shared, not copied).
+    pub evcs: Arc<[EvcName]>,
 }
 
 impl IntBatch {
@@ -535,6 +422,7 @@ impl IntBatch {
             reports: Reports::with_capacity(reports),
             hops: Hops::with_capacity(hops),
             drops: Drops::with_capacity(reports / 16 + 1),
+            evcs: Arc::new([]),
         }
     }
 
@@ -547,7 +435,7 @@ impl IntBatch {
         self.rows() == 0
     }
 
-    /// Approximate bytes held (the sink's memory budget).
+    /// Bytes held (the sink's memory budget).
     pub fn bytes(&self) -> usize {
         self.reports.bytes() + self.hops.bytes() + self.drops.bytes()
     }
@@ -555,62 +443,59 @@ impl IntBatch {
     /// The three tables as record batches (empty ones included), leaving `self` empty.
     ///
     /// # Errors
-    /// When a table's columns disagree in length (a decoder bug).
+    /// Arrow rejecting a column (a bug).
     pub fn finish(&mut self) -> Result<[(Table, RecordBatch); 3], ArrowError> {
+        let evcs = Arc::clone(&self.evcs);
         Ok([
-            (Table::Reports, self.reports.finish()?),
-            (Table::Hops, self.hops.finish()?),
-            (Table::Drops, self.drops.finish()?),
+            (Table::Reports, self.reports.finish(&evcs)?),
+            (Table::Hops, self.hops.finish(&evcs)?),
+            (Table::Drops, self.drops.finish(&evcs)?),
         ])
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use arrow_array::Array;
+
     use super::*;
 
     #[test]
-    fn columns_become_arrow_with_nulls() {
+    fn rows_become_arrow_with_nulls() {
         let mut b = IntBatch::with_capacity(4, 4);
-        let r = &mut b.reports;
-        macro_rules! all_null {
-            ($($c:ident),*) => { $( r.$c.push_null(); )* };
-        }
-        r.ts.push(5);
-        r.switch_id.push(7);
-        r.report_version.push(1);
-        r.hw_id.push(3);
-        r.seq.push(9);
-        r.seq_gap.push(0);
-        r.src_addr.push([1; 16]);
-        r.evc_id.push("evc-1");
-        all_null!(
-            dropped, congested, tracked, intermediate, rep_type, in_type, report_ingress_ts,
-            rep_ingress_port, rep_egress_port, rep_hop_latency, rep_queue_id, rep_queue_occupancy,
-            rep_egress_ts, rep_drop_reason, rep_tx_util, rep_buffer_id, rep_buffer_occupancy, vlan,
-            inner_vlan, ip_version, dst_addr, ip_proto, src_port, dst_port, dscp, flow_key,
-            int_version, hop_count, hop_ml, instructions, remaining_hop_count, path_id,
-            path_changed, latency_sum_ns, latency_e2e_ns, latency_over, evc_name
-        );
-        assert!(b.reports.is_consistent());
+        b.evcs = Arc::new([EvcName {
+            id: "evc-1".into(),
+            name: "one".into(),
+        }]);
+        b.reports.push(ReportRow {
+            ts: 5,
+            switch_id: 7,
+            report_version: Some(1),
+            seq: Some(9),
+            src_addr: Some([1; 16]),
+            evc_id: Some(0),
+            evc_name: Some(0),
+            ..ReportRow::default()
+        });
+        b.reports.push(ReportRow {
+            ts: 6,
+            switch_id: 7,
+            vlan: Some(42),
+            ..ReportRow::default()
+        });
         let [(t, rb), (_, hops), _] = b.finish().unwrap();
         assert_eq!(t, Table::Reports);
-        assert_eq!(rb.num_rows(), 1);
+        assert_eq!(rb.num_rows(), 2);
         assert_eq!(hops.num_rows(), 0);
         assert_eq!(rb.schema(), Reports::schema());
         assert_eq!(rb.column_by_name("vlan").unwrap().null_count(), 1);
-        assert_eq!(rb.column_by_name("seq").unwrap().null_count(), 0);
-        // Builders are reusable after finish.
+        assert_eq!(rb.column_by_name("seq").unwrap().null_count(), 1);
+        assert_eq!(rb.column_by_name("hop_ml").unwrap().null_count(), 2);
+        assert_eq!(rb.column_by_name("src_addr").unwrap().null_count(), 1);
+        let evc = rb.column_by_name("evc_name").unwrap();
+        let evc = evc.as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(evc.value(0), "one");
+        assert!(evc.is_null(1));
         assert_eq!(b.reports.rows(), 0);
-        assert!(b.reports.is_consistent());
-    }
-
-    #[test]
-    fn unequal_columns_are_an_error_not_a_panic() {
-        let mut h = Hops::with_capacity(1);
-        h.ts.push(1);
-        h.switch_id.push(1);
-        assert!(h.finish().is_err());
-        assert_eq!(h.rows(), 0);
     }
 }

@@ -26,7 +26,6 @@ use crate::{
 
 const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
-
 struct OpenPart {
     paths: PartPaths,
     writer: ArrowWriter<BufWriter<File>>,
@@ -226,7 +225,11 @@ impl Writer {
         let rows = rb.num_rows() as u64;
         let ts = rb
             .column_by_name(TS_COLUMN)
-            .map(|c| c.as_primitive::<TimestampNanosecondType>().values().to_vec())
+            .map(|c| {
+                c.as_primitive::<TimestampNanosecondType>()
+                    .values()
+                    .to_vec()
+            })
             .unwrap_or_default();
         let (first, last) = (
             ts.iter().copied().min().unwrap_or(hour_start),
@@ -330,12 +333,7 @@ impl Writer {
         })
     }
 
-    fn failed(
-        &mut self,
-        part: Option<OpenPart>,
-        rows: u64,
-        e: &(dyn std::error::Error + 'static),
-    ) {
+    fn failed(&mut self, part: Option<OpenPart>, rows: u64, e: &(dyn std::error::Error + 'static)) {
         let mut lost = rows;
         if let Some(p) = part {
             lost += p.rows;
@@ -526,31 +524,15 @@ mod tests {
     fn batch(rows: &[(i64, u32, u32)]) -> IntBatch {
         let mut b = IntBatch::with_capacity(rows.len(), 0);
         for &(ts, sw, seq) in rows {
-            let r = &mut b.hops;
-            r.ts.push(ts);
-            r.switch_id.push(sw);
-            r.seq.push(seq);
-            r.flow_key.push(1);
-            r.vlan.push_null();
-            r.hop_index.push(0);
-            r.node_id.push(sw);
-            macro_rules! nul { ($($c:ident),*) => { $( r.$c.push_null(); )* } }
-            nul!(
-                ingress_port,
-                egress_port,
-                l2_ingress_port,
-                l2_egress_port,
-                hop_latency,
-                queue_id,
-                queue_occupancy,
-                queue_congestion,
-                ingress_ts,
-                egress_ts,
-                tx_util,
-                buffer_id,
-                buffer_occupancy,
-                latency_ns
-            );
+            b.hops.push(crate::int::HopRow {
+                ts,
+                switch_id: sw,
+                seq: Some(seq),
+                flow_key: Some(1),
+                hop_index: Some(0),
+                node_id: Some(sw),
+                ..Default::default()
+            });
         }
         b
     }
