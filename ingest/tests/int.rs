@@ -201,7 +201,10 @@ print(json.dumps(out))
     assert_eq!(got["evc_matches_vlan"], Value::Bool(true));
     assert_eq!(got["switches"], got["switch_ids"], "partition = switch_id");
     // Gaps in the rows add up to the loss the sequence numbers show (none were reordered).
-    assert_eq!(got["seq_gap_sum"].as_u64(), Some(u("packets_lost_detectable")));
+    assert_eq!(
+        got["seq_gap_sum"].as_u64(),
+        Some(u("packets_lost_detectable"))
+    );
     assert_eq!(got["path_changed"].as_u64(), Some(u("path_changes")));
     let hops: Vec<u64> = got["hop_counts"]
         .as_array()
@@ -235,8 +238,18 @@ fn every_format_over_loopback_matches_truth() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let mut args = vec![
-            "--format", fmt, "--count", "1000", "--rate", "20000", "--loss", "0.03", "--drops",
-            "0.1", "--max-hops", "10",
+            "--format",
+            fmt,
+            "--count",
+            "1000",
+            "--rate",
+            "20000",
+            "--loss",
+            "0.03",
+            "--drops",
+            "0.1",
+            "--max-hops",
+            "10",
         ];
         args.extend_from_slice(extra);
         let (payloads, truth) = emulate(dir.path(), &args);

@@ -544,7 +544,9 @@ mod tests {
         ));
         // The two trees never mistake each other's files.
         assert_eq!(classify(root, &p.published), LayoutEntry::Other);
-        let s = SessionDir::new(root, "p", "PORT").partition(T).part(PartName::new(T, 0));
+        let s = SessionDir::new(root, "p", "PORT")
+            .partition(T)
+            .part(PartName::new(T, 0));
         assert_eq!(classify_table(root, &s.published), TableEntry::Other);
     }
 
