@@ -664,102 +664,96 @@ impl IntDecoder {
         let md = &rep.md;
         let ip = inner.ip_version.is_some();
         let ih = sc.int;
-        b.reports.push(ReportRow {
-            ts,
-            switch_id: rep.switch_id,
-            report_version: Some(rep.version),
-            hw_id: Some(rep.hw_id),
-            seq: Some(rep.seq),
-            seq_gap: Some(gap),
-            dropped: Some(rep.d),
-            congested: Some(rep.q),
-            tracked: Some(rep.f),
-            intermediate: rep.i,
-            rep_type: rep.rep_type,
-            in_type: rep.in_type,
-            report_ingress_ts: rep.ingress_ts,
-            rep_ingress_port: md.ingress_port,
-            rep_egress_port: md.egress_port,
-            rep_hop_latency: md.hop_latency,
-            rep_queue_id: md.queue_id,
-            rep_queue_occupancy: md.queue_occupancy,
-            rep_egress_ts: md.egress_ts,
-            rep_drop_reason: md.drop_reason,
-            rep_tx_util: md.tx_util,
-            rep_buffer_id: md.buffer_id,
-            rep_buffer_occupancy: md.buffer_occupancy,
-            vlan: inner.vlan,
-            inner_vlan: inner.inner_vlan,
-            ip_version: inner.ip_version,
-            src_addr: ip.then_some(inner.src),
-            dst_addr: ip.then_some(inner.dst),
-            ip_proto: inner.proto,
-            src_port: inner.sport,
-            dst_port: inner.dport,
-            dscp: inner.dscp,
-            flow_key,
-            int_version: ih.map(|h| h.version),
-            hop_count: ih.map(|h| h.hops),
-            hop_ml: ih.map(|h| h.hop_ml),
-            instructions: ih.map(|h| h.instructions),
-            remaining_hop_count: ih.and_then(|h| h.rhc),
-            path_id: path,
-            path_changed,
-            latency_sum_ns: sum,
-            latency_e2e_ns: e2e,
-            latency_over: over,
-            evc_id: evc_index,
-            evc_name: evc_index,
-        });
+        let mut r = ReportRow::new(ts, rep.switch_id);
+        r.report_version(Some(rep.version))
+            .hw_id(Some(rep.hw_id))
+            .seq(Some(rep.seq))
+            .seq_gap(Some(gap))
+            .dropped(Some(rep.d))
+            .congested(Some(rep.q))
+            .tracked(Some(rep.f))
+            .intermediate(rep.i)
+            .rep_type(rep.rep_type)
+            .in_type(rep.in_type)
+            .report_ingress_ts(rep.ingress_ts)
+            .rep_ingress_port(md.ingress_port)
+            .rep_egress_port(md.egress_port)
+            .rep_hop_latency(md.hop_latency)
+            .rep_queue_id(md.queue_id)
+            .rep_queue_occupancy(md.queue_occupancy)
+            .rep_egress_ts(md.egress_ts)
+            .rep_drop_reason(md.drop_reason)
+            .rep_tx_util(md.tx_util)
+            .rep_buffer_id(md.buffer_id)
+            .rep_buffer_occupancy(md.buffer_occupancy)
+            .vlan(inner.vlan)
+            .inner_vlan(inner.inner_vlan)
+            .ip_version(inner.ip_version)
+            .src_addr(ip.then_some(inner.src))
+            .dst_addr(ip.then_some(inner.dst))
+            .ip_proto(inner.proto)
+            .src_port(inner.sport)
+            .dst_port(inner.dport)
+            .dscp(inner.dscp)
+            .flow_key(flow_key)
+            .int_version(ih.map(|h| h.version))
+            .hop_count(ih.map(|h| h.hops))
+            .hop_ml(ih.map(|h| h.hop_ml))
+            .instructions(ih.map(|h| h.instructions))
+            .remaining_hop_count(ih.and_then(|h| h.rhc))
+            .path_id(path)
+            .path_changed(path_changed)
+            .latency_sum_ns(sum)
+            .latency_e2e_ns(e2e)
+            .latency_over(over)
+            .evc_id(evc_index)
+            .evc_name(evc_index);
+        b.reports.push(r);
         for (i, hop) in hops.iter().enumerate() {
-            b.hops.push(HopRow {
-                ts,
-                switch_id: rep.switch_id,
-                seq: Some(rep.seq),
-                flow_key,
-                vlan: inner.vlan,
-                hop_index: Some(i as u8),
-                node_id: hop.node_id,
-                ingress_port: hop.ingress_port,
-                egress_port: hop.egress_port,
-                l2_ingress_port: hop.l2_ingress_port,
-                l2_egress_port: hop.l2_egress_port,
-                hop_latency: hop.hop_latency,
-                queue_id: hop.queue_id,
-                queue_occupancy: hop.queue_occupancy,
-                queue_congestion: hop.queue_congestion,
-                ingress_ts: hop.ingress_ts,
-                egress_ts: hop.egress_ts,
-                tx_util: hop.tx_util,
-                buffer_id: hop.buffer_id,
-                buffer_occupancy: hop.buffer_occupancy,
-                latency_ns: Self::hop_latency(hop, &mut 0),
-            });
+            let mut h = HopRow::new(ts, rep.switch_id);
+            h.seq(Some(rep.seq))
+                .flow_key(flow_key)
+                .vlan(inner.vlan)
+                .hop_index(Some(i as u8))
+                .node_id(hop.node_id)
+                .ingress_port(hop.ingress_port)
+                .egress_port(hop.egress_port)
+                .l2_ingress_port(hop.l2_ingress_port)
+                .l2_egress_port(hop.l2_egress_port)
+                .hop_latency(hop.hop_latency)
+                .queue_id(hop.queue_id)
+                .queue_occupancy(hop.queue_occupancy)
+                .queue_congestion(hop.queue_congestion)
+                .ingress_ts(hop.ingress_ts)
+                .egress_ts(hop.egress_ts)
+                .tx_util(hop.tx_util)
+                .buffer_id(hop.buffer_id)
+                .buffer_occupancy(hop.buffer_occupancy)
+                .latency_ns(Self::hop_latency(hop, &mut 0));
+            b.hops.push(h);
         }
         st.hops += nh as u64;
         if nh > 0 {
             st.int_stacks += 1;
         }
         if rep.drop_header || rep.d || md.drop_reason.is_some() {
-            b.drops.push(DropRow {
-                ts,
-                switch_id: rep.switch_id,
-                report_version: Some(rep.version),
-                hw_id: Some(rep.hw_id),
-                seq: Some(rep.seq),
-                ingress_port: md.ingress_port,
-                egress_port: md.egress_port,
-                queue_id: md.queue_id,
-                drop_reason: md.drop_reason,
-                vlan: inner.vlan,
-                src_addr: ip.then_some(inner.src),
-                dst_addr: ip.then_some(inner.dst),
-                ip_proto: inner.proto,
-                src_port: inner.sport,
-                dst_port: inner.dport,
-                flow_key,
-                evc_id: evc_index,
-            });
+            let mut x = DropRow::new(ts, rep.switch_id);
+            x.report_version(Some(rep.version))
+                .hw_id(Some(rep.hw_id))
+                .seq(Some(rep.seq))
+                .ingress_port(md.ingress_port)
+                .egress_port(md.egress_port)
+                .queue_id(md.queue_id)
+                .drop_reason(md.drop_reason)
+                .vlan(inner.vlan)
+                .src_addr(ip.then_some(inner.src))
+                .dst_addr(ip.then_some(inner.dst))
+                .ip_proto(inner.proto)
+                .src_port(inner.sport)
+                .dst_port(inner.dport)
+                .flow_key(flow_key)
+                .evc_id(evc_index);
+            b.drops.push(x);
             st.drops += 1;
         }
     }

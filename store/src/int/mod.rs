@@ -208,15 +208,44 @@ pub const TABLE_KEY: &str = "stel.table";
 pub const SWITCH_COLUMN: &str = "switch_id";
 
 macro_rules! table {
-    ($(#[doc = $tdoc:literal])* $name:ident, $row:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
-        #[doc = concat!("One row of [`", stringify!($name), "`]; `None` is null.")]
+    ($(#[doc = $tdoc:literal])* $name:ident, $row:ident, $bits:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
+        /// Bit of each nullable column in a row's validity mask.
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Debug, Clone, Copy)]
+        #[repr(u32)]
+        enum $bits { $($col,)* }
+
+        #[doc = concat!("One row of [`", stringify!($name), "`]: plain values and a validity ")]
+        /// mask (set a column with its method, e.g. `row.seq(Some(7))`; unset = null). Compact
+        /// on purpose: the decoder writes one per report or hop.
         #[derive(Debug, Clone, Copy, Default, PartialEq)]
         pub struct $row {
             /// Receive time, ns since the epoch (non-null).
             pub ts: i64,
             /// Reporting switch (non-null; the partition key).
             pub switch_id: u32,
-            $($(#[doc = $doc])* pub $col: Option<<$kind as Kind>::T>,)*
+            valid: u64,
+            $($(#[doc = $doc])* pub $col: <$kind as Kind>::T,)*
+        }
+
+        impl $row {
+            /// A row with every nullable column null.
+            #[inline(always)]
+            pub fn new(ts: i64, switch_id: u32) -> Self {
+                Self { ts, switch_id, ..Self::default() }
+            }
+
+            $(
+                #[doc = concat!("Sets `", stringify!($col), "` (`None` leaves it null).")]
+                #[inline(always)]
+                pub fn $col(&mut self, v: Option<<$kind as Kind>::T>) -> &mut Self {
+                    if let Some(v) = v {
+                        self.$col = v;
+                        self.valid |= 1 << ($bits::$col as u32);
+                    }
+                    self
+                }
+            )*
         }
 
         $(#[doc = $tdoc])*
@@ -258,11 +287,15 @@ macro_rules! table {
             /// # Errors
             /// Arrow rejecting a column (a bug).
             pub fn finish(&mut self, evcs: &[EvcName]) -> Result<RecordBatch, ArrowError> {
+                const _: () = assert!([$($bits::$col as u32,)*].len() <= 64);
                 let rows = std::mem::take(&mut self.rows);
                 let cols: Vec<ArrayRef> = vec![
                     Arc::new(TimestampNanosecondArray::from_iter_values(rows.iter().map(|r| r.ts)).with_timezone("UTC")),
                     Arc::new(PrimitiveArray::<UInt32Type>::from_iter_values(rows.iter().map(|r| r.switch_id))),
-                    $(<$kind>::column(rows.iter().map(|r| r.$col), evcs)?,)*
+                    $(<$kind>::column(
+                        rows.iter().map(|r| (r.valid >> ($bits::$col as u32) & 1 == 1).then_some(r.$col)),
+                        evcs,
+                    )?,)*
                 ];
                 RecordBatch::try_new(Self::schema(), cols)
             }
@@ -272,7 +305,7 @@ macro_rules! table {
 
 table! {
     /// `int_reports`: one row per individual telemetry report.
-    Reports, ReportRow {
+    Reports, ReportRow, ReportBit {
         /// Telemetry Report version: 0 (v0.5), 1 (v1.0), 2 (v2.0).
         report_version: U8,
         /// Sub-system of the reporting switch (6 bits; 4 with the Tofino v2.0 variant).
@@ -351,7 +384,7 @@ table! {
 
 table! {
     /// `int_hops`: one row per hop of a report's INT stack, in path order.
-    Hops, HopRow {
+    Hops, HopRow, HopBit {
         /// Report sequence number (joins with `int_reports` on switch_id, seq, ts).
         seq: U32,
         flow_key: U64,
@@ -385,7 +418,7 @@ table! {
 
 table! {
     /// `int_drops`: one row per report that says a packet was dropped.
-    Drops, DropRow {
+    Drops, DropRow, DropBit {
         report_version: U8,
         hw_id: U8,
         seq: U32,
@@ -467,22 +500,17 @@ mod tests {
             id: "evc-1".into(),
             name: "one".into(),
         }]);
-        b.reports.push(ReportRow {
-            ts: 5,
-            switch_id: 7,
-            report_version: Some(1),
-            seq: Some(9),
-            src_addr: Some([1; 16]),
-            evc_id: Some(0),
-            evc_name: Some(0),
-            ..ReportRow::default()
-        });
-        b.reports.push(ReportRow {
-            ts: 6,
-            switch_id: 7,
-            vlan: Some(42),
-            ..ReportRow::default()
-        });
+        let mut r = ReportRow::new(5, 7);
+        r.report_version(Some(1))
+            .seq(Some(9))
+            .src_addr(Some([1; 16]))
+            .evc_id(Some(0))
+            .evc_name(Some(0))
+            .vlan(None);
+        b.reports.push(r);
+        let mut r = ReportRow::new(6, 7);
+        r.vlan(Some(42));
+        b.reports.push(r);
         let [(t, rb), (_, hops), _] = b.finish().unwrap();
         assert_eq!(t, Table::Reports);
         assert_eq!(rb.num_rows(), 2);

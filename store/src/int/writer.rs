@@ -524,15 +524,12 @@ mod tests {
     fn batch(rows: &[(i64, u32, u32)]) -> IntBatch {
         let mut b = IntBatch::with_capacity(rows.len(), 0);
         for &(ts, sw, seq) in rows {
-            b.hops.push(crate::int::HopRow {
-                ts,
-                switch_id: sw,
-                seq: Some(seq),
-                flow_key: Some(1),
-                hop_index: Some(0),
-                node_id: Some(sw),
-                ..Default::default()
-            });
+            let mut h = crate::int::HopRow::new(ts, sw);
+            h.seq(Some(seq))
+                .flow_key(Some(1))
+                .hop_index(Some(0))
+                .node_id(Some(sw));
+            b.hops.push(h);
         }
         b
     }
