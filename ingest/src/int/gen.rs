@@ -415,7 +415,7 @@ impl Generator {
             let every = self.cfg.path_change_every;
             {
                 let fl = &mut self.flows[f];
-                if every > 0 && fl.reports > 0 && fl.reports % every == 0 {
+                if every > 0 && fl.reports > 0 && fl.reports.is_multiple_of(every) {
                     fl.cur ^= 1;
                 }
                 fl.reports += 1;
@@ -568,7 +568,10 @@ fn put64(b: &mut Vec<u8>, v: u64) {
 
 /// Telemetry Report v1.0 header (16 B + one word per metadata value; RepMdBits = the first
 /// `md.len()` bits).
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one argument per header field, in wire order"
+)]
 fn v1_report_header(
     b: &mut Vec<u8>,
     hw_id: u8,
@@ -597,7 +600,10 @@ fn v1_report_header(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one argument per header field, in wire order"
+)]
 fn v05_header(
     b: &mut Vec<u8>,
     hw_id: u8,

@@ -349,10 +349,7 @@ fn v1_with_report_metadata_ipv4_nprot_and_int_by_udp_port() {
 /// packet carries INT v2.1 with 8-byte timestamps, and domain-specific metadata to skip.
 #[test]
 fn v2_coalesced_reports_exact() {
-    let group = cat(&[
-        &[0x20 | (3 >> 2), (3 << 6) | 0x3F, 0xFF, 0xFF],
-        &words(&[0x0102_0304]),
-    ]);
+    let group = cat(&[&[0x20, (3 << 6) | 0x3F, 0xFF, 0xFF], &words(&[0x0102_0304])]);
     // hw_id 3 and sequence 0x3FFFFF (the largest 22-bit value).
     let ip = ipv4([10, 1, 1, 1], [10, 2, 2, 2], 6, 0, 20);
     let first = cat(&[
@@ -624,7 +621,7 @@ fn malformed_reports_are_counted_by_reason() {
         ),
     ];
     for (pkt, reason) in cases {
-        let (_, d) = decode_all(IntDecodeConfig::default(), &[pkt.clone()]);
+        let (_, d) = decode_all(IntDecodeConfig::default(), std::slice::from_ref(&pkt));
         let s = d.stats();
         assert_eq!(s.malformed(reason), 1, "{reason:?} {pkt:02x?} {s:?}");
         assert_eq!(s.reports_malformed, 1, "{reason:?}");
@@ -678,7 +675,7 @@ fn every_truncation_is_counted_never_a_panic() {
             );
         }
         // The whole packet decodes cleanly.
-        let (_, d) = decode_all(IntDecodeConfig::default(), &[p.clone()]);
+        let (_, d) = decode_all(IntDecodeConfig::default(), std::slice::from_ref(p));
         assert_eq!(d.stats().reports_malformed, 0, "{:?}", d.stats());
     }
 }
