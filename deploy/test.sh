@@ -26,6 +26,7 @@ cargo run --release -p stel-benches --bin stel-bench -- decode --quick
 cargo run --release -p stel-benches --bin stel-bench -- parquet --quick
 cargo run --release -p stel-benches --bin stel-bench -- netlink --quick
 cargo run --release -p stel-benches --bin stel-bench -- e2e --quick
+cargo run --release -p stel-benches --bin stel-bench -- int --quick
 cargo run --release -p stel-ingest --bin stel-ingestd -- --demo --duration 3s --data-dir "$(mktemp -d)"
 # Not here: `stel-bench query --quick` needs a release build of DataFusion (~18 min cold on 2
 # cores, on top of the debug one the tests use), which would put a cold CI run past its 90 min.
