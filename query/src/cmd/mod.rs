@@ -6,6 +6,7 @@ pub mod completions;
 pub mod export;
 pub mod history;
 pub mod inspect;
+pub mod int;
 pub mod rates;
 pub mod sql;
 pub mod stat;
@@ -40,6 +41,7 @@ use crate::{
   stel-query bursts --threshold 90 --min-duration 30us --last 1s
   stel-query inspect stel_demo --table --duration 10s
   stel-query sql \"SELECT object, max(value) FROM counters WHERE stat = 'IF_IN_OCTETS' GROUP BY object\"
+  stel-query int evc --last 10m                      # per-EVC INT latency p50/p99, loss, paths
   stel-query export s3://lake/stel --from 2024-05-01T00:00:00Z --to 2024-05-01T01:00:00Z
   stel-query completions bash > /etc/bash_completion.d/stel-query"
 )]
@@ -57,6 +59,8 @@ pub enum Cmd {
     Inspect(inspect::Args),
     Sql(sql::Args),
     Export(export::Args),
+    /// INT telemetry: flows, per-hop latency, drops, per-EVC latency.
+    Int(int::Args),
     Stat(stat::Args),
     Completions(completions::Args),
     /// Benchmark the rates query against DuckDB over the same files (used by `stel-bench query`).
@@ -74,6 +78,7 @@ impl Cmd {
             Cmd::Bursts(a) => &a.common,
             Cmd::Sql(a) => &a.common,
             Cmd::Export(a) => &a.common,
+            Cmd::Int(a) => &a.common,
             Cmd::Inspect(a) => return if a.json { Format::Json } else { Format::Table },
             Cmd::Stat(a) => return if a.json { Format::Json } else { Format::Table },
             Cmd::Completions(_) | Cmd::Bench(_) => return Format::Table,
@@ -103,6 +108,7 @@ impl Cmd {
                 Cmd::Inspect(a) => inspect::run(a).await,
                 Cmd::Sql(a) => sql::run(a).await,
                 Cmd::Export(a) => export::run(a).await,
+                Cmd::Int(a) => int::run(a).await,
                 Cmd::Bench(a) => crate::bench::run(a).await,
                 Cmd::Stat(_) | Cmd::Completions(_) => unreachable!("handled above"),
             }
