@@ -4,6 +4,7 @@
 
 pub mod e2e;
 pub mod fleet;
+pub mod int;
 pub mod netlink;
 pub mod otlp;
 pub mod parquet;

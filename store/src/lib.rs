@@ -9,6 +9,8 @@
 //! (the daemon's live inspect endpoint; `stel-query inspect` is its client), `upload`
 //! (feature `upload`) copies published Parquet files to a data lake (a directory or S3), and
 //! `otlp` (feature `otlp`) sends the counters to an OpenTelemetry collector.
+//! [`int`] holds the INT telemetry-report tables (`int_reports`, `int_hops`, `int_drops`) and
+//! their writer.
 //!
 //! It is its own crate because both the daemon (`stel-ingest`) and the query tool (`stel-query`)
 //! need the schema and names, and the query tool must never link the daemon's kernel plumbing.
@@ -17,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod batch;
+pub mod int;
 pub mod live;
 pub mod metrics;
 #[cfg(feature = "otlp")]

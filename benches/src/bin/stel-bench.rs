@@ -95,6 +95,13 @@ enum Bench {
         #[arg(long)]
         sweep: bool,
     },
+    /// INT report decode on one core (AmLight 5-hop reports) vs a plain per-report parse in
+    /// the same run; the end-to-end figures come with the daemon's INT source.
+    Int {
+        /// Fewer, shorter runs.
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -212,6 +219,7 @@ fn main() -> ExitCode {
             points_per_request,
             in_flight,
         } => w::otlp::bench(quick, points_per_request, in_flight),
+        Bench::Int { quick } => w::int::bench(quick),
     };
     match r {
         Ok(v) => {

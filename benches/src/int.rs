@@ -1,0 +1,272 @@
+//! `stel-bench int`: INT report decode on one core.
+//!
+//! Workload: AmLight/NoviFlow 5-hop reports (Telemetry Report v1.0 + VLAN + IPv4 + UDP + INT
+//! v1.0, Hop ML 6: 202-byte UDP payloads) from `stel-emu int`'s generator, 1024 flows on 12
+//! switches, with path changes and congestion, EVC map loaded (every report attributed).
+//!
+//! * `reports_per_s`: `IntDecoder` on the decode core — every report validated, decoded into
+//!   the three tables' rows, loss per (switch, hw_id), per-flow path/latency state, EVC
+//!   attribution. `transpose_reports_per_s`: turning those batches into Arrow record batches,
+//!   the work the sink thread does (measured separately, one core).
+//! * baseline: a plain per-report parse in the shape of the existing collectors (INTCollector /
+//!   AmLight's int_collector): bounds-checked slices into one owned struct per report with a
+//!   `Vec` of hops, pushed onto a `Vec` — no columns, no loss, no flow state, no EVC.
+//! * `ratio_vs_baseline` = the two medians of the same run.
+//!
+//! The end-to-end half (`e2e_reports_per_s`, `lost`, `unaccounted`: real UDP socket → daemon →
+//! Parquet) needs the daemon's INT source (issue 14 phase 2): reported as null until then.
+
+use std::{sync::Arc, time::Instant};
+
+use serde_json::{json, Value};
+use stel_ingest::int::{
+    evc::EvcMap,
+    gen::{Format, GenConfig, Generator},
+    IntBatch, IntDecodeConfig, IntDecoder, IntSink,
+};
+
+/// Counts rows and keeps the last batches (the transpose is measured on them afterwards; in
+/// the daemon it runs on the sink's thread).
+struct KeepSink(u64, Vec<IntBatch>);
+impl IntSink for KeepSink {
+    fn on_batch(&mut self, b: IntBatch) {
+        self.0 += b.reports.rows() as u64;
+        if self.1.len() < 64 {
+            self.1.push(b);
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// The workload: payloads laid end to end, and their offsets.
+pub fn amlight_reports(n: usize, hops: usize) -> (Vec<u8>, Vec<(usize, usize)>, Generator) {
+    let mut g = Generator::new(GenConfig {
+        format: Format::Amlight,
+        flows: 1024,
+        min_hops: hops,
+        max_hops: hops,
+        switches: 12,
+        path_change_every: 100,
+        congestion_rate: 0.05,
+        ..GenConfig::default()
+    });
+    let mut data = Vec::with_capacity(n * 210);
+    let mut offs = Vec::with_capacity(n);
+    let mut buf = Vec::new();
+    for _ in 0..n {
+        let p = g.next_packet(&mut buf);
+        offs.push((data.len(), p.payload.len()));
+        data.extend_from_slice(p.payload);
+    }
+    (data, offs, g)
+}
+
+#[derive(Debug, Default)]
+#[expect(
+    dead_code,
+    reason = "the baseline parses every field like a collector would; nothing reads them"
+)]
+struct BaseHop {
+    switch_id: u32,
+    in_port: u16,
+    out_port: u16,
+    hop_latency: u32,
+    queue_id: u8,
+    queue_occupancy: u32,
+    ingress_ts: u32,
+    egress_ts: u32,
+}
+
+#[derive(Debug, Default)]
+#[expect(
+    dead_code,
+    reason = "the baseline parses every field like a collector would; nothing reads them"
+)]
+struct BaseReport {
+    switch_id: u32,
+    seq: u32,
+    ingress_ts: u32,
+    vlan: u16,
+    src: u32,
+    dst: u32,
+    sport: u16,
+    dport: u16,
+    hops: Vec<BaseHop>,
+}
+
+fn be16(b: &[u8], o: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(b.get(o..o + 2)?.try_into().ok()?))
+}
+fn be32(b: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(o..o + 4)?.try_into().ok()?))
+}
+
+/// The baseline: one AmLight report → one owned struct (bounds-checked, AmLight layout only).
+fn baseline_parse(p: &[u8]) -> Option<BaseReport> {
+    if p.first()? >> 4 != 1 {
+        return None;
+    }
+    let mut r = BaseReport {
+        switch_id: be32(p, 4)?,
+        seq: be32(p, 8)?,
+        ingress_ts: be32(p, 12)?,
+        ..BaseReport::default()
+    };
+    let mut o = 16 + 12;
+    if be16(p, o)? == 0x8100 {
+        r.vlan = be16(p, o + 2)? & 0x0fff;
+        o += 4;
+    }
+    o += 2;
+    let ihl = usize::from(p.get(o)? & 0x0f) * 4;
+    r.src = be32(p, o + 12)?;
+    r.dst = be32(p, o + 16)?;
+    o += ihl;
+    r.sport = be16(p, o)?;
+    r.dport = be16(p, o + 2)?;
+    o += 8;
+    let len = usize::from(*p.get(o + 2)?) * 4;
+    let ml = usize::from(p.get(o + 6)? & 0x1f) * 4;
+    if ml == 0 {
+        return None;
+    }
+    let n = len.checked_sub(12)? / ml;
+    o += 12;
+    r.hops = Vec::with_capacity(n);
+    for i in 0..n {
+        let h = o + i * ml;
+        let ports = be32(p, h + 4)?;
+        let q = be32(p, h + 12)?;
+        r.hops.push(BaseHop {
+            switch_id: be32(p, h)?,
+            in_port: (ports >> 16) as u16,
+            out_port: ports as u16,
+            hop_latency: be32(p, h + 8)?,
+            queue_id: (q >> 24) as u8,
+            queue_occupancy: q & 0xff_ffff,
+            ingress_ts: be32(p, h + 16)?,
+            egress_ts: be32(p, h + 20)?,
+        });
+    }
+    Some(r)
+}
+
+/// Runs the bench.
+///
+/// # Errors
+/// A decoder that miscounts (the figures would mean nothing).
+pub fn bench(quick: bool) -> Result<Value, String> {
+    let (runs, n, passes) = if quick {
+        (5, 100_000, 10)
+    } else {
+        (9, 200_000, 20)
+    };
+    let hops = 5;
+    let (data, offs, g) = amlight_reports(n, hops);
+    let mut map = EvcMap::default();
+    map.add_kytos_json(&g.kytos_evcs_json())
+        .map_err(|e| format!("evc map: {e}"))?;
+    let map = Arc::new(map);
+    eprintln!(
+        "int: {n} AmLight {hops}-hop reports ({:.0} B each), {runs} runs × {passes} passes",
+        data.len() as f64 / n as f64
+    );
+    let src = "10.0.0.1".parse().map_err(|e| format!("{e}"))?;
+
+    let batch_reports = std::env::var("STEL_INT_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(IntDecodeConfig::default().batch_reports);
+    let mut d = IntDecoder::new(IntDecodeConfig {
+        batch_reports,
+        ..IntDecodeConfig::amlight()
+    });
+    d.set_evc_map(Arc::clone(&map));
+    let mut sink = KeepSink(0, Vec::new());
+    let mut ts = 1_700_000_000_000_000_000i64;
+    let mut pass = |d: &mut IntDecoder, sink: &mut KeepSink| {
+        for &(o, l) in &offs {
+            ts += 100;
+            d.decode(src, ts, &data[o..o + l], sink);
+        }
+        d.flush(ts, sink);
+    };
+    pass(&mut d, &mut sink); // warm-up: flow table, buffers
+    let mut ours = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        for _ in 0..passes {
+            pass(&mut d, &mut sink);
+        }
+        ours.push((n * passes) as f64 / t.elapsed().as_secs_f64());
+    }
+    let s = d.stats();
+    let total = (n * passes * runs + n) as u64;
+    if s.reports_decoded != total || s.reports_malformed != 0 || s.evc_matched != total {
+        return Err(format!("decoder miscounted: {s:?}"));
+    }
+    if sink.0 != total {
+        return Err(format!("{} rows for {total} reports", sink.0));
+    }
+
+    // The transpose (rows → Arrow columns) the sink thread does, on the kept batches.
+    let mut kept = std::mem::take(&mut sink.1);
+    let kept_rows: usize = kept.iter().map(|b| b.reports.rows()).sum();
+    let t = Instant::now();
+    for b in &mut kept {
+        b.finish().map_err(|e| format!("finish: {e}"))?;
+    }
+    let finish_rate = kept_rows as f64 / t.elapsed().as_secs_f64();
+    eprintln!(
+        "int: transpose to Arrow (sink thread) {:.2} M reports/s",
+        finish_rate / 1e6
+    );
+
+    let mut base = Vec::new();
+    let mut out: Vec<BaseReport> = Vec::with_capacity(8192);
+    let mut parsed = 0u64;
+    for _ in 0..runs {
+        let t = Instant::now();
+        for _ in 0..passes {
+            for &(o, l) in &offs {
+                if let Some(r) = baseline_parse(&data[o..o + l]) {
+                    out.push(r);
+                    parsed += 1;
+                }
+                if out.len() == 8192 {
+                    std::hint::black_box(&out);
+                    out.clear();
+                }
+            }
+        }
+        base.push((n * passes) as f64 / t.elapsed().as_secs_f64());
+    }
+    if parsed != (n * passes * runs) as u64 {
+        return Err(format!("baseline parsed {parsed}"));
+    }
+    let (m, b) = (median(ours), median(base));
+    eprintln!(
+        "int: stel {:.2} M reports/s, baseline per-report parse {:.2} M reports/s",
+        m / 1e6,
+        b / 1e6
+    );
+    Ok(json!({
+        "bench": "int",
+        "reports_per_s": m.round(),
+        "hops_per_report": hops,
+        "bytes_per_report": (data.len() as f64 / n as f64).round(),
+        "baseline_reports_per_s": b.round(),
+        "transpose_reports_per_s": finish_rate.round(),
+        "ratio_vs_baseline": (m / b * 100.0).round() / 100.0,
+        "e2e_reports_per_s": Value::Null,
+        "lost": Value::Null,
+        "unaccounted": Value::Null,
+        "note": "e2e_reports_per_s, lost and unaccounted need the daemon's INT UDP source (issue 14 phase 2)",
+        "runs": runs,
+        "reports_per_run": n * passes,
+    }))
+}
