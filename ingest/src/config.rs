@@ -344,7 +344,7 @@ mod tests {
         for l in text.lines() {
             // Commented-out keys are "# key = value"; their explanations "## text".
             let l = l.strip_prefix("# ").unwrap_or(l);
-            if l.starts_with("[upload]") {
+            if l.starts_with("[upload]") || l.starts_with("[parquet]") {
                 section = l.to_string();
             } else if l.starts_with('[') {
                 section.clear();
@@ -374,6 +374,22 @@ mod tests {
         let documented = keys.iter().filter(|(s, _)| s == "[upload]").count();
         let fields = serde_json::to_value(&d).unwrap().as_object().unwrap().len();
         assert_eq!(documented, fields, "every [upload] key is documented");
+        let pq: String = std::iter::once("[parquet]".to_string())
+            .chain(
+                keys.iter()
+                    .filter(|(s, _)| s == "[parquet]")
+                    .map(|(_, k)| k.clone()),
+            )
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = DaemonConfig::parse(&pq, &p).unwrap_or_else(|e| panic!("{e}\n{pq}"));
+        let d = stel_store::parquet::ParquetSinkConfig::default();
+        assert_eq!(c.parquet.unwrap(), d, "the documented [parquet] values are the defaults");
+        let documented = keys.iter().filter(|(s, _)| s == "[parquet]").count();
+        let fields = serde_json::to_value(&d).unwrap().as_object().unwrap().len();
+        // switch_name (no default value to show) and test_write_delay_us (a test knob) are
+        // described in prose, not as keys.
+        assert_eq!(documented + 2, fields, "every [parquet] key is documented");
         assert!(cfg.inspect.enabled && cfg.inspect.socket.as_os_str().is_empty());
     }
 
