@@ -136,6 +136,18 @@ struct Args {
     /// http://127.0.0.1:4317; other settings: [otlp] in the config file).
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// Receive INT telemetry reports (UDP) on this address, e.g. 0.0.0.0:5900 (repeatable;
+    /// other settings: [int] in the config file). Tables int_reports, int_hops, int_drops go
+    /// under the data dir (table=…/switch=…/); `stel-query int` reads them.
+    #[arg(long, value_name = "ADDR")]
+    int_listen: Vec<std::net::SocketAddr>,
+    /// EVC names for INT reports: a Kytos mef_eline listing (JSON, as GET
+    /// /api/kytos/mef_eline/v2/evc/ returns it); re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    int_kytos_evcs: Option<PathBuf>,
+    /// No counter source: collect INT reports only (a collector host that is not a switch).
+    #[arg(long, conflicts_with_all = ["demo", "usersock_group", "input"], requires = "int_listen")]
+    int_only: bool,
     /// Stop after this long (e.g. 30s); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = emu::parse_duration_ns)]
     duration: Option<u64>,
@@ -463,6 +475,24 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
             p.dir = PathBuf::from("stel-data");
         }
     }
+    if !a.int_listen.is_empty() {
+        cfg.int.get_or_insert_with(Default::default).listen = a.int_listen.clone();
+    }
+    if let Some(p) = &a.int_kytos_evcs {
+        cfg.int.get_or_insert_with(Default::default).evc.kytos_evcs = Some(p.clone());
+    }
+    if a.int_only {
+        cfg.source.kind = SourceKind::None;
+        if cfg.history.enabled && a.data_dir.is_none() && a.config.is_none() {
+            cfg.parquet.get_or_insert_with(Default::default).dir = PathBuf::from("stel-data");
+        }
+    }
+    if let Some(i) = &cfg.int {
+        let problems = i.problems();
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+    }
     if let Some(e) = &a.otlp_endpoint {
         cfg.otlp.get_or_insert_with(Default::default).endpoint = e.clone();
     }
@@ -513,6 +543,18 @@ fn run(a: Args) -> Result<(), String> {
     let upload_cfg = cfg.upload.clone();
     let otlp_cfg = cfg.otlp.clone();
     let inspect_cfg = cfg.inspect.clone();
+    let int_cfg = cfg.int.clone();
+    // INT sockets first: SO_RCVBUFFORCE is privileged.
+    let int_sockets = match &int_cfg {
+        Some(c) => Some(stel_ingest::int::source::bind(c).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let history_dir = cfg
+        .parquet
+        .as_ref()
+        .filter(|_| cfg.history.enabled)
+        .map(|p| p.dir.clone())
+        .unwrap_or_else(|| PathBuf::from("stel-data"));
 
     // Privileged set-up, then drop every capability before any thread exists.
     let mut daemon = Daemon::setup(cfg, local_rx)?;
@@ -598,6 +640,26 @@ fn run(a: Args) -> Result<(), String> {
         None => None,
     };
     daemon.start(sinks);
+    let mut int = match (int_cfg, int_sockets) {
+        (Some(c), Some(socks)) => {
+            let src = stel_ingest::int::source::IntSource::start(&c, socks, &history_dir)
+                .map_err(|e| e.to_string())?;
+            eprintln!(
+                "stel-ingestd: INT reports on {} (reader {}) into {} (stel-query int …); SIGHUP re-reads EVC names",
+                src.local_addrs
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                src.stats().reader,
+                src.dir.display()
+            );
+            Some(src)
+        }
+        _ => None,
+    };
+    let hup = signal::hup_flag();
+    let mut int_prev = int.as_ref().map(|i| i.stats()).unwrap_or_default();
     let state_db = match state_db_cfg {
         Some(c) => {
             let url = c.url.clone();
@@ -649,10 +711,22 @@ fn run(a: Args) -> Result<(), String> {
                 daemon.apply_state_db(ev, &acker);
             }
         }
+        if hup.swap(false, Ordering::Relaxed) {
+            if let Some(i) = int.as_mut() {
+                i.reload_evcs();
+            }
+        }
         if last_tick.elapsed() >= interval {
-            let st = daemon.status();
+            let mut st = daemon.status();
             let dt = last_tick.elapsed().as_secs_f64();
             let mut line = status_line(&st, &prev, dt, &rates.line(&live));
+            if let Some(i) = &int {
+                let s = i.stats();
+                line.push_str(&format!(" | {}", s.line(&int_prev, dt)));
+                st.sinks
+                    .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
+                int_prev = s;
+            }
             if let Some(g) = daemon.genl_status().filter(|g| g.starts_with("waiting")) {
                 line.push_str(&format!(" | {g}"));
             }
@@ -698,6 +772,33 @@ fn run(a: Args) -> Result<(), String> {
     );
     if let Some((w, _)) = state_db {
         w.shutdown();
+    }
+    if let Some(i) = int.take() {
+        let s = i.shutdown();
+        eprintln!(
+            "stel-ingestd: int: {} datagrams, {} reports ({} decoded, {} malformed), {} hops, {} drop reports; {} lost by sequence; {} kernel drops, {} truncated; tables: {} rows written, {} shed, {} lost",
+            s.recv.datagrams,
+            s.decode.reports,
+            s.decode.reports_decoded,
+            s.decode.reports_malformed,
+            s.decode.hops,
+            s.decode.drops,
+            s.decode.seq_lost,
+            s.kernel_drops,
+            s.recv.truncated,
+            s.sink.rows_written,
+            s.sink.shed_rows(),
+            s.sink.lost_rows()
+        );
+        if s.recv.datagrams > 0 && s.decode.reports_decoded == 0 {
+            tracing::warn!(
+                "INT: {} datagrams received and NOTHING DECODED (malformed: {}); check the report format and [int.decode]",
+                s.recv.datagrams,
+                serde_json::to_string(&s.decode.malformed).unwrap_or_default()
+            );
+        }
+        st.sinks
+            .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
     }
     if let Some(h) = history {
         match h.shutdown() {

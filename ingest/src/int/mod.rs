@@ -15,6 +15,7 @@
 pub mod evc;
 pub mod gen;
 pub mod seq;
+pub mod source;
 mod stats;
 pub mod wire;
 

@@ -206,6 +206,48 @@ impl IntStats {
         self.malformed.0[r as usize]
     }
 
+    /// Adds `o` into `self` (the daemon sums its decoders; `flows` is a level, summed too).
+    pub fn add(&mut self, o: &IntStats) {
+        self.payloads += o.payloads;
+        self.bytes += o.bytes;
+        self.reports += o.reports;
+        self.reports_decoded += o.reports_decoded;
+        self.reports_malformed += o.reports_malformed;
+        self.hops += o.hops;
+        self.drops += o.drops;
+        self.batches += o.batches;
+        self.reports_v05 += o.reports_v05;
+        self.reports_v1 += o.reports_v1;
+        self.reports_v2 += o.reports_v2;
+        self.int_stacks += o.int_stacks;
+        self.int_not_signalled += o.int_not_signalled;
+        self.int_mx_or_destination += o.int_mx_or_destination;
+        self.tcp_int_before_options += o.tcp_int_before_options;
+        self.unknown_instruction_bits += o.unknown_instruction_bits;
+        self.hop_count_rhc_mismatch += o.hop_count_rhc_mismatch;
+        self.v2_reserved_md_bits += o.v2_reserved_md_bits;
+        self.domain_specific_bytes_skipped += o.domain_specific_bytes_skipped;
+        self.v2_reports_skipped += o.v2_reports_skipped;
+        self.negative_hop_latency += o.negative_hop_latency;
+        self.seq_lost += o.seq_lost;
+        self.seq_pending += o.seq_pending;
+        self.seq_reordered += o.seq_reordered;
+        self.seq_duplicates += o.seq_duplicates;
+        self.seq_stale += o.seq_stale;
+        self.seq_resyncs += o.seq_resyncs;
+        self.flows += o.flows;
+        self.flows_untracked += o.flows_untracked;
+        self.flows_expired += o.flows_expired;
+        self.path_changes += o.path_changes;
+        self.latency_crossings_up += o.latency_crossings_up;
+        self.latency_crossings_down += o.latency_crossings_down;
+        self.evc_matched += o.evc_matched;
+        self.evc_unmatched += o.evc_unmatched;
+        for (a, b) in self.malformed.0.iter_mut().zip(o.malformed.0.iter()) {
+            *a += b;
+        }
+    }
+
     /// Every loss the sequence numbers show, final or still pending.
     pub fn seq_missing(&self) -> u64 {
         self.seq_lost + self.seq_pending
