@@ -544,6 +544,7 @@ fn run(a: Args) -> Result<(), String> {
     let otlp_cfg = cfg.otlp.clone();
     let inspect_cfg = cfg.inspect.clone();
     let int_cfg = cfg.int.clone();
+    let int_only = cfg.source.kind == SourceKind::None;
     // INT sockets first: SO_RCVBUFFORCE is privileged.
     let int_sockets = match &int_cfg {
         Some(c) => Some(stel_ingest::int::source::bind(c).map_err(|e| e.to_string())?),
@@ -876,6 +877,7 @@ fn run(a: Args) -> Result<(), String> {
                 st.reader, st.filter.kind, st.filter.policy
             );
         }
+        None if int_only => eprintln!("stel-ingestd: stopped cleanly (INT only)"),
         None => eprintln!(
             "stel-ingestd: stopped cleanly: {} snapshots decoded, reader {}, filter {} {}",
             st.pipeline.decode.records, st.reader, st.filter.kind, st.filter.policy
