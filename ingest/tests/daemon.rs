@@ -408,3 +408,71 @@ fn demo_exports_every_decoded_counter_over_otlp() {
         .as_nanos() as u64;
     assert!(p.time.abs_diff(now) < 86_400_000_000_000, "{p:?}");
 }
+
+/// Logs for files and journald: no colour codes when stderr is not a terminal, JSON lines with
+/// `--log-format json`, and no per-second status line under systemd (INVOCATION_ID set) — only
+/// the final summary in the status line's words.
+#[test]
+fn logs_are_plain_or_json_and_the_status_line_is_off_under_systemd() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str], env: Option<(&str, &str)>, sub: &str| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"));
+        // 3 s: the forced status line ticks at 1 s and 2 s even on a loaded box.
+        c.args(["--demo", "--duration", "3s", "--no-inspect", "--data-dir"])
+            .arg(dir.path().join(sub))
+            .arg("--status-file")
+            .arg(dir.path().join(format!("{sub}.json")))
+            .args(extra)
+            .env_remove("INVOCATION_ID")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("STEL_LOG_FORMAT");
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let text = run(&[], None, "a");
+    assert!(
+        !text.contains('\u{1b}'),
+        "colour codes in a redirected log:\n{text}"
+    );
+    assert!(text.contains(" INFO "), "{text}");
+
+    let json = run(&["--log-format", "json"], None, "b");
+    let events: Vec<serde_json::Value> = json
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["level"] == "INFO" && e["fields"]["message"].is_string()),
+        "{json}"
+    );
+    assert!(
+        !json.contains(" INFO "),
+        "text log lines under --log-format json:\n{json}"
+    );
+
+    let status_lines = |s: &str| s.lines().filter(|l| l.contains("snapshots | lost")).count();
+    let systemd = run(&[], Some(("INVOCATION_ID", "0123456789abcdef")), "c");
+    assert_eq!(
+        status_lines(&systemd),
+        1,
+        "only the final summary:\n{systemd}"
+    );
+    let forced = run(
+        &["--status-line", "on"],
+        Some(("INVOCATION_ID", "0123456789abcdef")),
+        "d",
+    );
+    // The final summary plus at least the tick after the first second.
+    assert!(status_lines(&forced) >= 2, "{forced}");
+}

@@ -154,6 +154,14 @@ struct Args {
     /// Print the final counters as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Log format on stderr: text (plain when stderr is not a terminal: no colour codes in
+    /// files or journald) or json (one object per line, for log shippers).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "STEL_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// The per-second status line on stderr: auto (on, except under systemd, where the status
+    /// file and metrics carry the figures and journald would store a line a second), on, off.
+    #[arg(long, value_enum, default_value_t = StatusLine::Auto)]
+    status_line: StatusLine,
     /// Demo: ports to emulate.
     #[arg(long, default_value_t = 64)]
     ports: usize,
@@ -166,6 +174,48 @@ struct Args {
     /// Demo: load pattern.
     #[arg(long, value_enum, default_value_t = Pattern::Microburst)]
     pattern: Pattern,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StatusLine {
+    Auto,
+    On,
+    Off,
+}
+
+impl StatusLine {
+    /// `auto`: off when systemd started us (it sets INVOCATION_ID; JOURNAL_STREAM when stderr
+    /// goes to the journal).
+    fn enabled(self) -> bool {
+        match self {
+            StatusLine::On => true,
+            StatusLine::Off => false,
+            StatusLine::Auto => {
+                std::env::var_os("INVOCATION_ID").is_none()
+                    && std::env::var_os("JOURNAL_STREAM").is_none()
+            }
+        }
+    }
+}
+
+/// Logs to stderr: plain text without colour codes unless stderr is a terminal, or JSON lines.
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Text => b.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -701,6 +751,7 @@ fn run(a: Args) -> Result<(), String> {
     let mut last_tick = Instant::now();
     let mut last_warn: Option<Instant> = None;
     let files = is_file_input(&daemon);
+    let show_status_line = a.status_line.enabled();
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         daemon.step()?;
         if files && daemon.input_done() {
@@ -735,7 +786,9 @@ fn run(a: Args) -> Result<(), String> {
             if let Some(w) = &nothing {
                 line.push_str(&format!(" | NOTHING DECODED: {w}"));
             }
-            eprintln!("{line}");
+            if show_status_line {
+                eprintln!("{line}");
+            }
             if let Some(w) = nothing {
                 // The operator must act; logged once a minute at most (the line says it each tick).
                 if last_warn.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(60)) {
@@ -887,17 +940,11 @@ fn run(a: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let a = Args::parse();
+    init_logs(a.log_format);
     // Before any thread or big allocation: the Parquet writer otherwise faults in a 2 MiB huge
     // page per column per row group (see the function).
     sys::disable_transparent_huge_pages();
-    let a = Args::parse();
     if let Some(Command::Status { file }) = &a.command {
         let file = file.clone().unwrap_or_else(|| {
             let run = PathBuf::from("/run/stel/status.json");
