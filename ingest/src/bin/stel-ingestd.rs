@@ -62,6 +62,11 @@ struct Args {
     /// Configuration file (TOML; see deploy/stel-ingestd.toml). Flags override it.
     #[arg(long, short = 'c', env = "STEL_CONFIG")]
     config: Option<PathBuf>,
+    /// Check a configuration file and exit: every problem on its own line (unknown keys, wrong
+    /// types, values out of range, settings that need each other, paths two components would
+    /// share) and exit status 2, or "ok" and 0. Nothing is opened or started.
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    check_config: Option<PathBuf>,
     /// Run the switch emulator in-process (no root, no SONiC needed).
     #[arg(long, conflicts_with_all = ["usersock_group", "input"])]
     demo: bool,
@@ -939,8 +944,32 @@ fn run(a: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// `--check-config FILE`: prints every problem and returns 2, or "ok" and 0.
+fn check_config(f: &Path) -> ExitCode {
+    let problems = match std::fs::read_to_string(f) {
+        Ok(text) => DaemonConfig::check(&text),
+        Err(e) => vec![format!("cannot read it: {e}")],
+    };
+    if problems.is_empty() {
+        println!("ok");
+        return ExitCode::SUCCESS;
+    }
+    for p in &problems {
+        println!("{}: {p}", f.display());
+    }
+    eprintln!(
+        "stel-ingestd: {} problem(s) in {} (every key is documented in deploy/stel-ingestd.toml)",
+        problems.len(),
+        f.display()
+    );
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
+    if let Some(f) = &a.check_config {
+        return check_config(f);
+    }
     init_logs(a.log_format);
     // Before any thread or big allocation: the Parquet writer otherwise faults in a 2 MiB huge
     // page per column per row group (see the function).
