@@ -250,6 +250,8 @@ pub struct DaemonConfig {
     pub int: Option<crate::int::source::IntConfig>,
     /// Live inspect socket.
     pub inspect: InspectConfig,
+    /// Prometheus `/metrics` and `/health` (`stel_store::prometheus`).
+    pub metrics: MetricsConfig,
     /// OTLP export (`stel_store::otlp`); off unless this section is present (or
     /// `--otlp-endpoint`).
     pub otlp: Option<stel_store::otlp::OtlpConfig>,
@@ -267,6 +269,16 @@ impl Default for HistoryConfig {
     fn default() -> Self {
         Self { enabled: true }
     }
+}
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Address for `/metrics` and `/health`, e.g. "127.0.0.1:9464". Off (unset) by default: a
+    /// switch daemon opens no TCP port unless asked (SONiC hosts expose services through their
+    /// management VRF on purpose, and two daemons on one host would fight for one default port).
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// A config file that could not be used.

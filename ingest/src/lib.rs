@@ -24,4 +24,5 @@ pub mod reader;
 pub mod sessions;
 pub mod sinks;
 pub mod sources;
+pub mod status;
 pub mod sys;

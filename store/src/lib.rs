@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod parquet;
 pub mod paths;
+pub mod prometheus;
 pub mod rate;
 pub mod sai;
 pub mod schema;

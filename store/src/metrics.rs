@@ -451,6 +451,44 @@ macro_rules! labels {
 metrics! {
     /// Datagrams received whole by the reader.
     ReaderDatagrams: Counter "stel_reader_datagrams_total" [Source];
+    /// Bytes of those datagrams.
+    ReaderBytes: Counter "stel_reader_bytes_total" [Source];
+    /// Datagrams longer than a receive slot (MSG_TRUNC): dropped, counted.
+    ReaderTruncatedDatagrams: Counter "stel_reader_truncated_datagrams_total" [Source];
+    /// Datagrams the kernel dropped on the socket for want of buffer (SO_MEMINFO): true loss.
+    ReaderKernelDroppedDatagrams: Counter "stel_reader_kernel_dropped_datagrams_total" [Source];
+    /// IPFIX messages the template filter kept.
+    FilterKeptMessages: Counter "stel_filter_kept_messages_total" [Source];
+    /// IPFIX messages the template filter dropped (template not registered / never announced).
+    FilterDroppedMessages: Counter "stel_filter_dropped_messages_total" [Source];
+    /// Messages the dispatcher shed because a decoder's ring was full.
+    DispatchShedMessages: Counter "stel_dispatch_shed_messages_total" [Reason];
+    /// IPFIX messages with a valid header.
+    DecodeMessages: Counter "stel_decode_messages_total" [];
+    /// Data records (snapshots or snapshot parts) decoded.
+    DecodeRecords: Counter "stel_decode_records_total" [];
+    /// Counter values decoded.
+    DecodeValues: Counter "stel_decode_values_total" [];
+    /// Malformed input, by reason (framing, headers, sets, templates).
+    DecodeMalformed: Counter "stel_decode_malformed_total" [Reason];
+    /// IPFIX messages missing per the sequence numbers.
+    DecodeSeqLostMessages: Counter "stel_decode_seq_lost_messages_total" [];
+    /// Sessions registered now.
+    SessionRegisteredSessions: Gauge "stel_session_registered_sessions" [];
+    /// Samples (counter values, or INT rows) a sink wrote to its destination.
+    SinkWrittenSamples: Counter "stel_sink_written_samples_total" [Sink];
+    /// Files a sink published (Parquet: renamed into place; upload: copied to the lake).
+    SinkPublishedFiles: Counter "stel_sink_published_files_total" [Sink];
+    /// INT reports decoded into rows.
+    IntDecodedReports: Counter "stel_int_decoded_reports_total" [];
+    /// INT hop records decoded.
+    IntDecodedHops: Counter "stel_int_decoded_hops_total" [];
+    /// INT reports refused, by reason.
+    IntMalformedReports: Counter "stel_int_malformed_reports_total" [Reason];
+    /// INT reports missing per their sequence numbers (final, per switch and hw_id).
+    IntSeqLostReports: Counter "stel_int_seq_lost_reports_total" [];
+    /// 1 while the data path is live (what /health answers 200 for), 0 otherwise.
+    DaemonHealthyState: Gauge "stel_daemon_healthy_state" [];
 
     /// Batches offered to a sink (`submit`).
     SinkReceivedBatches: Counter "stel_sink_received_batches_total" [Sink];

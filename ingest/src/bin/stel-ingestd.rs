@@ -137,6 +137,10 @@ struct Args {
     /// write COUNTERS_DB + RATES.
     #[arg(long)]
     redis: Option<String>,
+    /// Serve Prometheus /metrics and /health on this address, e.g. 127.0.0.1:9464 (off by
+    /// default; [metrics] listen in the config file).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// Also send every counter to this OpenTelemetry collector (OTLP/gRPC, e.g.
     /// http://127.0.0.1:4317; other settings: [otlp] in the config file).
     #[arg(long, value_name = "URL")]
@@ -548,6 +552,9 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
             return Err(problems.join("; "));
         }
     }
+    if let Some(m) = a.metrics {
+        cfg.metrics.listen = Some(m);
+    }
     if let Some(e) = &a.otlp_endpoint {
         cfg.otlp.get_or_insert_with(Default::default).endpoint = e.clone();
     }
@@ -600,6 +607,12 @@ fn run(a: Args) -> Result<(), String> {
     let inspect_cfg = cfg.inspect.clone();
     let int_cfg = cfg.int.clone();
     let int_only = cfg.source.kind == SourceKind::None;
+    let source_kind = cfg.source.kind;
+    let metrics_listen = cfg.metrics.listen;
+    // One registry for everything the daemon counts: the OTLP sink registers its own series,
+    // the main loop publishes the status each tick, /metrics and OTLP read it.
+    let registry = stel_store::metrics::Registry::new();
+    let health = stel_ingest::status::Health::new(5);
     // INT sockets first: SO_RCVBUFFORCE is privileged.
     let int_sockets = match &int_cfg {
         Some(c) => Some(stel_ingest::int::source::bind(c).map_err(|e| e.to_string())?),
@@ -688,7 +701,7 @@ fn run(a: Args) -> Result<(), String> {
     let otlp = match otlp_cfg {
         Some(c) => {
             let ep = c.endpoint.clone();
-            let s = Otlp::start(c, Some(stel_store::metrics::Registry::new()))?;
+            let s = Otlp::start(c, Some(Arc::clone(&registry)))?;
             eprintln!("stel-ingestd: exporting counters over OTLP to {ep}");
             sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
             Some(s)
@@ -715,6 +728,25 @@ fn run(a: Args) -> Result<(), String> {
         _ => None,
     };
     let hup = signal::hup_flag();
+    let status_metrics =
+        stel_ingest::status::StatusMetrics::new(Arc::clone(&registry), source_kind);
+    let metrics_server = match metrics_listen {
+        Some(addr) => {
+            let h = Arc::clone(&health);
+            let s = stel_store::prometheus::MetricsServer::start(
+                addr,
+                Arc::clone(&registry),
+                Arc::new(move || h.check()),
+            )
+            .map_err(|e| e.to_string())?;
+            eprintln!(
+                "stel-ingestd: Prometheus metrics on http://{}/metrics, health on /health",
+                s.addr
+            );
+            Some(s)
+        }
+        None => None,
+    };
     let mut int_prev = int.as_ref().map(|i| i.stats()).unwrap_or_default();
     let state_db = match state_db_cfg {
         Some(c) => {
@@ -777,11 +809,19 @@ fn run(a: Args) -> Result<(), String> {
             let mut st = daemon.status();
             let dt = last_tick.elapsed().as_secs_f64();
             let mut line = status_line(&st, &prev, dt, &rates.line(&live));
-            if let Some(i) = &int {
-                let s = i.stats();
+            let int_now = int.as_ref().map(|i| i.stats());
+            if let Some(s) = &int_now {
                 line.push_str(&format!(" | {}", s.line(&int_prev, dt)));
                 st.sinks
-                    .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
+                    .insert("int".into(), serde_json::to_value(s).unwrap_or_default());
+            }
+            let verdict = match st.nothing_decoded() {
+                Some(w) => Err(format!("nothing decoded: {w}")),
+                None => Ok(()),
+            };
+            status_metrics.publish(&st, int_now.as_ref(), verdict.is_ok());
+            health.set(verdict);
+            if let Some(s) = int_now {
                 int_prev = s;
             }
             if let Some(g) = daemon.genl_status().filter(|g| g.starts_with("waiting")) {
@@ -890,6 +930,9 @@ fn run(a: Args) -> Result<(), String> {
     }
     if let Some(s) = inspect {
         s.shutdown();
+    }
+    if let Some(m) = metrics_server {
+        m.shutdown();
     }
     if let Some(c) = counters {
         c.shutdown();
