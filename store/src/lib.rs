@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod batch;
+mod durable;
 pub mod int;
 pub mod live;
 pub mod metrics;

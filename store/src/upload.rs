@@ -42,6 +42,7 @@
 //! uploader backs off the same way. A file deleted locally before it was uploaded (retention
 //! outran a destination outage) is counted in `vanished_files`/`vanished_bytes` and logged as an
 //! error: that data never reaches the lake.
+use crate::durable::fsync_dir;
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fs,
@@ -591,10 +592,6 @@ enum Outcome {
 fn backoff(initial_ms: u64, max_ms: u64, failures: u32) -> Duration {
     let shift = failures.saturating_sub(1).min(20);
     Duration::from_millis(initial_ms.saturating_mul(1 << shift).min(max_ms))
-}
-
-fn fsync_dir(d: &Path) -> io::Result<()> {
-    fs::File::open(d)?.sync_all()
 }
 
 async fn upload_one(dest: Dest, src: PathBuf, rel: String, multipart: u64) -> Outcome {
