@@ -26,10 +26,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # A real Prometheus server scrapes the daemon in the tests (ingest/tests/prometheus.rs), and
-# systemd-analyze checks the unit; neither needs its recommended extras.
+# systemd-analyze checks the unit, podman builds the runtime image; none needs its recommended
+# extras.
 if [ "$want_test" = 1 ]; then
   test_missing=()
-  for p in prometheus systemd; do dpkg -s "$p" >/dev/null 2>&1 || test_missing+=("$p"); done
+  for p in prometheus systemd podman; do dpkg -s "$p" >/dev/null 2>&1 || test_missing+=("$p"); done
   if [ "${#test_missing[@]}" -gt 0 ]; then
     echo "setup: installing ${test_missing[*]}"
     $SUDO apt-get update -qq
