@@ -599,7 +599,7 @@ async fn upload_one(dest: Dest, src: PathBuf, rel: String, multipart: u64) -> Ou
     match dest {
         Dest::Local(root) => {
             // On the uploader's own thread: blocking file I/O stalls nothing else.
-            let dst = root.join(&rel);
+            let dst = root.join(&*crate::paths::lake_rel(&rel));
             let Some(parent) = dst.parent() else {
                 return Outcome::Failed(format!("{}: no parent directory", dst.display()));
             };
@@ -634,8 +634,9 @@ async fn upload_one(dest: Dest, src: PathBuf, rel: String, multipart: u64) -> Ou
             }
         }
         Dest::Store(store, prefix) => {
+            let rel = crate::paths::lake_rel(&rel);
             let key = if prefix.is_empty() {
-                rel.clone()
+                rel.to_string()
             } else {
                 format!("{prefix}/{rel}")
             };
