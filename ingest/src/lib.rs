@@ -26,3 +26,4 @@ pub mod sinks;
 pub mod sources;
 pub mod status;
 pub mod sys;
+pub mod topology;
