@@ -252,8 +252,9 @@ impl Topology {
         self,
         drained: Option<&dyn Fn(&crate::sys::uring::RecvStats) -> bool>,
         timeout: std::time::Duration,
-    ) -> DaemonStatus {
+    ) -> Finished {
         let mut st = self.daemon.finish(drained, timeout);
+        let mut parquet = None;
         if let Some((w, _)) = self.state_db {
             w.shutdown();
         }
@@ -296,6 +297,7 @@ impl Topology {
                         "parquet".into(),
                         serde_json::to_value(s).unwrap_or_default(),
                     );
+                    parquet = Some(s);
                 }
                 Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
             }
@@ -331,6 +333,27 @@ impl Topology {
         if let Some(m) = self.metrics {
             m.shutdown();
         }
-        st
+        Finished {
+            status: st,
+            parquet,
+        }
     }
+
+    /// The Parquet history, when configured (its counters while running).
+    pub fn history(&self) -> Option<&Arc<ParquetHistory>> {
+        self.history.as_ref()
+    }
+
+    /// The COUNTERS_DB writer, when configured (its counters while running).
+    pub fn counters_db(&self) -> Option<&Arc<CountersDb>> {
+        self.counters.as_ref()
+    }
+}
+
+/// What a stopped topology leaves: the final status (sinks' last figures in `status.sinks`)
+/// and the Parquet history's final counters, typed.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: DaemonStatus,
+    pub parquet: Option<stel_store::parquet::ParquetStats>,
 }

@@ -709,12 +709,14 @@ fn run(a: Args) -> Result<(), String> {
         None => (None, 0, None),
     };
     let drained = move |r: &sys::uring::RecvStats| r.datagrams + r.truncated >= sent;
-    let st = topo.finish(
-        truth
-            .as_ref()
-            .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
-        Duration::from_secs(5),
-    );
+    let st = topo
+        .finish(
+            truth
+                .as_ref()
+                .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
+            Duration::from_secs(5),
+        )
+        .status;
     write_status(&status_file, &st);
     if let Some(t) = truth {
         eprintln!(
