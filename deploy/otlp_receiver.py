@@ -9,7 +9,7 @@ stel-ingestd's OTLP sink sends:
     python3 deploy/otlp_receiver.py --grpc 4317 --dump points.jsonl --every 1
     stel-ingestd --demo --otlp-endpoint http://127.0.0.1:4317
 
-stel's tests start it too (stel_store::otlp::testutil). Once listening it prints one JSON line on
+stel's tests start it too (stel_testkit::otlp). Once listening it prints one JSON line on
 stdout: {"ready": true, "grpc": <port or null>, "http": <port or null>}.
 
 Dump line: {"metric", "kind" (sum|gauge), "monotonic", "temporality", "unit", "description",

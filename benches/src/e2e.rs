@@ -32,7 +32,8 @@ use stel_ingest::{
     sources::fixture,
     topology::Topology,
 };
-use stel_store::{parquet::ParquetSinkConfig, sonic::testutil::TestRedis, sonic::CountersDbConfig};
+use stel_store::{parquet::ParquetSinkConfig, sonic::CountersDbConfig};
+use stel_testkit::redis::TestRedis;
 
 use crate::netlink::{send, Workload};
 

@@ -226,20 +226,9 @@ pub struct Generated {
     pub elapsed_s: f64,
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// The session file `stel-emu --session` writes.
 fn session_json(emu: &Emulator) -> Value {
-    let spec = emu.session_spec();
-    json!({
-        "profile": spec.profile, "group": spec.group, "domain": spec.domain,
-        "object_names": spec.object_names.join(","),
-        "object_ids": spec.object_ids.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
-        "session_type": "ipfix", "stream_status": "enabled",
-        "session_config_hex": hex(&emu.session_config()),
-    })
+    stel_ingest::config::SessionFile::to_json(&emu.session_spec(), &emu.session_config())
 }
 
 fn read_json(path: &Path) -> Option<Value> {
@@ -637,15 +626,15 @@ pub fn bench(quick: bool, switches: usize) -> Result<Value, String> {
     // to a cold CI run (README).
     let daemon = workspace_binary("stel-ingest", "stel-ingestd", true, true)?;
     let stel_query = workspace_binary("stel-query", "stel-query", false, true)?;
-    let moto = stel_store::testutil::MotoS3::start("lake");
+    let moto = stel_testkit::MotoS3::start("lake");
     let url = moto.url();
-    let env: Vec<(String, String)> = stel_store::testutil::s3_client_env(&url)
+    let env: Vec<(String, String)> = stel_testkit::s3_client_env(&url)
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let workers = 2;
-    let sail = stel_store::testutil::SailServer::start(workers, &env_ref);
+    let sail = stel_testkit::SailServer::start(workers, &env_ref);
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     eprintln!(
         "fleet: {} switches ({} snapshots each recent leg + {}, 10 µs), daemons {} at a time → {LAKE} (moto)",

@@ -151,6 +151,19 @@ pub struct SessionFile {
 }
 
 impl SessionFile {
+    /// The session file's JSON for `spec` and its `session_config` (what `stel-emu --session`
+    /// writes and [`SessionFile::load`] reads; also the field names of a STATE_DB session entry).
+    pub fn to_json(spec: &crate::decode::SessionSpec, session_config: &[u8]) -> serde_json::Value {
+        let ids: Vec<String> = spec.object_ids.iter().map(u16::to_string).collect();
+        serde_json::json!({
+            "profile": spec.profile, "group": spec.group, "domain": spec.domain,
+            "object_names": spec.object_names.join(","),
+            "object_ids": ids.join(","),
+            "session_type": "ipfix", "stream_status": "enabled",
+            "session_config_hex": crate::hex::encode(session_config),
+        })
+    }
+
     /// Reads the session: its spec (names for the labels) and `session_config` bytes.
     ///
     /// # Errors
@@ -204,14 +217,9 @@ impl SessionFile {
             .map(|x| x.trim().parse::<u16>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("{p}: object_ids: {e}"))?;
-        let hex = required("session_config_hex")?;
-        if hex.len() % 2 != 0 {
-            return Err(format!("{p}: session_config_hex: odd length"));
-        }
-        let config = (0..hex.len() / 2)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
-            .collect::<Result<Vec<u8>, _>>()
-            .map_err(|e| format!("{p}: session_config_hex: {e}"))?;
+        let config = crate::hex::decode(&required("session_config_hex")?).ok_or_else(|| {
+            format!("{p}: session_config_hex: expected an even number of hex digits")
+        })?;
         let spec = crate::decode::SessionSpec {
             profile,
             group,

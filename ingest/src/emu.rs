@@ -557,12 +557,7 @@ pub fn decoded(cfg: EmuConfig, snapshots: u64) -> Result<stel_store::CounterBatc
     }
     ts.truncate(n);
     values.truncate(n * schema.width());
-    Ok(CounterBatch {
-        schema,
-        ts,
-        values,
-        part_masks: Vec::new(),
-    })
+    CounterBatch::new(schema, ts, values, Vec::new()).map_err(|e| e.to_string())
 }
 
 /// Object names for a group: `Ethernet0, Ethernet4, …`; queues and PGs `Ethernet0|3`; pools.
@@ -592,35 +587,6 @@ pub fn object_names(group: ObjectType, ports: usize, per_port: usize) -> Vec<Str
     }
 }
 
-/// Parses `10us`, `1ms`, `2s`, `500ns`, `1m`, `250` (ns).
-///
-/// # Errors
-/// A text that is not a number with one of those units.
-pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 10us, 1ms, 5s, 2m)"))?;
-    let mul = match unit.trim() {
-        "" | "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        u => {
-            return Err(format!(
-                "unknown unit `{u}` in `{s}` (use ns, us, ms, s, m, h)"
-            ))
-        }
-    };
-    Ok((v * mul).round() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -635,12 +601,5 @@ mod tests {
         assert_eq!(e.width(), 1920);
         assert_eq!(e.snapshots_per_message(), 4);
         assert_eq!((e.session_spec().object_names[1]).as_str(), "Ethernet100");
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration_ns("10us").unwrap(), 10_000);
-        assert_eq!(parse_duration_ns("1.5s").unwrap(), 1_500_000_000);
-        assert!(parse_duration_ns("3 parsecs").is_err());
     }
 }

@@ -15,6 +15,7 @@ pub mod decode;
 pub mod emu;
 pub mod filter;
 pub mod genl;
+mod hex;
 pub mod input;
 pub mod int;
 pub mod ipfix;

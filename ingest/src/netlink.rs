@@ -1,13 +1,20 @@
 //! Netlink framing of HFT data: each netlink message is nlmsghdr (16 B, host byte order) +
 //! genlmsghdr (4 B) + raw concatenated IPFIX messages; several netlink messages may share one
 //! datagram, each padded to 4 bytes. Pure functions: the socket lives in [`crate::sys`].
+//! Header lengths are `stel_ebpf_common`'s (the kernel filter parses the same bytes).
+
+use stel_ebpf_common as wire;
 
 /// nlmsghdr length.
-pub const NLMSG_HDRLEN: usize = 16;
+pub const NLMSG_HDRLEN: usize = wire::NLMSG_HDRLEN as usize;
 /// genlmsghdr length.
-pub const GENL_HDRLEN: usize = 4;
+pub const GENL_HDRLEN: usize = wire::GENL_HDRLEN as usize;
 /// Headers before the IPFIX payload.
 pub const HEADERS_LEN: usize = NLMSG_HDRLEN + GENL_HDRLEN;
+// The kernel filter's offsets agree with this framing (checked at compile time).
+const _: () = assert!(wire::IPFIX_VERSION_OFFSET as usize == HEADERS_LEN);
+const _: () =
+    assert!(wire::FIRST_SET_ID_OFFSET as usize == HEADERS_LEN + crate::ipfix::MESSAGE_HEADER_LEN);
 /// Largest netlink message we send: a 65,536-byte message is charged 131,328 bytes of receive
 /// buffer by the kernel, so stay below 64 KiB − 320 B (measured; see DESIGN.md).
 pub const MAX_NETLINK_MESSAGE: usize = 65536 - 320;
@@ -16,7 +23,7 @@ pub const MAX_IPFIX_PAYLOAD: usize = MAX_NETLINK_MESSAGE - HEADERS_LEN;
 /// nlmsg_type used on NETLINK_USERSOCK (first non-control type).
 pub const USERSOCK_MSG_TYPE: u16 = 0x10;
 /// Control message types below this carry no payload for us (NOOP, ERROR, DONE, OVERRUN).
-pub const NLMSG_MIN_TYPE: u16 = 0x10;
+pub const NLMSG_MIN_TYPE: u16 = wire::NLMSG_MIN_TYPE;
 
 /// Appends one netlink message carrying `payload` (genl command 0, version 1), padded to 4 bytes.
 pub fn frame(out: &mut Vec<u8>, msg_type: u16, seq: u32, payload: &[u8]) {

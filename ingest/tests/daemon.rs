@@ -345,7 +345,7 @@ fn slow_demo_stops_on_time_and_decodes_everything_sent() {
 /// names and the snapshots' timestamps.
 #[test]
 fn demo_exports_every_decoded_counter_over_otlp() {
-    use stel_store::otlp::testutil::{Receiver, ReceiverOptions};
+    use stel_testkit::otlp::{Receiver, ReceiverOptions};
     let rx = Receiver::start(ReceiverOptions {
         grpc: true,
         ..Default::default()

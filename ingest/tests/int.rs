@@ -13,10 +13,8 @@ use std::{
 
 use serde_json::Value;
 use stel_ingest::int::{evc::EvcSources, IntBatch, IntDecodeConfig, IntDecoder, IntSink};
-use stel_store::{
-    int::{IntSink as ParquetIntSink, IntSinkConfig},
-    testutil::python3,
-};
+use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig};
+use stel_testkit::python3;
 
 struct ToSink<'a>(&'a ParquetIntSink, u64);
 impl IntSink for ToSink<'_> {

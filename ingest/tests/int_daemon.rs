@@ -11,7 +11,7 @@ use std::{
 };
 
 use serde_json::Value;
-use stel_store::testutil::python3;
+use stel_testkit::python3;
 
 fn status(path: &Path) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()

@@ -598,7 +598,7 @@ fn wait_status(
 #[test]
 fn a_filter_insert_failure_leaves_no_trace() {
     use redis::Commands;
-    let r = stel_store::sonic::testutil::TestRedis::start();
+    let r = stel_testkit::redis::TestRedis::start();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("d.toml");
     std::fs::write(

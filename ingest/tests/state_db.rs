@@ -1,6 +1,6 @@
 //! STATE_DB watcher and the whole SONiC path against a real redis-server (one private server per
 //! test on a temp unix socket; `STEL_REDIS_URL` to use another — see
-//! `stel_store::sonic::testutil`). A missing redis-server fails these tests.
+//! `stel_testkit::redis`). A missing redis-server fails these tests.
 
 use std::{
     collections::HashMap,
@@ -20,8 +20,9 @@ use stel_ingest::{
 use stel_store::{
     rate::parse_lua_number,
     sai::ObjectType,
-    sonic::{testutil::TestRedis, CountersDbConfig, CountersDbSink},
+    sonic::{CountersDbConfig, CountersDbSink},
 };
+use stel_testkit::redis::TestRedis;
 
 const HFT_KEY: &str = "HIGH_FREQUENCY_TELEMETRY_SESSION_TABLE|stel_demo|PORT";
 

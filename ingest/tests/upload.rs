@@ -10,7 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
-use stel_store::testutil::{free_port, s3_client_env, MotoS3};
+use stel_testkit::{free_port, s3_client_env, MotoS3};
 
 /// Runs the demo daemon for `secs` with `extra` config (TOML) under `dir`; returns its status.
 fn run_daemon(dir: &Path, extra: &str, secs: u32, env: &[(&str, &str)]) -> Value {
@@ -103,7 +103,7 @@ for k, b in local.items():
     rows += a.num_rows
 print(len(local), rows)
 "#;
-    let mut c = stel_store::testutil::python3(SCRIPT);
+    let mut c = stel_testkit::python3(SCRIPT);
     c.args([data.to_str().unwrap(), dest, SWITCH]);
     for (k, v) in env {
         c.env(k, v);

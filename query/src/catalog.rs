@@ -554,21 +554,38 @@ pub fn with_pruning(
     })
 }
 
+/// `date`/`hour` partition predicates for `ts` in `[lo, hi]` (inclusive; `None`: unbounded):
+/// whole hour directories outside the range are pruned before any file is opened.
+pub(crate) fn partition_bounds(lo: Option<i64>, hi: Option<i64>) -> Vec<Expr> {
+    use stel_store::paths::UtcHour;
+    let mut out = Vec::new();
+    if let Some(lo) = lo {
+        let h = UtcHour::of_ns(lo);
+        let d = h.date_value();
+        out.push(
+            col("date").gt(lit(d.clone())).or(col("date")
+                .eq(lit(d))
+                .and(col("hour").gt_eq(lit(h.hour_value())))),
+        );
+    }
+    if let Some(hi) = hi {
+        let h = UtcHour::of_ns(hi);
+        let d = h.date_value();
+        out.push(
+            col("date").lt(lit(d.clone())).or(col("date")
+                .eq(lit(d))
+                .and(col("hour").lt_eq(lit(h.hour_value())))),
+        );
+    }
+    out
+}
+
 /// `date`/`hour` partition predicates for `[from, to)`.
 fn partition_filter(r: &TimeRange) -> Expr {
-    let part = |ns: i64| {
-        let t = chrono::DateTime::from_timestamp_nanos(ns);
-        (t.format("%Y-%m-%d").to_string(), t.format("%H").to_string())
-    };
-    let (d0, h0) = part(r.from_ns);
-    let (d1, h1) = part(r.to_ns - 1);
-    let lower = col("date")
-        .gt(lit(d0.clone()))
-        .or(col("date").eq(lit(d0)).and(col("hour").gt_eq(lit(h0))));
-    let upper = col("date")
-        .lt(lit(d1.clone()))
-        .or(col("date").eq(lit(d1)).and(col("hour").lt_eq(lit(h1))));
-    lower.and(upper)
+    partition_bounds(Some(r.from_ns), Some(r.to_ns - 1))
+        .into_iter()
+        .reduce(Expr::and)
+        .expect("two bounds")
 }
 
 /// `date`/`hour` partition predicates plus `ts` predicates for `[from, to)`.

@@ -13,7 +13,6 @@
 //! daemon must never link; it depends on `stel-store` only for names and the file contract.
 #![forbid(unsafe_code)]
 
-pub mod bench;
 pub mod catalog;
 pub mod cmd;
 pub mod engine;

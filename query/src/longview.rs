@@ -222,32 +222,6 @@ fn split_and(e: &Expr) -> Vec<&Expr> {
     }
 }
 
-/// `date`/`hour` partition predicates for `ts` in `[lo, hi]`.
-fn partition_filters(lo: Option<i64>, hi: Option<i64>) -> Vec<Expr> {
-    let part = |ns: i64| {
-        let t = chrono::DateTime::from_timestamp_nanos(ns);
-        (t.format("%Y-%m-%d").to_string(), t.format("%H").to_string())
-    };
-    let mut out = Vec::new();
-    if let Some(lo) = lo {
-        let (d, h) = part(lo);
-        out.push(
-            col("date")
-                .gt(lit(d.clone()))
-                .or(col("date").eq(lit(d)).and(col("hour").gt_eq(lit(h)))),
-        );
-    }
-    if let Some(hi) = hi {
-        let (d, h) = part(hi);
-        out.push(
-            col("date")
-                .lt(lit(d.clone()))
-                .or(col("date").eq(lit(d)).and(col("hour").lt_eq(lit(h)))),
-        );
-    }
-    out
-}
-
 impl LongView {
     /// Per source, the indices of the columns the label filters keep.
     fn pick(&self, state: &dyn DfSession, label_filters: &[Expr]) -> DfResult<Vec<Vec<usize>>> {
@@ -355,7 +329,7 @@ impl TableProvider for LongView {
             }
         }
         let (lo, hi) = ts_bounds(&time_filters);
-        let part_filters = partition_filters(lo, hi);
+        let part_filters = crate::catalog::partition_bounds(lo, hi);
         let ts_predicate = datafusion::logical_expr::utils::conjunction(time_filters);
         let picks = self.pick(state, &label_filters)?;
         let mut children: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
@@ -584,9 +558,14 @@ mod tests {
             Some("UTC".into()),
         ))))]);
         assert_eq!((lo, hi), (Some(3_600_000_000_000), Some(7_199_999_999_999)));
-        assert_eq!(partition_filters(lo, hi).len(), 2);
+        assert_eq!(crate::catalog::partition_bounds(lo, hi).len(), 2);
     }
 }
+
+/// The synthetic history the bench writes (not a library module; see its docs).
+#[cfg(test)]
+#[path = "synth.rs"]
+mod synth;
 
 #[cfg(test)]
 mod data_tests {
@@ -594,10 +573,9 @@ mod data_tests {
 
     use arrow_array::{cast::AsArray, types::Int64Type};
 
-    use crate::{
-        bench::{bench_schema, generate, START_NS},
-        catalog::Catalog,
-    };
+    use super::synth::{bench_schema, generate, START_NS};
+
+    use crate::catalog::Catalog;
 
     async fn one(cat: &Catalog, sql: &str) -> i64 {
         let b = cat.ctx.sql(sql).await.unwrap().collect().await.unwrap();

@@ -66,72 +66,72 @@ impl Rates {
     }
 }
 
-/// `INIT_DONE` of `RATES:<oid>:PORT`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum InitDone {
-    /// No poll yet.
-    #[default]
-    Absent,
-    /// One poll stored, no rate yet.
-    CountersLast,
-    /// Rates written at least once (EMA from now on).
-    Done,
+/// `INIT_DONE` of `RATES:<oid>:PORT` (the daemon's type: one state machine for both).
+pub use stel_store::rate::InitState as InitDone;
+
+/// One object's rate state across polls: the daemon's RATES state machine
+/// ([`stel_store::rate::RateState`]), so `stel-query rates` and the live `RATES` table agree
+/// bit for bit, plus the per-interval deltas portstat prints.
+#[derive(Debug, Clone)]
+pub struct RateState {
+    inner: stel_store::rate::RateState,
 }
 
-/// One object's rate state across polls.
-#[derive(Debug, Clone, Default)]
-pub struct RateState {
-    pub init: InitDone,
-    last: Option<(i64, Inputs)>,
-    ema: [Option<f64>; 4],
+impl Default for RateState {
+    fn default() -> Self {
+        Self {
+            inner: stel_store::rate::RateState::new(stel_store::rate::RateKind::Port),
+        }
+    }
 }
 
 impl RateState {
+    /// The current `INIT_DONE`.
+    pub fn init(&self) -> InitDone {
+        self.inner.init()
+    }
+
     /// Feeds the poll at `t_ns`; returns the rates it completes (none for the first poll, a
-    /// reset, or a poll not after the previous one). `alpha` = `None`: no smoothing.
+    /// reset, a poll with no inputs, or one not after the previous one). `alpha` = `None`: no
+    /// smoothing (α = 1 gives the raw rate exactly).
     pub fn poll(&mut self, t_ns: i64, now: Inputs, alpha: Option<f64>) -> Option<Rates> {
-        let Some((t0, then)) = self.last else {
-            self.last = Some((t_ns, now));
-            self.init = InitDone::CountersLast;
-            return None;
-        };
-        if t_ns <= t0 {
-            return None;
+        use stel_store::rate::{input, Outcome, RateSample};
+        let mut inputs = [None; input::COUNT];
+        inputs[input::RX_OCTETS] = now[0];
+        inputs[input::TX_OCTETS] = now[1];
+        inputs[input::RX_PKTS] = now[2];
+        inputs[input::TX_PKTS] = now[3];
+        let before = self.inner.last().copied();
+        match self.inner.update(
+            &RateSample {
+                ts_ns: t_ns,
+                inputs,
+            },
+            alpha.unwrap_or(1.0),
+        ) {
+            Outcome::Raw | Outcome::Smoothed => {}
+            Outcome::Seeded | Outcome::Reset | Outcome::Skipped(_) => return None,
         }
-        let reset = now
-            .iter()
-            .zip(&then)
-            .any(|(n, o)| matches!((n, o), (Some(n), Some(o)) if n < o));
-        self.last = Some((t_ns, now));
-        if reset {
-            self.init = InitDone::CountersLast;
-            self.ema = [None; 4];
-            return None;
-        }
-        // Same operation order as stel_store::rate (bit-identical results).
-        let scale = 1e9 / (t_ns - t0) as f64;
-        let delta = |i: usize| match (now[i], then[i]) {
-            (Some(n), Some(o)) => Some(n - o),
-            _ => None,
-        };
-        let mut out = [None; 4];
-        for (i, o) in out.iter_mut().enumerate() {
-            let raw = delta(i).map(|d| d as f64 * scale);
-            *o = match (alpha, self.init, raw, self.ema[i]) {
-                (Some(a), InitDone::Done, Some(r), Some(old)) => Some(a * r + (1.0 - a) * old),
-                (_, _, r, _) => r,
-            };
-            self.ema[i] = *o;
-        }
-        self.init = InitDone::Done;
+        let before = before?;
+        // `now` and `at` are indexed like [`Inputs`] (RX bytes, TX bytes, RX pkts, TX pkts).
+        let at = [
+            input::RX_OCTETS,
+            input::TX_OCTETS,
+            input::RX_PKTS,
+            input::TX_PKTS,
+        ];
+        let delta = |k: usize| Some(now[k]? - before.inputs[at[k]]?);
+        // A rate the daemon keeps from an earlier poll is N/A here when this poll lacks it.
+        let r = self.inner.rates();
+        let rate = |k: usize, v: Option<f64>| v.filter(|_| delta(k).is_some());
         Some(Rates {
-            rx_bps: out[0],
-            tx_bps: out[1],
-            rx_pps: out[2],
-            tx_pps: out[3],
+            rx_bps: rate(0, r.rx_bps),
+            tx_bps: rate(1, r.tx_bps),
+            rx_pps: rate(2, r.rx_pps),
+            tx_pps: rate(3, r.tx_pps),
             rx_ok: delta(2),
             tx_ok: delta(3),
-            dt_ns: t_ns - t0,
+            dt_ns: t_ns - before.ts_ns,
         })
     }
 }
@@ -248,7 +248,7 @@ mod tests {
         let mut s = RateState::default();
         let a = Some(alpha(10));
         assert_eq!(s.poll(0, [Some(0); 4], a), None);
-        assert_eq!(s.init, InitDone::CountersLast);
+        assert_eq!(s.init(), InitDone::CountersLast);
         // Second poll: raw, unsmoothed.
         let r = s
             .poll(1_000_000_000, [Some(1000), Some(500), Some(10), Some(5)], a)
@@ -256,7 +256,7 @@ mod tests {
         assert_eq!(r.rx_bps, Some(1000.0));
         assert_eq!(r.tx_pps, Some(5.0));
         assert_eq!(r.rx_ok, Some(10));
-        assert_eq!(s.init, InitDone::Done);
+        assert_eq!(s.init(), InitDone::Done);
         // Third: EMA of raw 3000 with old 1000.
         let r = s
             .poll(
@@ -272,7 +272,7 @@ mod tests {
             s.poll(3_000_000_000, [Some(10), Some(10), Some(1), Some(1)], a),
             None
         );
-        assert_eq!(s.init, InitDone::CountersLast);
+        assert_eq!(s.init(), InitDone::CountersLast);
         let r = s
             .poll(4_000_000_000, [Some(110), Some(10), Some(2), Some(1)], a)
             .unwrap();

@@ -107,12 +107,8 @@ pub fn fmt_ts(ns: i64) -> String {
 /// # Errors
 /// A text that is not a duration; the message shows examples.
 pub fn parse_duration_ns(s: &str) -> Result<i64> {
-    let d = humantime::parse_duration(s.trim()).map_err(|e| {
-        Error::Usage(format!(
-            "`{s}` is not a duration ({e}); examples: 10us, 500ms, 30s, 10m, 1h"
-        ))
-    })?;
-    i64::try_from(d.as_nanos())
+    let ns = stel_store::units::parse_duration_ns(s).map_err(Error::Usage)?;
+    i64::try_from(ns)
         .ok()
         .filter(|n| *n > 0)
         .ok_or_else(|| Error::Usage(format!("duration `{s}` must be > 0 and < 292 years")))

@@ -11,10 +11,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use stel_benches::fleet::{self, FleetConfig, LAKE};
-use stel_store::{
-    sai::ObjectType,
-    testutil::{python3, s3_client_env, MotoS3, SailServer},
-};
+use stel_store::sai::ObjectType;
+use stel_testkit::{python3, s3_client_env, MotoS3, SailServer};
 
 fn stel_query() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_stel-query"))

@@ -18,8 +18,8 @@ use stel_ingest::{
 use stel_store::{
     parquet::{ParquetSink, ParquetSinkConfig},
     sai::ObjectType,
-    testutil::{s3_client_env, MotoS3},
 };
+use stel_testkit::{s3_client_env, MotoS3};
 
 const START: i64 = 1_700_000_000_000_000_000;
 
@@ -45,12 +45,15 @@ fn publish(root: &Path, b: &CounterBatch, from: usize, rows_per_file: usize) {
     while start < b.ts.len() {
         let sink = ParquetSink::start(ParquetSinkConfig::for_test(root)).expect("parquet sink");
         let end = (start + rows_per_file).min(b.ts.len());
-        sink.submit(Arc::new(CounterBatch {
-            schema: Arc::clone(&b.schema),
-            ts: b.ts[start..end].to_vec(),
-            values: b.values[start * w..end * w].to_vec(),
-            part_masks: Vec::new(),
-        }))
+        sink.submit(Arc::new(
+            CounterBatch::new(
+                Arc::clone(&b.schema),
+                b.ts[start..end].to_vec(),
+                b.values[start * w..end * w].to_vec(),
+                Vec::new(),
+            )
+            .expect("batch shape"),
+        ))
         .expect("submit");
         start = end;
         let stats = sink.shutdown().expect("shutdown");
@@ -576,12 +579,13 @@ fn inspect_tails_newly_published_files() {
     std::fs::create_dir_all(&root).unwrap();
     publish(
         &root,
-        &CounterBatch {
-            schema: Arc::clone(&all.schema),
-            ts: all.ts[..500].to_vec(),
-            values: all.values[..500 * all.schema.width()].to_vec(),
-            part_masks: Vec::new(),
-        },
+        &CounterBatch::new(
+            Arc::clone(&all.schema),
+            all.ts[..500].to_vec(),
+            all.values[..500 * all.schema.width()].to_vec(),
+            Vec::new(),
+        )
+        .expect("batch shape"),
         0,
         500,
     );
@@ -673,7 +677,7 @@ fn export_keeps_escaped_profile_directories() {
     let env = s3_client_env(&url);
     let o = query(&["export", "-d", d, "s3://lake/x", "--json"], &env);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let keys = stel_store::testutil::python3(&format!(
+    let keys = stel_testkit::python3(&format!(
         "import boto3; c = boto3.client('s3', endpoint_url='{url}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1'); print('\\n'.join(o['Key'] for o in c.list_objects_v2(Bucket='lake')['Contents']))"
     ))
     .output()

@@ -35,7 +35,72 @@ pub struct CounterBatch {
     pub part_masks: Vec<u32>,
 }
 
+/// Why [`CounterBatch::new`] refused its parts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchShapeError {
+    #[error("{values} values for {rows} rows of width {width} (expected {expected})", expected = rows * width)]
+    Values {
+        values: usize,
+        rows: usize,
+        width: usize,
+    },
+    #[error("{masks} part masks for {rows} rows (expected 0 or {rows})")]
+    Masks { masks: usize, rows: usize },
+    #[error("row {row}'s part mask {mask:#x} names a part beyond the schema's {parts}")]
+    MaskBits { row: usize, mask: u32, parts: usize },
+}
+
 impl CounterBatch {
+    /// A batch from its parts, checked: `values` is `ts.len() × width` long, `part_masks` is
+    /// empty or one mask per row naming only the schema's parts. Every batch built outside the
+    /// decoder (the emulator, tests, benchmarks, generators) goes through here; the sinks index
+    /// `values` by row and column and would otherwise panic on a short batch.
+    ///
+    /// # Errors
+    /// See [`BatchShapeError`].
+    pub fn new(
+        schema: Arc<SessionSchema>,
+        ts: Vec<i64>,
+        values: Vec<u64>,
+        part_masks: Vec<u32>,
+    ) -> Result<Self, BatchShapeError> {
+        let (rows, width) = (ts.len(), schema.width());
+        if values.len() != rows * width {
+            return Err(BatchShapeError::Values {
+                values: values.len(),
+                rows,
+                width,
+            });
+        }
+        if !part_masks.is_empty() {
+            if part_masks.len() != rows {
+                return Err(BatchShapeError::Masks {
+                    masks: part_masks.len(),
+                    rows,
+                });
+            }
+            let parts = schema.parts();
+            let allowed = if parts >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << parts) - 1
+            };
+            if let Some((row, &mask)) = part_masks
+                .iter()
+                .enumerate()
+                .find(|(_, m)| **m & !allowed != 0)
+            {
+                return Err(BatchShapeError::MaskBits { row, mask, parts });
+            }
+        }
+        Ok(Self {
+            schema,
+            ts,
+            values,
+            part_masks,
+        })
+    }
+
     /// Number of snapshots.
     pub fn rows(&self) -> usize {
         self.ts.len()
@@ -362,6 +427,34 @@ impl BatchBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checked_constructor_refuses_bad_shapes() {
+        let s = schema(&[2, 2]);
+        assert_eq!((s.width(), s.parts()), (4, 2));
+        assert!(CounterBatch::new(Arc::clone(&s), vec![1, 2], vec![0; 8], vec![]).is_ok());
+        assert!(CounterBatch::new(Arc::clone(&s), vec![1, 2], vec![0; 8], vec![3, 1]).is_ok());
+        assert_eq!(
+            CounterBatch::new(Arc::clone(&s), vec![1, 2], vec![0; 7], vec![]).unwrap_err(),
+            BatchShapeError::Values {
+                values: 7,
+                rows: 2,
+                width: 4
+            }
+        );
+        assert_eq!(
+            CounterBatch::new(Arc::clone(&s), vec![1, 2], vec![0; 8], vec![3]).unwrap_err(),
+            BatchShapeError::Masks { masks: 1, rows: 2 }
+        );
+        assert_eq!(
+            CounterBatch::new(s, vec![1, 2], vec![0; 8], vec![3, 4]).unwrap_err(),
+            BatchShapeError::MaskBits {
+                row: 1,
+                mask: 4,
+                parts: 2
+            }
+        );
+    }
     use crate::{sai::StatKey, schema::CounterColumn};
     use arrow_array::cast::AsArray;
 

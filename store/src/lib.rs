@@ -22,6 +22,7 @@ pub mod batch;
 mod durable;
 pub mod int;
 pub mod live;
+pub mod log_limit;
 pub mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
@@ -33,9 +34,9 @@ pub mod sai;
 pub mod schema;
 #[cfg(feature = "redis")]
 pub mod sonic;
-pub mod testutil;
+pub mod units;
 #[cfg(feature = "upload")]
 pub mod upload;
 
-pub use batch::{BatchBuilder, CounterBatch};
+pub use batch::{BatchBuilder, BatchShapeError, CounterBatch};
 pub use schema::{CounterColumn, SessionSchema};

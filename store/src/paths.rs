@@ -36,7 +36,8 @@ use std::path::{Path, PathBuf};
 /// The Hive value written for an empty profile or group (Hive's own spelling).
 pub const EMPTY_VALUE: &str = "__HIVE_DEFAULT_PARTITION__";
 
-const NS_PER_HOUR: i64 = 3_600_000_000_000;
+/// Nanoseconds in an hour (the partition width).
+pub const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
 /// Escapes a partition value: keeps `[A-Za-z0-9_-]`, percent-encodes every other byte of its
 /// UTF-8 form as `%XX`. An empty value becomes [`EMPTY_VALUE`].
@@ -157,13 +158,77 @@ impl UtcHour {
 
     /// `date=YYYY-MM-DD`
     pub fn date_segment(&self) -> String {
-        format!("date={:04}-{:02}-{:02}", self.year, self.month, self.day)
+        format!("date={}", self.date_value())
     }
 
     /// `hour=HH`
     pub fn hour_segment(&self) -> String {
-        format!("hour={:02}", self.hour)
+        format!("hour={}", self.hour_value())
     }
+
+    /// `YYYY-MM-DD`: the `date` partition value (what a Hive-partitioned reader sees).
+    pub fn date_value(&self) -> String {
+        format!("{:04}-{:02}-{:02}", self.year, self.month, self.day)
+    }
+
+    /// `HH`: the `hour` partition value.
+    pub fn hour_value(&self) -> String {
+        format!("{:02}", self.hour)
+    }
+
+    /// First ns of this hour.
+    pub fn start_ns(&self) -> i64 {
+        let days = days_from_civil(self.year, self.month, self.day);
+        (days * 24 + i64::from(self.hour)).saturating_mul(NS_PER_HOUR)
+    }
+
+    /// The hour of a path with `date=YYYY-MM-DD` and `hour=HH` segments (a partition directory
+    /// or a file under one, relative or absolute); `None` when either is missing or malformed.
+    pub fn parse_path(path: &str) -> Option<Self> {
+        let (mut date, mut hour) = (None, None);
+        for seg in path.split('/') {
+            if let Some(d) = seg.strip_prefix("date=") {
+                date = Some(d);
+            } else if let Some(h) = seg.strip_prefix("hour=") {
+                hour = Some(h);
+            }
+        }
+        let (date, hour) = (date?, hour?);
+        let num = |s: &str, len: usize| {
+            (s.len() == len && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<u32>().ok())?
+        };
+        let mut ymd = date.split('-');
+        let (y, m, d) = (
+            num(ymd.next()?, 4)?,
+            num(ymd.next()?, 2)?,
+            num(ymd.next()?, 2)?,
+        );
+        let hour = num(hour, 2)?;
+        let ok = ymd.next().is_none()
+            && (1..=12).contains(&m)
+            && (1..=31).contains(&d)
+            && hour < 24
+            && civil_from_days(days_from_civil(y as i32, m, d)) == (y as i32, m, d);
+        ok.then_some(Self {
+            year: y as i32,
+            month: m,
+            day: d,
+            hour,
+        })
+    }
+}
+
+/// (year, month, day) → days since 1970-01-01, proleptic Gregorian (the inverse of
+/// [`civil_from_days`], H. Hinnant's algorithm).
+fn days_from_civil(y: i32, m: u32, d: u32) -> i64 {
+    let y = i64::from(y) - i64::from(m <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (i64::from(m) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
@@ -593,6 +658,42 @@ mod tests {
         assert_eq!(UtcHour::of_ns(next).date_segment(), "date=2024-03-01");
         assert_eq!(UtcHour::of_ns(next).hour_segment(), "hour=00");
         assert_eq!(UtcHour::next_start_ns(next), next + NS_PER_HOUR);
+    }
+
+    #[test]
+    fn hour_paths_parse_and_round_trip() {
+        for ts in [
+            0,
+            -1,
+            1_709_251_199_999_999_999,
+            1_700_000_000_123_456_789,
+            4_102_444_800 * 1_000_000_000,
+        ] {
+            let h = UtcHour::of_ns(ts);
+            let p = format!(
+                "profile=p/group=PORT/{}/{}/part-1-000000.parquet",
+                h.date_segment(),
+                h.hour_segment()
+            );
+            assert_eq!(UtcHour::parse_path(&p), Some(h), "{p}");
+            assert!(
+                h.start_ns() <= ts && ts < h.start_ns() + NS_PER_HOUR,
+                "{ts}"
+            );
+            assert_eq!(UtcHour::of_ns(h.start_ns()), h);
+        }
+        for bad in [
+            "date=2023-11-14",
+            "hour=22",
+            "date=2023-11-14/hour=24",
+            "date=2023-02-30/hour=01",
+            "date=2023-1-14/hour=01",
+            "date=2023-11-14-1/hour=01",
+            "date=+023-11-14/hour=01",
+            "date=2023-11-14/hour=1",
+        ] {
+            assert_eq!(UtcHour::parse_path(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -43,6 +43,10 @@
 //! outran a destination outage) is counted in `vanished_files`/`vanished_bytes` and logged as an
 //! error: that data never reaches the lake.
 use crate::durable::fsync_dir;
+use crate::log_limit::LogLimiter;
+
+/// How often a repeated upload failure is logged.
+const LOG_EVERY: Duration = Duration::from_secs(10);
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fs,
@@ -549,37 +553,6 @@ impl State {
     }
 }
 
-/// Logs at most once per interval, counting what it held back.
-#[derive(Debug)]
-struct Limiter {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl Limiter {
-    const EVERY: Duration = Duration::from_secs(10);
-
-    fn new() -> Self {
-        Self {
-            last: None,
-            suppressed: 0,
-        }
-    }
-
-    fn allow(&mut self) -> Option<u64> {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|l| now.duration_since(l) < Self::EVERY)
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
-
 /// How one upload ended.
 #[derive(Debug)]
 enum Outcome {
@@ -735,8 +708,8 @@ struct Engine {
     pending: BTreeMap<(u64, String), Pending>,
     consecutive_failures: u32,
     pause_until: Option<Instant>,
-    fail_log: Limiter,
-    vanish_log: Limiter,
+    fail_log: LogLimiter,
+    vanish_log: LogLimiter,
     first_scan: bool,
 }
 
@@ -1072,8 +1045,8 @@ impl Uploader {
             pending: BTreeMap::new(),
             consecutive_failures: 0,
             pause_until: None,
-            fail_log: Limiter::new(),
-            vanish_log: Limiter::new(),
+            fail_log: LogLimiter::new(LOG_EVERY),
+            vanish_log: LogLimiter::new(LOG_EVERY),
             first_scan: true,
             cfg,
         };

@@ -1,5 +1,5 @@
 //! The OTLP sink against a real OTLP receiver (`deploy/otlp_receiver.py`: grpcio and the
-//! OpenTelemetry protobuf definitions, started per test; see `stel_store::otlp::testutil`).
+//! OpenTelemetry protobuf definitions, started per test; see `stel_testkit::otlp`).
 //! Values are compared exactly. Run with `--features otlp,redis`.
 #![cfg(all(feature = "otlp", feature = "redis"))]
 
@@ -15,13 +15,15 @@ use stel_store::{
     labels,
     metrics::{Label, Metric, Registry},
     otlp::{
-        testutil::{test_pki, Point, Receiver, ReceiverOptions},
         ConfigDbConfig, DropReason, OtlpConfig, OtlpSink, OtlpStats, Protocol, WhenFull,
         PROFILE_TABLE,
     },
     sai::{ObjectType, StatKey},
-    sonic::testutil::TestRedis,
     CounterBatch, CounterColumn, SessionSchema,
+};
+use stel_testkit::{
+    otlp::{test_pki, Point, Receiver, ReceiverOptions},
+    redis::TestRedis,
 };
 
 const WAIT: Duration = Duration::from_secs(30);

@@ -88,7 +88,7 @@ fn assert_accounted(st: &ParquetStats) {
 /// Runs `script` under python3 with `args`; returns its stdout parsed as JSON. Panics (never
 /// skips) when python3/pyarrow is missing.
 fn python(script: &str, args: &[&str]) -> serde_json::Value {
-    let out = stel_store::testutil::python3(script)
+    let out = stel_testkit::python3(script)
         .args(args)
         .output()
         .unwrap_or_else(|e| {

@@ -1,5 +1,5 @@
 //! COUNTERS_DB + RATES writer against a real redis-server (started per test on a temp unix
-//! socket; see `stel_store::sonic::testutil`). Run with `--features redis`.
+//! socket; see `stel_testkit::redis`). Run with `--features redis`.
 #![cfg(feature = "redis")]
 
 use std::{collections::HashMap, sync::Arc};
@@ -8,9 +8,10 @@ use redis::Commands;
 use stel_store::{
     rate::{format_bps, format_rate_field, format_util, parse_lua_number, port_speed_mbps},
     sai::{ObjectType, StatKey},
-    sonic::{testutil::TestRedis, CountersDbConfig, CountersDbSink, Shed},
+    sonic::{CountersDbConfig, CountersDbSink, Shed},
     CounterBatch, CounterColumn, SessionSchema,
 };
+use stel_testkit::redis::TestRedis;
 
 const RATE_STATS: [&str; 4] = [
     "IF_IN_OCTETS",

@@ -52,7 +52,7 @@ enum Bench {
         rate: f64,
     },
     /// stel-query's `rates` scan vs DuckDB over the same Parquet files (64 ports × 30 stats at
-    /// 10 µs). Runs `stel-query bench` through cargo, so this binary never links DataFusion.
+    /// 10 µs). Runs `stel-query-bench` through cargo, so this binary never links DataFusion.
     Query {
         /// A short window (0.5 s of snapshots).
         #[arg(long)]
@@ -181,11 +181,20 @@ fn decode(quick: bool) -> Result<serde_json::Value, String> {
 }
 
 /// `query`: stel-query's rates scan vs DuckDB over the same files. The logic lives in stel-query
-/// (hidden `stel-query bench`), which this spawns through cargo so that stel-bench itself never
+/// (`stel-query-bench`, a binary of the stel-query crate), which this spawns through cargo so that stel-bench itself never
 /// links DataFusion.
 fn query(quick: bool) -> Result<serde_json::Value, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut args = vec!["run", "--release", "-q", "-p", "stel-query", "--", "bench"];
+    let mut args = vec![
+        "run",
+        "--release",
+        "-q",
+        "-p",
+        "stel-query",
+        "--bin",
+        "stel-query-bench",
+        "--",
+    ];
     if quick {
         args.push("--quick");
     }
@@ -195,7 +204,7 @@ fn query(quick: bool) -> Result<serde_json::Value, String> {
         .output()
         .map_err(|e| format!("query: cannot run cargo: {e}"))?;
     if !out.status.success() {
-        return Err(format!("query: stel-query bench failed ({})", out.status));
+        return Err(format!("query: stel-query-bench failed ({})", out.status));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout.lines().last().unwrap_or_default();

@@ -51,7 +51,7 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     stat_names: Vec<String>,
     /// Poll interval of the switch (e.g. 10us, 1ms).
-    #[arg(long, default_value = "10us", value_parser = emu::parse_duration_ns)]
+    #[arg(long, default_value = "10us", value_parser = stel_store::units::parse_duration_ns)]
     interval: u64,
     /// Snapshots per message; 0 = as many as fit in 64 KiB − 320 B.
     #[arg(long, default_value_t = 0)]
@@ -63,7 +63,7 @@ struct Args {
     #[arg(long, default_value_t = 100.0)]
     speed_gbps: f64,
     /// How long to stream (e.g. 10s, 2m). Default: until Ctrl-C (netlink) or 1s (file).
-    #[arg(long, value_parser = emu::parse_duration_ns)]
+    #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
     duration: Option<u64>,
     /// Send over NETLINK_USERSOCK to this multicast group (1-32). Needs root.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
@@ -94,7 +94,7 @@ struct Args {
     #[arg(long)]
     session: Option<PathBuf>,
     /// Zero all counters once after this much switch time (a counter reset).
-    #[arg(long, value_parser = emu::parse_duration_ns)]
+    #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
     reset_after: Option<u64>,
     /// IPFIX observation domain.
     #[arg(long, default_value_t = 0)]
@@ -106,7 +106,7 @@ struct Args {
     #[arg(long, value_enum, default_value_t = SeqArg::PerMessage)]
     seq_mode: SeqArg,
     /// Resend the template this often (switch time).
-    #[arg(long, default_value = "1s", value_parser = emu::parse_duration_ns)]
+    #[arg(long, default_value = "1s", value_parser = stel_store::units::parse_duration_ns)]
     template_every: u64,
     /// HFT profile name for the session file.
     #[arg(long, default_value = "stel_demo")]
@@ -174,10 +174,6 @@ fn config(a: &Args) -> Result<EmuConfig, String> {
     c.reset_at_snapshot = a.reset_after.map(|ns| ns / a.interval.max(1));
     c.profile = a.profile.clone();
     Ok(c)
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 enum Out {
@@ -331,14 +327,8 @@ fn run(a: Args) -> Result<(), String> {
     });
     let mut emu = Emulator::new(cfg).map_err(|e| format!("bad configuration: {e}"))?;
     if let Some(p) = &a.session {
-        let spec = emu.session_spec();
-        let j = serde_json::json!({
-            "profile": spec.profile, "group": spec.group, "domain": spec.domain,
-            "object_names": spec.object_names.join(","),
-            "object_ids": spec.object_ids.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
-            "session_type": "ipfix", "stream_status": "enabled",
-            "session_config_hex": hex(&emu.session_config()),
-        });
+        let j =
+            stel_ingest::config::SessionFile::to_json(&emu.session_spec(), &emu.session_config());
         std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap_or_default())
             .map_err(|e| format!("{}: {e}", p.display()))?;
     }

@@ -157,7 +157,7 @@ struct Args {
     #[arg(long, conflicts_with_all = ["demo", "usersock_group", "input"], requires = "int_listen")]
     int_only: bool,
     /// Stop after this long (e.g. 30s); default: until SIGINT/SIGTERM.
-    #[arg(long, value_parser = emu::parse_duration_ns)]
+    #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
     duration: Option<u64>,
     /// Print the final counters as JSON on stdout.
     #[arg(long)]
@@ -177,7 +177,7 @@ struct Args {
     #[arg(long, default_value_t = 30)]
     stats: usize,
     /// Demo: poll interval.
-    #[arg(long, default_value = "10us", value_parser = emu::parse_duration_ns)]
+    #[arg(long, default_value = "10us", value_parser = stel_store::units::parse_duration_ns)]
     interval: u64,
     /// Demo: load pattern.
     #[arg(long, value_enum, default_value_t = Pattern::Microburst)]

@@ -2,8 +2,7 @@
 //! AVX2 where the CPU has it (measured ~3.5× the baseline loop here), the portable loop
 //! elsewhere. We never build for `target-cpu=native`.
 
-/// Decodes `src.len() / 8` big-endian u64s into `dst` (which must be at least that long).
-pub type BswapFn = fn(&mut [u64], &[u8]);
+pub use crate::ipfix::BswapFn;
 
 #[inline(always)]
 fn portable_inner(dst: &mut [u64], src: &[u8]) {

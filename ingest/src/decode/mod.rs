@@ -23,8 +23,9 @@ pub use stel_store::CounterBatch;
 use stel_store::{batch::MAX_PARTS, BatchBuilder, CounterColumn, SessionSchema};
 
 use crate::ipfix::{
-    be16, be32, DecodePlan, SeqMode, TemplateError, TemplateRecord, MESSAGE_HEADER_LEN,
-    MIN_DATA_SET_ID, OPTIONS_TEMPLATE_SET_ID, SET_HEADER_LEN, TEMPLATE_SET_ID, VERSION,
+    be16, be32, ConfigError, DecodePlan, SeqMode, TemplateError, TemplateMessages, TemplateRecord,
+    MESSAGE_HEADER_LEN, MIN_DATA_SET_ID, OPTIONS_TEMPLATE_SET_ID, SET_HEADER_LEN, TEMPLATE_SET_ID,
+    VERSION,
 };
 
 /// Profile of sessions known only from in-band templates (no STATE_DB / session file): the
@@ -97,7 +98,7 @@ pub enum SessionError {
     #[error("session_config holds no template")]
     NoTemplates,
     #[error("session_config is not a sequence of IPFIX messages: {0}")]
-    BadConfig(&'static str),
+    BadConfig(ConfigError),
     #[error("session_config template: {0}")]
     Template(#[from] TemplateError),
     #[error("a snapshot may be split over at most {MAX_PARTS} templates, got {0}")]
@@ -865,38 +866,12 @@ pub fn session_template_ids(session_config: &[u8]) -> Result<Vec<u16>, SessionEr
         .collect())
 }
 
-fn parse_template_messages(mut b: &[u8]) -> Result<Vec<TemplateRecord>, SessionError> {
-    let mut out = Vec::new();
-    while !b.is_empty() {
-        if b.len() < MESSAGE_HEADER_LEN || be16(b, 0) != VERSION {
-            return Err(SessionError::BadConfig("bad IPFIX message header"));
-        }
-        let len = be16(b, 2) as usize;
-        if len < MESSAGE_HEADER_LEN || len > b.len() {
-            return Err(SessionError::BadConfig("bad IPFIX message length"));
-        }
-        let mut sets = &b[MESSAGE_HEADER_LEN..len];
-        while sets.len() >= SET_HEADER_LEN {
-            let id = be16(sets, 0);
-            let sl = be16(sets, 2) as usize;
-            if sl < SET_HEADER_LEN || sl > sets.len() {
-                return Err(SessionError::BadConfig("bad set length"));
-            }
-            if id == TEMPLATE_SET_ID {
-                let mut body = &sets[SET_HEADER_LEN..sl];
-                while body.len() >= 4 {
-                    let (rec, used) = TemplateRecord::parse(body, false)?;
-                    body = &body[used..];
-                    if !rec.fields.is_empty() {
-                        out.push(rec);
-                    }
-                }
-            }
-            sets = &sets[sl..];
-        }
-        b = &b[len..];
+fn parse_template_messages(b: &[u8]) -> Result<Vec<TemplateRecord>, SessionError> {
+    match TemplateMessages::parse(b) {
+        Ok(m) => Ok(m.records),
+        Err(ConfigError::Template(e)) => Err(SessionError::Template(e)),
+        Err(e) => Err(SessionError::BadConfig(e)),
     }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use super::{
     NLCTRL_NOTIFY_GROUP,
 };
 use crate::sys::{netlink::NetlinkSocket, SysError};
+use stel_store::log_limit::LogLimiter;
 
 /// nlctrl builds replies and notifications in an NLMSG_DEFAULT_SIZE skb (≤ 8 KiB); 64 KiB leaves
 /// room for any page size, and a longer datagram is reported as truncated, never half-parsed.
@@ -336,43 +337,6 @@ enum State {
     Joined { family_id: u16, group_id: u32 },
 }
 
-/// Lets a repeated log line through once per `every`, counting what it held back.
-#[derive(Debug)]
-struct RateLimit {
-    every: Duration,
-    last: Option<Instant>,
-    held: u64,
-}
-
-impl RateLimit {
-    fn new(every: Duration) -> Self {
-        Self {
-            every,
-            last: None,
-            held: 0,
-        }
-    }
-
-    /// `Some(lines held back since the last one)` when this one may be logged.
-    fn ready(&mut self, now: Instant) -> Option<u64> {
-        match self.last {
-            Some(t) if now.duration_since(t) < self.every => {
-                self.held += 1;
-                None
-            }
-            _ => {
-                self.last = Some(now);
-                Some(std::mem::take(&mut self.held))
-            }
-        }
-    }
-
-    fn reset(&mut self) {
-        self.last = None;
-        self.held = 0;
-    }
-}
-
 /// Keeps a data socket in the configured family's multicast group across the family's
 /// absence, removal and re-registration.
 ///
@@ -389,8 +353,8 @@ pub struct GenlSource {
     ever_joined: bool,
     next_resync: Instant,
     counters: GenlCounters,
-    waiting_log: RateLimit,
-    error_log: RateLimit,
+    waiting_log: LogLimiter,
+    error_log: LogLimiter,
 }
 
 impl GenlSource {
@@ -410,8 +374,8 @@ impl GenlSource {
             ever_joined: false,
             next_resync: Instant::now(),
             counters: GenlCounters::default(),
-            waiting_log: RateLimit::new(Duration::from_secs(60)),
-            error_log: RateLimit::new(Duration::from_secs(60)),
+            waiting_log: LogLimiter::new(Duration::from_secs(60)),
+            error_log: LogLimiter::new(Duration::from_secs(60)),
         })
     }
 
@@ -435,7 +399,7 @@ impl GenlSource {
             self.next_resync = self
                 .next_resync
                 .min(Instant::now() + Duration::from_secs(1));
-            if let Some(held) = self.error_log.ready(Instant::now()) {
+            if let Some(held) = self.error_log.allow() {
                 tracing::warn!(%error, held, family = %self.cfg.genl.family,
                     "Generic netlink control failed; retrying.");
             }
@@ -547,7 +511,7 @@ impl GenlSource {
                     )?;
                 }
                 let now = Instant::now();
-                if let Some(held) = self.waiting_log.ready(now) {
+                if let Some(held) = self.waiting_log.allow_at(now) {
                     tracing::info!(family = %self.cfg.genl.family, held,
                         "Waiting for generic netlink family.");
                 }

@@ -888,7 +888,7 @@ pub struct IntArgs {
     #[arg(long)]
     pub count: Option<u64>,
     /// Stop after this long (e.g. 10s); default 1s unless --count is given.
-    #[arg(long, value_parser = crate::emu::parse_duration_ns)]
+    #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
     pub duration: Option<u64>,
     #[arg(long, default_value_t = 16)]
     pub flows: usize,

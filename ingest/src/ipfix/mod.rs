@@ -9,20 +9,26 @@ pub mod encode;
 pub mod template;
 
 pub use encode::{Encoder, HftTemplate};
-pub use template::{DecodePlan, FieldSpec, TemplateError, TemplateRecord, TimestampPlan};
+pub use template::{
+    BswapFn, ConfigError, DecodePlan, FieldSpec, TemplateError, TemplateMessages, TemplateRecord,
+    TimestampPlan,
+};
+
+// The framing constants are `stel_ebpf_common`'s: the kernel filter parses the same headers.
+use stel_ebpf_common as wire;
 
 /// IPFIX version number in every message header.
-pub const VERSION: u16 = 10;
+pub const VERSION: u16 = wire::IPFIX_VERSION;
 /// Message header: version, length, export time, sequence number, observation domain.
-pub const MESSAGE_HEADER_LEN: usize = 16;
+pub const MESSAGE_HEADER_LEN: usize = wire::IPFIX_HEADER_LEN as usize;
 /// Set header: set ID, set length.
-pub const SET_HEADER_LEN: usize = 4;
+pub const SET_HEADER_LEN: usize = wire::SET_HEADER_LEN as usize;
 /// Set ID of a template set.
-pub const TEMPLATE_SET_ID: u16 = 2;
+pub const TEMPLATE_SET_ID: u16 = wire::TEMPLATE_SET_ID;
 /// Set ID of an options template set.
-pub const OPTIONS_TEMPLATE_SET_ID: u16 = 3;
+pub const OPTIONS_TEMPLATE_SET_ID: u16 = wire::OPTIONS_TEMPLATE_SET_ID;
 /// Smallest template ID (and data set ID).
-pub const MIN_DATA_SET_ID: u16 = 256;
+pub const MIN_DATA_SET_ID: u16 = wire::MIN_DATA_SET_ID;
 /// Enterprise bit of an information element ID.
 pub const ENTERPRISE_BIT: u16 = 0x8000;
 /// IE 322 `observationTimeSeconds` (4 bytes).

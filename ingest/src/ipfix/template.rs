@@ -4,8 +4,13 @@ use stel_store::sai::StatKey;
 
 use super::{
     be16, be32, split_enterprise_number, ENTERPRISE_BIT, IE_OBSERVATION_TIME_NANOSECONDS,
-    IE_OBSERVATION_TIME_SECONDS, VARIABLE_LENGTH,
+    IE_OBSERVATION_TIME_SECONDS, MESSAGE_HEADER_LEN, SET_HEADER_LEN, TEMPLATE_SET_ID,
+    VARIABLE_LENGTH, VERSION,
 };
+
+/// Decodes `src.len() / 8` big-endian u64s into `dst` (which must be at least that long).
+/// The decoder picks one at runtime (`decode::select_bswap`); a plan only calls it.
+pub type BswapFn = fn(&mut [u64], &[u8]);
 
 /// One field specifier of a template record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,12 +283,7 @@ impl DecodePlan {
     /// Decodes the counters of `rec` (exactly `record_len` bytes) into `dst` (`width` values),
     /// big-endian, zero-extended to u64.
     #[inline]
-    pub fn decode_counters(
-        &self,
-        rec: &[u8],
-        dst: &mut [u64],
-        bswap: super::super::decode::BswapFn,
-    ) {
+    pub fn decode_counters(&self, rec: &[u8], dst: &mut [u64], bswap: BswapFn) {
         match &self.kind {
             PlanKind::Contiguous { offset } => {
                 bswap(dst, &rec[*offset..*offset + 8 * self.width]);
@@ -300,5 +300,85 @@ impl DecodePlan {
                 }
             }
         }
+    }
+}
+
+/// Why a `session_config` (IPFIX messages carrying template sets) is not usable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("not an IPFIX message (version 10 header expected)")]
+    NotIpfix,
+    #[error("IPFIX message length runs past the bytes")]
+    MessageLength,
+    #[error("messages of different observation domains ({0} and {1})")]
+    MixedDomains(u32, u32),
+    #[error("set length runs past the message")]
+    SetLength,
+    #[error("trailing bytes after the last set")]
+    Trailing,
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+}
+
+/// The template records of a `session_config`: one or more whole IPFIX messages of one
+/// observation domain. The one walk used by both the session registry (STATE_DB) and the
+/// decoder's session registration, so they accept exactly the same bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateMessages {
+    /// The observation domain of the messages (0 when there are none).
+    pub domain: u32,
+    /// Template records with fields, in order (withdrawals — no fields — are skipped).
+    pub records: Vec<TemplateRecord>,
+}
+
+impl TemplateMessages {
+    /// Walks `b`: every message, set and record length checked, data and options sets skipped.
+    ///
+    /// # Errors
+    /// See [`ConfigError`].
+    pub fn parse(mut b: &[u8]) -> Result<Self, ConfigError> {
+        let mut domain = None;
+        let mut records = Vec::new();
+        while !b.is_empty() {
+            if b.len() < MESSAGE_HEADER_LEN || be16(b, 0) != VERSION {
+                return Err(ConfigError::NotIpfix);
+            }
+            let len = be16(b, 2) as usize;
+            if len < MESSAGE_HEADER_LEN || len > b.len() {
+                return Err(ConfigError::MessageLength);
+            }
+            let d = be32(b, 12);
+            let first = *domain.get_or_insert(d);
+            if first != d {
+                return Err(ConfigError::MixedDomains(first, d));
+            }
+            let mut sets = &b[MESSAGE_HEADER_LEN..len];
+            while sets.len() >= SET_HEADER_LEN {
+                let id = be16(sets, 0);
+                let sl = be16(sets, 2) as usize;
+                if sl < SET_HEADER_LEN || sl > sets.len() {
+                    return Err(ConfigError::SetLength);
+                }
+                if id == TEMPLATE_SET_ID {
+                    let mut body = &sets[SET_HEADER_LEN..sl];
+                    while body.len() >= 4 {
+                        let (rec, used) = TemplateRecord::parse(body, false)?;
+                        body = &body[used..];
+                        if !rec.fields.is_empty() {
+                            records.push(rec);
+                        }
+                    }
+                }
+                sets = &sets[sl..];
+            }
+            if !sets.is_empty() {
+                return Err(ConfigError::Trailing);
+            }
+            b = &b[len..];
+        }
+        Ok(Self {
+            domain: domain.unwrap_or(0),
+            records,
+        })
     }
 }

@@ -47,10 +47,7 @@ use tokio::sync::{mpsc as tmpsc, Notify};
 
 use crate::{
     decode::SessionSpec,
-    ipfix::{
-        split_enterprise_number, TemplateRecord, MESSAGE_HEADER_LEN, SET_HEADER_LEN,
-        TEMPLATE_SET_ID, VERSION,
-    },
+    ipfix::{split_enterprise_number, TemplateMessages, VERSION},
 };
 
 /// The STATE_DB table names.
@@ -425,13 +422,10 @@ fn split_list(s: &str) -> Vec<String> {
 fn config_bytes(raw: &[u8]) -> Vec<u8> {
     let is_ipfix = raw.len() >= 2 && u16::from_be_bytes([raw[0], raw[1]]) == VERSION;
     let t = raw.trim_ascii();
-    if !is_ipfix
-        && !t.is_empty()
-        && t.len().is_multiple_of(2)
-        && t.iter().all(u8::is_ascii_hexdigit)
-    {
-        let hex = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-        return t.chunks(2).map(|p| hex(p[0]) << 4 | hex(p[1])).collect();
+    if !is_ipfix && !t.is_empty() {
+        if let Some(b) = std::str::from_utf8(t).ok().and_then(crate::hex::decode) {
+            return b;
+        }
     }
     raw.to_vec()
 }
@@ -439,66 +433,26 @@ fn config_bytes(raw: &[u8]) -> Vec<u8> {
 /// Checks `session_config` the way a decoder will use it: returns (domain, template ids, SAI
 /// object type of the first counter field).
 pub fn validate_session_config(b: &[u8]) -> Result<(u32, Vec<u16>, Option<u32>), BadEntry> {
-    let bad = |s: &str| BadEntry::Config(s.to_string());
-    let mut rest = b;
-    let mut domain = None;
-    let mut ids = Vec::new();
-    let mut first_type = None;
-    while !rest.is_empty() {
-        if rest.len() < MESSAGE_HEADER_LEN || u16::from_be_bytes([rest[0], rest[1]]) != VERSION {
-            return Err(bad("not an IPFIX message (version 10 header expected)"));
+    let m = TemplateMessages::parse(b).map_err(|e| BadEntry::Config(e.to_string()))?;
+    let mut ids = Vec::with_capacity(m.records.len());
+    for rec in &m.records {
+        rec.compile()
+            .map_err(|e| BadEntry::Config(format!("template {}: {e}", rec.template_id)))?;
+        if ids.contains(&rec.template_id) {
+            return Err(BadEntry::Config("a template ID appears twice".into()));
         }
-        let len = u16::from_be_bytes([rest[2], rest[3]]) as usize;
-        if len < MESSAGE_HEADER_LEN || len > rest.len() {
-            return Err(bad("IPFIX message length runs past the bytes"));
-        }
-        let d = u32::from_be_bytes([rest[12], rest[13], rest[14], rest[15]]);
-        if *domain.get_or_insert(d) != d {
-            return Err(bad("messages of different observation domains"));
-        }
-        let mut sets = &rest[MESSAGE_HEADER_LEN..len];
-        while sets.len() >= SET_HEADER_LEN {
-            let id = u16::from_be_bytes([sets[0], sets[1]]);
-            let sl = u16::from_be_bytes([sets[2], sets[3]]) as usize;
-            if sl < SET_HEADER_LEN || sl > sets.len() {
-                return Err(bad("set length runs past the message"));
-            }
-            if id == TEMPLATE_SET_ID {
-                let mut body = &sets[SET_HEADER_LEN..sl];
-                while body.len() >= 4 {
-                    let (rec, used) = TemplateRecord::parse(body, false)
-                        .map_err(|e| BadEntry::Config(e.to_string()))?;
-                    body = &body[used..];
-                    if rec.fields.is_empty() {
-                        continue;
-                    }
-                    rec.compile().map_err(|e| {
-                        BadEntry::Config(format!("template {}: {e}", rec.template_id))
-                    })?;
-                    if first_type.is_none() {
-                        first_type = rec
-                            .fields
-                            .iter()
-                            .find_map(|f| f.enterprise)
-                            .map(|en| split_enterprise_number(en).0);
-                    }
-                    if ids.contains(&rec.template_id) {
-                        return Err(bad("a template ID appears twice"));
-                    }
-                    ids.push(rec.template_id);
-                }
-            }
-            sets = &sets[sl..];
-        }
-        if !sets.is_empty() {
-            return Err(bad("trailing bytes after the last set"));
-        }
-        rest = &rest[len..];
+        ids.push(rec.template_id);
     }
+    // The SAI object type of the first counter field (enterprise-numbered) in the config.
+    let first_type = m
+        .records
+        .iter()
+        .find_map(|rec| rec.fields.iter().find_map(|f| f.enterprise))
+        .map(|en| split_enterprise_number(en).0);
     if ids.is_empty() {
-        return Err(bad("no template in it"));
+        return Err(BadEntry::Config("no template in it".into()));
     }
-    Ok((domain.unwrap_or(0), ids, first_type))
+    Ok((m.domain, ids, first_type))
 }
 
 /// Parses one STATE_DB entry. See the module docs for the rules.

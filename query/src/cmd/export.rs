@@ -59,23 +59,8 @@ pub enum Action {
 }
 
 fn hour_range(rel: &str) -> Option<(i64, i64)> {
-    let mut date = None;
-    let mut hour = None;
-    for seg in rel.split('/') {
-        if let Some(d) = seg.strip_prefix("date=") {
-            date = Some(d);
-        }
-        if let Some(h) = seg.strip_prefix("hour=") {
-            hour = Some(h);
-        }
-    }
-    let t = chrono::NaiveDateTime::parse_from_str(
-        &format!("{} {}:00:00", date?, hour?),
-        "%Y-%m-%d %H:%M:%S",
-    )
-    .ok()?;
-    let start = t.and_utc().timestamp_nanos_opt()?;
-    Some((start, start + 3_600_000_000_000))
+    let start = stel_store::paths::UtcHour::parse_path(rel)?.start_ns();
+    Some((start, start + stel_store::paths::NS_PER_HOUR))
 }
 
 fn ts_bounds(md: &datafusion::parquet::file::metadata::ParquetMetaData) -> Option<(i64, i64)> {

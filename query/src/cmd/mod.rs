@@ -64,9 +64,6 @@ pub enum Cmd {
     Int(int::Args),
     Stat(stat::Args),
     Completions(completions::Args),
-    /// Benchmark the rates query against DuckDB over the same files (used by `stel-bench query`).
-    #[command(hide = true)]
-    Bench(crate::bench::Args),
 }
 
 impl Cmd {
@@ -82,7 +79,7 @@ impl Cmd {
             Cmd::Int(a) => &a.common,
             Cmd::Inspect(a) => return if a.json { Format::Json } else { Format::Table },
             Cmd::Stat(a) => return if a.json { Format::Json } else { Format::Table },
-            Cmd::Completions(_) | Cmd::Bench(_) => return Format::Table,
+            Cmd::Completions(_) => return Format::Table,
         };
         c.resolve().format
     }
@@ -124,7 +121,6 @@ impl Cmd {
                 Cmd::Sql(a) => sql::run(a).await,
                 Cmd::Export(a) => export::run(a).await,
                 Cmd::Int(a) => int::run(a).await,
-                Cmd::Bench(a) => crate::bench::run(a).await,
                 Cmd::Stat(_) | Cmd::Completions(_) => unreachable!("handled above"),
             }
         })

@@ -203,16 +203,8 @@ impl Lake {
         let g = format!("/group={group}/");
         let mut out = BTreeSet::new();
         for f in self.files.iter().filter(|f| f.contains(&g)) {
-            let (mut d, mut h) = (None, None);
-            for seg in f.split('/') {
-                if let Some(v) = seg.strip_prefix("date=") {
-                    d = Some(v.to_string());
-                } else if let Some(v) = seg.strip_prefix("hour=") {
-                    h = Some(v.to_string());
-                }
-            }
-            if let (Some(d), Some(h)) = (d, h) {
-                out.insert((d, h));
+            if let Some(h) = stel_store::paths::UtcHour::parse_path(f) {
+                out.insert((h.date_value(), h.hour_value()));
             }
         }
         out

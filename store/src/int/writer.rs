@@ -21,7 +21,8 @@ use arrow_array::{
 
 use super::{sink::Counters, IntBatch, IntSinkConfig, Table, SWITCH_COLUMN, TS_COLUMN};
 use crate::{
-    parquet::{keys, writer::LogLimiter},
+    log_limit::LogLimiter,
+    parquet::keys,
     paths::{classify_table, PartName, PartPaths, TableDir, TableEntry},
 };
 

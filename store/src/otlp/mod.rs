@@ -36,7 +36,7 @@
 //! start time is the first snapshot seen of its series; a value lower than the previous one is
 //! a reset and starts the series anew at the previous snapshot's time.
 //!
-//! [`testutil`] runs a real OTLP receiver (`deploy/otlp_receiver.py`: grpcio and the
+//! `stel_testkit::otlp` runs a real OTLP receiver (`deploy/otlp_receiver.py`: grpcio and the
 //! OpenTelemetry protobuf definitions from PyPI) for tests.
 
 mod config;
@@ -44,7 +44,6 @@ mod encode;
 #[cfg(feature = "redis")]
 mod profiles;
 mod sink;
-pub mod testutil;
 mod transport;
 
 use std::path::PathBuf;

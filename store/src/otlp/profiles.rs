@@ -17,7 +17,7 @@ use std::{
 use crossbeam_channel::{RecvTimeoutError, Sender};
 
 use super::{config::ConfigDbConfig, sink::Counters, Error, ProfileEndpoint};
-use crate::parquet::writer::LogLimiter;
+use crate::log_limit::LogLimiter;
 
 /// CONFIG_DB table of HFT profiles.
 pub const PROFILE_TABLE: &str = "HIGH_FREQUENCY_TELEMETRY_PROFILE";

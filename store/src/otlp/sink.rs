@@ -26,8 +26,8 @@ use super::{
 use crate::{
     batch::{release, CounterBatch},
     labels,
+    log_limit::LogLimiter,
     metrics::{Counter, Gauge, Metric, Registry},
-    parquet::writer::LogLimiter,
     schema::SessionSchema,
 };
 

@@ -7,11 +7,13 @@ use std::{
         Arc,
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender, TrySendError};
 use serde::Serialize;
+
+use crate::log_limit::SharedLogLimiter;
 
 use super::{
     writer::{RecoveryReport, Writer},
@@ -200,27 +202,6 @@ fn batch_bytes(b: &CounterBatch) -> u64 {
     (b.values.len() * 8 + b.ts.len() * 8 + b.part_masks.len() * 4) as u64
 }
 
-/// Rate-limits a warning logged from many threads: at most once per `EVERY_MS`.
-#[derive(Debug)]
-struct SharedLimiter {
-    start: Instant,
-    last_ms: AtomicU64,
-}
-
-impl SharedLimiter {
-    const EVERY_MS: u64 = 10_000;
-
-    fn allow(&self) -> bool {
-        let now = self.start.elapsed().as_millis() as u64 + Self::EVERY_MS;
-        let last = self.last_ms.load(Relaxed);
-        now >= last + Self::EVERY_MS
-            && self
-                .last_ms
-                .compare_exchange(last, now, Relaxed, Relaxed)
-                .is_ok()
-    }
-}
-
 /// The Parquet sink. Decode threads call [`ParquetSink::submit`]; a dedicated thread
 /// (`stel-parquet`) turns batches into wide Parquet files and publishes them atomically.
 ///
@@ -234,7 +215,7 @@ pub struct ParquetSink {
     block_timeout: Duration,
     budget: u64,
     recovery: RecoveryReport,
-    shed_log: SharedLimiter,
+    shed_log: SharedLogLimiter,
 }
 
 impl fmt::Debug for ParquetSink {
@@ -296,10 +277,7 @@ impl ParquetSink {
             block_timeout: Duration::from_millis(cfg.block_timeout_ms),
             budget: cfg.memory_budget_bytes,
             recovery,
-            shed_log: SharedLimiter {
-                start: Instant::now(),
-                last_ms: AtomicU64::new(0),
-            },
+            shed_log: SharedLogLimiter::new(Duration::from_secs(10)),
         })
     }
 

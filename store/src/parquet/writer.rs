@@ -3,6 +3,7 @@
 //! Lives entirely on the sink's thread; nothing here is shared except the counters.
 
 use crate::durable::{fsync_dir, is_disk_full};
+use crate::log_limit::LogLimiter;
 use std::{
     collections::{BTreeMap, HashMap},
     fs::{self, File},
@@ -74,38 +75,6 @@ pub(crate) enum Rotation {
     Age,
     /// The sink is shutting down.
     Shutdown,
-}
-
-/// Logs at most once per `every`, counting what it suppressed.
-#[derive(Debug)]
-pub(crate) struct LogLimiter {
-    every: Duration,
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl LogLimiter {
-    pub(crate) fn new(every: Duration) -> Self {
-        Self {
-            every,
-            last: None,
-            suppressed: 0,
-        }
-    }
-
-    /// `Some(suppressed since the last log)` when this one may log.
-    pub(crate) fn allow(&mut self) -> Option<u64> {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|l| now.duration_since(l) < self.every)
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
 }
 
 struct OpenPart {

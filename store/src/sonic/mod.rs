@@ -23,14 +23,13 @@
 //! session), the connection is retried with exponential backoff, and after a reconnect every
 //! latest value and every rate is written again, so COUNTERS_DB converges.
 //!
-//! [`testutil`] starts a private `redis-server` for tests (also used by `stel-ingest`'s tests).
+//! `stel_testkit::redis` starts a private `redis-server` for tests (also used by `stel-ingest`'s tests).
 
 mod config;
 mod lag;
 mod sink;
 #[cfg(test)]
 mod tests;
-pub mod testutil;
 
 pub use config::CountersDbConfig;
 pub use lag::LagHistogram;

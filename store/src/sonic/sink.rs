@@ -12,6 +12,11 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use serde::Serialize;
 
 use super::{name_map_for, name_map_key, CountersDbConfig, Error, LagHistogram, NAME_MAPS};
+use crate::log_limit::LogLimiter;
+
+/// How often a repeated COUNTERS_DB error is logged.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
 use crate::{
     batch::CounterBatch,
     rate::{
@@ -232,28 +237,6 @@ impl Drop for CountersDbSink {
     }
 }
 
-/// Logs at most once per period; counts what it suppressed.
-#[derive(Debug, Default)]
-struct LogLimit {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl LogLimit {
-    const PERIOD: Duration = Duration::from_secs(10);
-
-    /// `Some(suppressed since last)` when a line may be logged now.
-    fn allow(&mut self) -> Option<u64> {
-        let now = Instant::now();
-        if self.last.is_some_and(|l| now - l < Self::PERIOD) {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
-
 /// One object of a session: its columns, its name-map entry and, once resolved, its OID.
 #[derive(Debug)]
 struct ObjPlan {
@@ -427,7 +410,7 @@ struct Writer {
     conn: Option<redis::Connection>,
     retry_at: Instant,
     backoff: Duration,
-    err_log: LogLimit,
+    err_log: LogLimiter,
     sessions: HashMap<SessionId, SessionState>,
     /// map name → (object name → OID)
     maps: HashMap<&'static str, HashMap<String, String>>,
@@ -461,7 +444,7 @@ impl Writer {
             shared,
             conn: None,
             retry_at: now,
-            err_log: LogLimit::default(),
+            err_log: LogLimiter::new(LOG_EVERY),
             sessions: HashMap::new(),
             maps: HashMap::new(),
             alpha: [DEFAULT_ALPHA; 2],
@@ -634,7 +617,7 @@ impl Writer {
                 self.shared.connects.fetch_add(1, Ordering::Relaxed);
                 self.shared.connected.store(true, Ordering::Relaxed);
                 self.backoff = Duration::from_millis(self.cfg.reconnect_min_ms);
-                self.err_log = LogLimit::default();
+                self.err_log.reset();
                 // A new server may have lost everything: write all values and rates again.
                 for st in self.sessions.values_mut() {
                     st.written.fill(None);

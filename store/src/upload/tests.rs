@@ -307,7 +307,7 @@ fn the_switch_name_comes_from_config_then_parquet_then_host() {
 #[cfg(feature = "redis")]
 #[test]
 fn the_switch_name_comes_from_config_db_when_redis_is_configured() {
-    let r = crate::sonic::testutil::TestRedis::start();
+    let r = stel_testkit::redis::TestRedis::start();
     let mut c = r.connect(CONFIG_DB);
     let mut cfg = UploadConfig::for_test("/x");
     cfg.switch.clear();

@@ -61,7 +61,7 @@ pub struct Receiver {
 
 /// The receiver script in the source tree.
 pub fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/otlp_receiver.py")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/otlp_receiver.py")
 }
 
 impl Receiver {

@@ -1,5 +1,6 @@
-//! `stel-query bench` (hidden; `stel-bench query` runs it): the `rates` question asked of this
-//! crate's engine and of DuckDB over the same Parquet files in the same run.
+//! `stel-query-bench` (`stel-bench query` runs it through cargo): the `rates` question asked of
+//! stel-query's engine and of DuckDB over the same Parquet files in the same run. A binary of
+//! its own so the benchmark is not compiled into the `stel-query` library or the installed CLI.
 //!
 //! The contract's window is one hour of a 64-port × 30-stat PORT session at full resolution. At
 //! the design interval (10 µs) that hour is 360 M snapshots, 691 G samples (~44 GB of rows in
@@ -13,7 +14,7 @@
 //! Both engines then answer the same question over the whole hour at the stream's own
 //! resolution (`stel-query rates -r stream`): per snapshot and port, RX/TX bytes/s and
 //! packets/s (unicast + non-unicast) from the last snapshot of each interval. stel-query runs
-//! [`crate::cmd::rates::compute`] (catalog open + stream-interval probe + scan + rate math, like
+//! [`stel_query::cmd::rates::compute`] (catalog open + stream-interval probe + scan + rate math, like
 //! the CLI); DuckDB runs `read_parquet(…, hive_partitioning=true)`, `arg_max` per bucket and
 //! `lag()`, through `python3 -c`, timing only the query (result fetched as Arrow, not as Python
 //! objects). Each side runs `--runs` times; medians are reported, and one rate is compared
@@ -30,13 +31,12 @@ use std::{
 };
 
 use serde_json::json;
-use stel_store::{
-    parquet::{ParquetSink, ParquetSinkConfig},
-    sai::{ObjectType, StatKey},
-    CounterBatch, CounterColumn, SessionSchema,
-};
 
-use crate::{
+#[path = "../synth.rs"]
+mod synth;
+use synth::{bench_schema, generate, START_NS};
+
+use stel_query::{
     catalog::Catalog,
     cmd::rates::{compute, plan_inputs, resolve_resolution, Inputs},
     engine::Progress,
@@ -46,7 +46,12 @@ use crate::{
 };
 
 /// Benchmark arguments.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "stel-query-bench",
+    version,
+    about = "The rates question asked of stel-query and of DuckDB over the same Parquet files (stel-bench query runs this; prints one JSON object)"
+)]
 pub struct Args {
     /// Coarser stream interval (100ms): under a minute end to end on 2 cores.
     #[arg(long)]
@@ -69,131 +74,6 @@ pub struct Args {
     /// same session and window).
     #[arg(long)]
     pub dir: Option<String>,
-}
-
-pub(crate) const START_NS: i64 = 1_700_000_000_000_000_000;
-/// Snapshots per submitted batch (the decoder's default maximum).
-const ROWS_PER_BATCH: usize = 8192;
-
-/// The bench session's schema: `ports` PORT objects × the first `stats` PORT stats, which
-/// include the rate inputs.
-pub fn bench_schema(ports: usize, stats: usize) -> SessionSchema {
-    let wanted = [
-        "IF_IN_OCTETS",
-        "IF_IN_UCAST_PKTS",
-        "IF_IN_NON_UCAST_PKTS",
-        "IF_OUT_OCTETS",
-        "IF_OUT_UCAST_PKTS",
-    ];
-    let mut ids: Vec<u32> = wanted
-        .iter()
-        .filter_map(|n| ObjectType::Port.stat_by_name(n).map(|s| s.id))
-        .collect();
-    for s in ObjectType::Port.stats() {
-        if ids.len() >= stats {
-            break;
-        }
-        if !ids.contains(&s.id) {
-            ids.push(s.id);
-        }
-    }
-    ids.truncate(stats);
-    let mut columns = Vec::new();
-    for p in 0..ports {
-        for id in &ids {
-            columns.push(CounterColumn {
-                label: p as u16 + 1,
-                object: format!("Ethernet{}", 4 * p),
-                key: StatKey {
-                    object_type: ObjectType::Port as u32,
-                    stat_id: *id,
-                },
-            });
-        }
-    }
-    SessionSchema {
-        profile: "bench".into(),
-        group: "PORT".into(),
-        domain: 0,
-        template_ids: vec![256],
-        part_offsets: vec![0],
-        columns,
-        generation: 1,
-    }
-}
-
-/// Writes `rows` snapshots of `schema`, `interval_ns` apart, under `root` with the store's
-/// Parquet sink (the daemon's writer: production encoding, codec, row-group and page sizes).
-/// Files rotate at the hour and at the size limit only (not on the wall clock), so the layout is
-/// the same however fast this runs.
-pub(crate) fn generate(
-    root: &std::path::Path,
-    schema: &Arc<SessionSchema>,
-    rows: usize,
-    interval_ns: i64,
-) -> Result<()> {
-    let cfg = ParquetSinkConfig {
-        dir: root.to_path_buf(),
-        block_timeout_ms: 600_000,
-        flush_interval_ms: 24 * 3_600_000,
-        memory_budget_bytes: 1 << 30,
-        switch_name: Some("bench".into()),
-        ..ParquetSinkConfig::default()
-    };
-    let sink = ParquetSink::start(cfg).map_err(|e| Error::Usage(format!("parquet sink: {e}")))?;
-    let w = schema.width();
-    let stat_names: Vec<String> = schema.columns.iter().map(|c| c.key.short_name()).collect();
-    // Per-snapshot increments scale with the interval, so rates look like a real port's.
-    let scale = (interval_ns / 10_000).max(1) as u64;
-    let mut state = vec![0u64; w];
-    let mut lcg: u64 = 0x9E37_79B9_7F4A_7C15;
-    let per_port = schema
-        .columns
-        .iter()
-        .filter(|x| x.label == 1)
-        .count()
-        .max(1);
-    let mut row = 0usize;
-    while row < rows {
-        let n = ROWS_PER_BATCH.min(rows - row);
-        let mut ts = Vec::with_capacity(n);
-        let mut values = Vec::with_capacity(n * w);
-        for r in 0..n {
-            ts.push(START_NS + (row + r) as i64 * interval_ns);
-            for (c, name) in stat_names.iter().enumerate() {
-                lcg = lcg
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let jitter = lcg >> 60;
-                let port = c / per_port;
-                let pkts = (10 + (port as u64 % 7) * 4 + jitter / 4) * scale;
-                state[c] += match name.as_str() {
-                    n if n.ends_with("OCTETS") => pkts * 800,
-                    n if n.contains("PKTS") => pkts,
-                    _ => u64::from(jitter == 0),
-                };
-                values.push(state[c]);
-            }
-        }
-        sink.submit(Arc::new(CounterBatch {
-            schema: Arc::clone(schema),
-            ts,
-            values,
-            part_masks: Vec::new(),
-        }))
-        .map_err(|e| Error::Usage(format!("parquet sink shed a batch: {e:?}")))?;
-        row += n;
-    }
-    let stats = sink
-        .shutdown()
-        .map_err(|e| Error::Usage(format!("parquet sink: {e}")))?;
-    if stats.lost_samples() > 0 {
-        return Err(Error::Usage(format!(
-            "parquet sink lost {} samples",
-            stats.lost_samples()
-        )));
-    }
-    Ok(())
 }
 
 /// Parquet files and bytes under `root`.
@@ -262,7 +142,7 @@ fn duckdb_sql(
          WHERE {} GROUP BY 1) \
          SELECT bucket, {} FROM b WINDOW w AS (ORDER BY bucket) ORDER BY bucket",
         agg.join(", "),
-        crate::catalog::time_filter_sql(r),
+        stel_query::catalog::time_filter_sql(r),
         sel.join(", ")
     )
 }
@@ -312,7 +192,7 @@ fn agree(x: Option<f64>, y: Option<f64>) -> bool {
 
 /// # Errors
 /// Generation, query or DuckDB failures (a missing `duckdb` Python module says how to install it).
-pub async fn run(a: Args) -> Result<ExitCode> {
+async fn run(a: Args) -> Result<ExitCode> {
     let seconds = a.seconds.unwrap_or(3600.0);
     let interval = a
         .interval
@@ -359,7 +239,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         if root.join("profile=bench").exists() {
             std::fs::remove_dir_all(root.join("profile=bench"))?;
         }
-        generate(&root, &schema, rows, interval_ns)?;
+        generate(&root, &schema, rows, interval_ns).map_err(Error::Usage)?;
         std::fs::write(&manifest_path, manifest.to_string())?;
     }
     let generate_s = t0.elapsed().as_secs_f64();
@@ -533,4 +413,28 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     });
     println!("{v}");
     Ok(ExitCode::SUCCESS)
+}
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    let a = <Args as clap::Parser>::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("stel-query-bench: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(run(a)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("stel-query-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

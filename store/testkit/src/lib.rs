@@ -1,7 +1,19 @@
+//! Test harnesses for stel's tests and benchmarks, kept out of the libraries (a
+//! dev-dependency of `stel-store`, `stel-ingest` and `stel-query`; `stel-bench` uses it too).
+//! Each starts a real service and **panics** with how to install it when it is missing: a test
+//! never passes without its service.
+//!
+//! - [`redis::TestRedis`]: a private `redis-server`.
+//! - [`otlp::Receiver`]: a real OTLP receiver.
+//! - [`MotoS3`], [`SailServer`], [`python3`]: below.
+//!
 //! A local S3-compatible server for tests (`stel-ingest`'s uploader tests, `stel-query`'s export
 //! tests): `python3 -m moto.server` from PyPI (`deploy/setup.sh --test` installs it). If it cannot
 //! start it **panics** with how to install it: a test never passes silently without a server.
 //! Also the one way tests run a Python read-back script ([`python3`]).
+
+pub mod otlp;
+pub mod redis;
 
 use std::{
     process::{Child, Command, Stdio},

@@ -1,0 +1,87 @@
+//! Durations as people type them on command lines and in config files — one parser for
+//! every binary (`stel-emu --period 10us`, `stel-query --last 1h30m`, `--resolution 500ms`).
+
+/// Parses a duration into ns: one or more `<number><unit>` parts (`10us`, `1.5s`, `1h30m`,
+/// `1h 30m`), units `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`, `h`, `d`; a bare number is ns.
+///
+/// # Errors
+/// Anything else, or a value beyond `u64` ns (584 years); the message shows examples.
+pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
+    let text = s.trim();
+    let bad =
+        |why: String| format!("`{s}` is not a duration ({why}); examples: 10us, 500ms, 30s, 1h30m");
+    if text.is_empty() {
+        return Err(bad("empty".into()));
+    }
+    let mut rest = text;
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, after) = rest.split_at(num_len);
+        let v: f64 = num
+            .parse()
+            .map_err(|_| bad(format!("expected a number at `{rest}`")))?;
+        let after = after.trim_start();
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let mul = match unit {
+            "" if total == 0.0 && next.trim().is_empty() => 1.0,
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" | "min" => 60e9,
+            "h" => 3600e9,
+            "d" => 86_400e9,
+            "" => return Err(bad(format!("a unit is missing after `{num}`"))),
+            u => {
+                return Err(bad(format!(
+                    "unknown unit `{u}`; use ns, us, ms, s, m, h, d"
+                )))
+            }
+        };
+        total += v * mul;
+        rest = next.trim_start();
+    }
+    let ns = total.round();
+    if !ns.is_finite() || ns >= u64::MAX as f64 {
+        return Err(bad("too large".into()));
+    }
+    Ok(ns as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration_ns as p;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(p("10us"), Ok(10_000));
+        assert_eq!(p("10µs"), Ok(10_000));
+        assert_eq!(p("250"), Ok(250));
+        assert_eq!(p(" 250ns "), Ok(250));
+        assert_eq!(p("1.5s"), Ok(1_500_000_000));
+        assert_eq!(p("1m"), Ok(60_000_000_000));
+        assert_eq!(p("2min"), Ok(120_000_000_000));
+        assert_eq!(p("1h30m"), Ok(5_400_000_000_000));
+        assert_eq!(p("1h 30m"), Ok(5_400_000_000_000));
+        assert_eq!(p("1d"), Ok(86_400_000_000_000));
+        for bad in [
+            "",
+            "ten",
+            "3 parsecs",
+            "1h30",
+            "5 5",
+            "1e3s",
+            "99999999999d",
+            "-1s",
+            ".",
+        ] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+    }
+}
