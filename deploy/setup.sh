@@ -3,7 +3,8 @@
 #   deploy/setup.sh          build prerequisites + the eBPF toolchain (the kernel filter)
 #   deploy/setup.sh --test   plus what the tests use: redis-server, pyarrow + duckdb (independent
 #                            Parquet readers), moto (a local S3-compatible server), pysail (Sail,
-#                            a Spark Connect server)
+#                            a Spark Connect server), grpcio + opentelemetry-proto (a real OTLP
+#                            receiver), openssl (test certificates)
 #
 # The eBPF toolchain follows the recipe measured on these machines (shared/DESIGN.md): Debian's
 # rustc-web + rust-web-src + llvm-22-dev, then bpf-linker 0.13.0 built against LLVM 22. When any
@@ -15,7 +16,7 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 pkgs=(build-essential pkg-config ca-certificates rustc-web rust-web-src llvm-22-dev)
-[ "$want_test" = 1 ] && pkgs+=(redis-server python3 python3-pip)
+[ "$want_test" = 1 ] && pkgs+=(redis-server python3 python3-pip openssl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -50,6 +51,12 @@ if [ "$want_test" = 1 ]; then
     echo "setup: installing pysail (Sail, a Spark Connect server) for $py"
     "$py" -m pip install --quiet --disable-pip-version-check pysail 2>/dev/null \
       || "$py" -m pip install --quiet --disable-pip-version-check --break-system-packages pysail
+  fi
+  # The OTLP receiver the OTLP sink's tests run (deploy/otlp_receiver.py).
+  if ! "$py" -c 'import grpc, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc' >/dev/null 2>&1; then
+    echo "setup: installing grpcio, opentelemetry-proto for $py"
+    "$py" -m pip install --quiet --disable-pip-version-check grpcio opentelemetry-proto 2>/dev/null \
+      || "$py" -m pip install --quiet --disable-pip-version-check --break-system-packages grpcio opentelemetry-proto
   fi
 fi
 echo "setup: ok"

@@ -26,6 +26,8 @@ cargo run --release -p stel-benches --bin stel-bench -- decode --quick
 cargo run --release -p stel-benches --bin stel-bench -- parquet --quick
 cargo run --release -p stel-benches --bin stel-bench -- netlink --quick
 cargo run --release -p stel-benches --bin stel-bench -- e2e --quick
+cargo run --release -p stel-benches --bin stel-bench -- otlp --quick
+cargo run --release -p stel-benches --bin stel-bench -- int --quick
 cargo run --release -p stel-ingest --bin stel-ingestd -- --demo --duration 3s --data-dir "$(mktemp -d)"
 # 100 switches (release daemons, uploading to moto) queried on Sail and locally (debug stel-query,
 # built by the tests above): ~1 min.

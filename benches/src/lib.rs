@@ -4,7 +4,9 @@
 
 pub mod e2e;
 pub mod fleet;
+pub mod int;
 pub mod netlink;
+pub mod otlp;
 pub mod parquet;
 
 use stel_ingest::{

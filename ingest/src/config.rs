@@ -19,6 +19,9 @@ pub enum SourceKind {
     Demo,
     /// Capture files, read once (no root): `[source] files`, `stel-ingestd --input FILE…`.
     File,
+    /// No counter source: the daemon only collects INT reports (`[int]`, `--int-listen`), e.g.
+    /// on a collector host that is not a SONiC switch.
+    None,
 }
 
 /// `[source]`.
@@ -242,8 +245,14 @@ pub struct DaemonConfig {
     /// Data-lake uploader (`stel_store::upload`): copies every published Parquet file to a
     /// directory or S3; off unless this section is present (or `--upload-to`).
     pub upload: Option<stel_store::upload::UploadConfig>,
+    /// INT telemetry reports over UDP (`int::source`); off unless this section is present (or
+    /// `--int-listen`).
+    pub int: Option<crate::int::source::IntConfig>,
     /// Live inspect socket.
     pub inspect: InspectConfig,
+    /// OTLP export (`stel_store::otlp`); off unless this section is present (or
+    /// `--otlp-endpoint`).
+    pub otlp: Option<stel_store::otlp::OtlpConfig>,
 }
 
 /// `[history]`.
@@ -319,6 +328,14 @@ impl DaemonConfig {
                 ),
             });
         }
+        if let Some(problems) = cfg.int.as_ref().map(|i| i.problems()) {
+            if !problems.is_empty() {
+                return Err(ConfigError::Parse {
+                    path: path.to_owned(),
+                    message: problems.join("; "),
+                });
+            }
+        }
         Ok(cfg)
     }
 }
@@ -341,7 +358,7 @@ mod tests {
         for l in text.lines() {
             // Commented-out keys are "# key = value"; their explanations "## text".
             let l = l.strip_prefix("# ").unwrap_or(l);
-            if l.starts_with("[upload]") {
+            if l.starts_with("[upload]") || l.starts_with("[parquet]") {
                 section = l.to_string();
             } else if l.starts_with('[') {
                 section.clear();
@@ -371,6 +388,26 @@ mod tests {
         let documented = keys.iter().filter(|(s, _)| s == "[upload]").count();
         let fields = serde_json::to_value(&d).unwrap().as_object().unwrap().len();
         assert_eq!(documented, fields, "every [upload] key is documented");
+        let pq: String = std::iter::once("[parquet]".to_string())
+            .chain(
+                keys.iter()
+                    .filter(|(s, _)| s == "[parquet]")
+                    .map(|(_, k)| k.clone()),
+            )
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = DaemonConfig::parse(&pq, &p).unwrap_or_else(|e| panic!("{e}\n{pq}"));
+        let d = stel_store::parquet::ParquetSinkConfig::default();
+        assert_eq!(
+            c.parquet.unwrap(),
+            d,
+            "the documented [parquet] values are the defaults"
+        );
+        let documented = keys.iter().filter(|(s, _)| s == "[parquet]").count();
+        let fields = serde_json::to_value(&d).unwrap().as_object().unwrap().len();
+        // switch_name (no default value to show) and test_write_delay_us (a test knob) are
+        // described in prose, not as keys.
+        assert_eq!(documented + 2, fields, "every [parquet] key is documented");
         assert!(cfg.inspect.enabled && cfg.inspect.socket.as_os_str().is_empty());
     }
 

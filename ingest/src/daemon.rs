@@ -213,6 +213,14 @@ impl Daemon {
                 let d = format!("NETLINK_USERSOCK group {}", cfg.source.usersock_group);
                 (Socket::Netlink(s), d)
             }
+            SourceKind::None => {
+                // An idle local socket pair keeps the reader and the status uniform; nothing is
+                // ever sent on it. The sending end must stay open (a closed peer would make
+                // every receive return at once), so it lives as long as the process.
+                let (rx, tx) = crate::sys::local_datagram_pair().map_err(|e| e.to_string())?;
+                std::mem::forget(tx);
+                (Socket::Local(rx), "none (INT only)".to_string())
+            }
             SourceKind::File => (
                 Socket::Files,
                 format!("{} input file(s)", cfg.source.files.len()),

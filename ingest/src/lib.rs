@@ -6,7 +6,8 @@
 //! exist and applies them to the filter and the decoders together. [`emu`] is the switch stand-in
 //! (`stel-emu`) built on the same encoder; [`sys`] holds the few unsafe syscall wrappers.
 //!
-//! `decode` does no I/O so benchmarks and fuzzers drive it with plain byte slices.
+//! `decode` does no I/O so benchmarks and fuzzers drive it with plain byte slices. [`int`] is the
+//! second source: INT telemetry reports (UDP payloads) → the `int_*` tables, equally I/O-free.
 
 pub mod config;
 pub mod daemon;
@@ -15,6 +16,7 @@ pub mod emu;
 pub mod filter;
 pub mod genl;
 pub mod input;
+pub mod int;
 pub mod ipfix;
 pub mod netlink;
 pub mod pipeline;

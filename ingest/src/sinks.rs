@@ -1,5 +1,5 @@
 //! The store's sinks behind the pipeline's [`Sink`] trait: Parquet history, COUNTERS_DB /
-//! RATES and the live snapshot (status line, inspect socket). Each owns its bounded queue and
+//! RATES, OTLP and the live snapshot (status line, inspect socket). Each owns its bounded queue and
 //! overflow policy (see `stel_store::parquet` and `stel_store::sonic`); a refused batch is
 //! counted there, so `submit` here just forwards. The data-lake uploader and the inspect server
 //! take no batches (they follow the published files / the live snapshot) and report through
@@ -8,6 +8,8 @@ use std::{path::Path, sync::Arc};
 
 use stel_store::{
     live::{LiveState, Server},
+    metrics::Registry,
+    otlp::{OtlpConfig, OtlpSink, OtlpStats},
     parquet::{ParquetSink, ParquetSinkConfig, ParquetStats},
     sonic::{CountersDbConfig, CountersDbSink, CountersDbStats},
     upload::{UploadConfig, UploadStats, Uploader},
@@ -227,6 +229,54 @@ impl Sink for CountersDb {
         "counters_db"
     }
     fn submit(&self, batch: &Arc<CounterBatch>) {
+        let _ = self.sink.submit(Arc::clone(batch));
+    }
+    fn stats_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.sink.stats()).unwrap_or_default()
+    }
+}
+
+/// OTLP export to an OpenTelemetry collector (`stel_store::otlp`).
+#[derive(Debug)]
+pub struct Otlp {
+    sink: OtlpSink,
+}
+
+impl Otlp {
+    /// Starts the exporter (a collector being down is retried, not an error). With a
+    /// `registry` its counters are registered there, and exported too when
+    /// `own_metrics_interval_ms` is set.
+    ///
+    /// # Errors
+    /// A bad config (every problem listed) or an unreadable TLS file.
+    pub fn start(cfg: OtlpConfig, registry: Option<Arc<Registry>>) -> Result<Arc<Self>, String> {
+        let ep = cfg.endpoint.clone();
+        let sink = OtlpSink::start(cfg, registry).map_err(|e| format!("otlp ({ep}): {e}"))?;
+        Ok(Arc::new(Self { sink }))
+    }
+
+    pub fn stats(&self) -> OtlpStats {
+        self.sink.stats()
+    }
+
+    /// Exports what is queued (bounded by `shutdown_timeout_ms`) and stops; the final counters.
+    pub fn shutdown(self: Arc<Self>) -> Option<OtlpStats> {
+        match Arc::try_unwrap(self) {
+            Ok(me) => Some(me.sink.shutdown()),
+            Err(_) => {
+                tracing::warn!("OTLP sink still in use at shutdown.");
+                None
+            }
+        }
+    }
+}
+
+impl Sink for Otlp {
+    fn name(&self) -> &'static str {
+        "otlp"
+    }
+    fn submit(&self, batch: &Arc<CounterBatch>) {
+        // A drop is counted by the sink (by reason); never waits.
         let _ = self.sink.submit(Arc::clone(batch));
     }
     fn stats_json(&self) -> serde_json::Value {

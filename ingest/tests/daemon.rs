@@ -339,3 +339,140 @@ fn slow_demo_stops_on_time_and_decodes_everything_sent() {
     );
     assert_eq!(nums[0], nums[2], "{line}");
 }
+
+/// The demo with `--otlp-endpoint`: a real OTLP receiver (grpcio + opentelemetry-proto) gets
+/// every decoded counter, exactly as many as the sink counts as delivered, with the session's
+/// names and the snapshots' timestamps.
+#[test]
+fn demo_exports_every_decoded_counter_over_otlp() {
+    use stel_store::otlp::testutil::{Receiver, ReceiverOptions};
+    let rx = Receiver::start(ReceiverOptions {
+        grpc: true,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args([
+            "--demo",
+            "--no-ebpf",
+            "--no-inspect",
+            "--no-history",
+            "--json",
+            "--ports",
+            "2",
+            "--stats",
+            "3",
+            "--interval",
+            "2ms",
+            "--duration",
+            "2s",
+            "--otlp-endpoint",
+        ])
+        .arg(rx.grpc_endpoint())
+        .arg("--status-file")
+        .arg(dir.path().join("status.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let st: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let decoded = st["pipeline"]["decode"]["counters"].as_u64().unwrap();
+    let otlp = &st["sinks"]["otlp"];
+    assert!(decoded >= 6 * 100, "{st}");
+    assert_eq!(otlp["samples_received"].as_u64(), Some(decoded), "{otlp}");
+    assert_eq!(otlp["samples_delivered"].as_u64(), Some(decoded), "{otlp}");
+    let all = rx.points();
+    // The daemon's own counters (stel_*) go out too, at least once at shutdown.
+    let (own, points): (Vec<_>, Vec<_>) = all.iter().partition(|p| p.metric.starts_with("stel_"));
+    assert_eq!(points.len() as u64, decoded);
+    assert_eq!(
+        otlp["own_points_delivered"].as_u64(),
+        Some(own.len() as u64)
+    );
+    assert!(own
+        .iter()
+        .any(|p| p.metric == "stel_sink_received_samples_total" && p.attrs["sink"] == "otlp"));
+    let p = points
+        .iter()
+        .find(|p| p.metric == "sai.port.if_in_octets")
+        .unwrap_or_else(|| panic!("no IF_IN_OCTETS: {:?}", points.first()));
+    assert_eq!(p.kind, "sum");
+    assert_eq!(p.attrs["profile"], "stel_demo");
+    assert_eq!(p.attrs["object_name"], "Ethernet0");
+    assert_eq!(p.attrs["sai_stat"], "SAI_PORT_STAT_IF_IN_OCTETS");
+    // Switch time of the demo starts at the wall clock: within a day of now.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    assert!(p.time.abs_diff(now) < 86_400_000_000_000, "{p:?}");
+}
+
+/// Logs for files and journald: no colour codes when stderr is not a terminal, JSON lines with
+/// `--log-format json`, and no per-second status line under systemd (INVOCATION_ID set) — only
+/// the final summary in the status line's words.
+#[test]
+fn logs_are_plain_or_json_and_the_status_line_is_off_under_systemd() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str], env: Option<(&str, &str)>, sub: &str| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"));
+        // 3 s: the forced status line ticks at 1 s and 2 s even on a loaded box.
+        c.args(["--demo", "--duration", "3s", "--no-inspect", "--data-dir"])
+            .arg(dir.path().join(sub))
+            .arg("--status-file")
+            .arg(dir.path().join(format!("{sub}.json")))
+            .args(extra)
+            .env_remove("INVOCATION_ID")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("STEL_LOG_FORMAT");
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let text = run(&[], None, "a");
+    assert!(
+        !text.contains('\u{1b}'),
+        "colour codes in a redirected log:\n{text}"
+    );
+    assert!(text.contains(" INFO "), "{text}");
+
+    let json = run(&["--log-format", "json"], None, "b");
+    let events: Vec<serde_json::Value> = json
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["level"] == "INFO" && e["fields"]["message"].is_string()),
+        "{json}"
+    );
+    assert!(
+        !json.contains(" INFO "),
+        "text log lines under --log-format json:\n{json}"
+    );
+
+    let status_lines = |s: &str| s.lines().filter(|l| l.contains("snapshots | lost")).count();
+    let systemd = run(&[], Some(("INVOCATION_ID", "0123456789abcdef")), "c");
+    assert_eq!(
+        status_lines(&systemd),
+        1,
+        "only the final summary:\n{systemd}"
+    );
+    let forced = run(
+        &["--status-line", "on"],
+        Some(("INVOCATION_ID", "0123456789abcdef")),
+        "d",
+    );
+    // The final summary plus at least the tick after the first second.
+    assert!(status_lines(&forced) >= 2, "{forced}");
+}

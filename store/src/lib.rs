@@ -6,8 +6,11 @@
 //! become Arrow record batches without copying. The Parquet sink, the COUNTERS_DB/RATES writer and
 //! the rate math land here too, so `stel-query` can read what the daemon wrote without linking the
 //! daemon. [`live`] holds the newest snapshot of each session and serves it over a unix socket
-//! (the daemon's live inspect endpoint; `stel-query inspect` is its client), and `upload`
-//! (feature `upload`) copies published Parquet files to a data lake (a directory or S3).
+//! (the daemon's live inspect endpoint; `stel-query inspect` is its client), `upload`
+//! (feature `upload`) copies published Parquet files to a data lake (a directory or S3), and
+//! `otlp` (feature `otlp`) sends the counters to an OpenTelemetry collector.
+//! [`int`] holds the INT telemetry-report tables (`int_reports`, `int_hops`, `int_drops`) and
+//! their writer.
 //!
 //! It is its own crate because both the daemon (`stel-ingest`) and the query tool (`stel-query`)
 //! need the schema and names, and the query tool must never link the daemon's kernel plumbing.
@@ -16,8 +19,11 @@
 #![deny(unsafe_code)]
 
 pub mod batch;
+pub mod int;
 pub mod live;
 pub mod metrics;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 pub mod parquet;
 pub mod paths;
 pub mod rate;

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     batch::CounterBatch,
     labels,
-    metrics::{Counter, Gauge, Metric, Registry, Snapshot},
+    metrics::{self, Counter, Gauge, Metric, Registry},
     schema::SessionSchema,
 };
 
@@ -131,7 +131,7 @@ impl LiveState {
     /// when a session is new or its width changed.
     pub fn update(&self, b: &CounterBatch) {
         let n = b.rows();
-        self.rows.add(n as u64);
+        self.rows.fetch_add(n as u64, Relaxed);
         let Some(i) = n.checked_sub(1) else {
             return;
         };
@@ -382,7 +382,7 @@ impl Server {
     }
 
     /// Counters (`stel_inspect_*`).
-    pub fn stats(&self) -> Snapshot {
+    pub fn stats(&self) -> metrics::Snapshot {
         self.shared.c.registry.snapshot()
     }
 

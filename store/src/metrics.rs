@@ -1096,6 +1096,34 @@ metrics! {
     SinkQueuedBytes: Gauge "stel_sink_queued_bytes" [Sink];
     /// Highest `stel_sink_queued_bytes` seen.
     SinkQueuedBytesPeak: Gauge "stel_sink_queued_peak_bytes" [Sink];
+    /// Batches offered to a sink (`submit`).
+    SinkReceivedBatches: Counter "stel_sink_received_batches_total" [Sink];
+    /// Counter values offered to a sink (values of snapshot parts that arrived).
+    SinkReceivedSamples: Counter "stel_sink_received_samples_total" [Sink];
+    /// Batches put on a sink's queue (pushed).
+    SinkQueuedBatches: Counter "stel_sink_queued_batches_total" [Sink];
+    /// Batches taken off a sink's queue by its worker (popped).
+    SinkDequeuedBatches: Counter "stel_sink_dequeued_batches_total" [Sink];
+    /// Batches a sink dropped before working on them, by reason.
+    SinkDroppedBatches: Counter "stel_sink_dropped_batches_total" [Sink, Reason];
+    /// Counter values a sink dropped, by reason.
+    SinkDroppedSamples: Counter "stel_sink_dropped_samples_total" [Sink, Reason];
+    /// Counter values a sink left out on purpose (OTLP `resolution_ms`).
+    SinkDownsampledSamples: Counter "stel_sink_downsampled_samples_total" [Sink];
+    /// Counter values a sink's destination acknowledged.
+    SinkDeliveredSamples: Counter "stel_sink_delivered_samples_total" [Sink];
+    /// Export requests a sink's destination acknowledged.
+    SinkRequests: Counter "stel_sink_requests_total" [Sink];
+    /// Bytes of acknowledged export requests (protobuf, before transport framing).
+    SinkRequestBytes: Counter "stel_sink_request_bytes_total" [Sink];
+    /// Export attempts that failed, by reason (whether or not they were retried).
+    SinkRequestErrors: Counter "stel_sink_request_errors_total" [Sink, Reason];
+    /// Export attempts that were retries of a failed one.
+    SinkRetries: Counter "stel_sink_retries_total" [Sink];
+    /// Profiles whose CONFIG_DB entry names their own collector endpoint, now.
+    SinkProfileEndpoints: Gauge "stel_sink_profile_endpoints" [Sink];
+    /// CONFIG_DB reads that failed (the last good profile endpoints stay in use).
+    SinkConfigDbErrors: Counter "stel_sink_config_db_errors_total" [Sink];
 
     // ── parquet: the Parquet history ─────────────────────────────────────────────────────────
     /// Batches fully handed to open parts.
@@ -1220,35 +1248,6 @@ metrics! {
     DaemonDecoders: Gauge "stel_daemon_decoders" [];
     /// Scrapes of `/metrics` served.
     DaemonScrapes: Counter "stel_daemon_scrapes_total" [];
-
-    /// Batches offered to a sink (`submit`).
-    SinkReceivedBatches: Counter "stel_sink_received_batches_total" [Sink];
-    /// Counter values offered to a sink (values of snapshot parts that arrived).
-    SinkReceivedSamples: Counter "stel_sink_received_samples_total" [Sink];
-    /// Batches put on a sink's queue (pushed).
-    SinkQueuedBatches: Counter "stel_sink_queued_batches_total" [Sink];
-    /// Batches taken off a sink's queue by its worker (popped).
-    SinkDequeuedBatches: Counter "stel_sink_dequeued_batches_total" [Sink];
-    /// Batches a sink dropped before working on them, by reason.
-    SinkDroppedBatches: Counter "stel_sink_dropped_batches_total" [Sink, Reason];
-    /// Counter values a sink dropped, by reason.
-    SinkDroppedSamples: Counter "stel_sink_dropped_samples_total" [Sink, Reason];
-    /// Counter values a sink left out on purpose (OTLP `resolution_ms`).
-    SinkDownsampledSamples: Counter "stel_sink_downsampled_samples_total" [Sink];
-    /// Counter values a sink's destination acknowledged.
-    SinkDeliveredSamples: Counter "stel_sink_delivered_samples_total" [Sink];
-    /// Export requests a sink's destination acknowledged.
-    SinkRequests: Counter "stel_sink_requests_total" [Sink];
-    /// Bytes of acknowledged export requests (protobuf, before transport framing).
-    SinkRequestBytes: Counter "stel_sink_request_bytes_total" [Sink];
-    /// Export attempts that failed, by reason (whether or not they were retried).
-    SinkRequestErrors: Counter "stel_sink_request_errors_total" [Sink, Reason];
-    /// Export attempts that were retries of a failed one.
-    SinkRetries: Counter "stel_sink_retries_total" [Sink];
-    /// Profiles whose CONFIG_DB entry names their own collector endpoint, now.
-    SinkProfileEndpoints: Gauge "stel_sink_profile_endpoints" [Sink];
-    /// CONFIG_DB reads that failed (the last good profile endpoints stay in use).
-    SinkConfigDbErrors: Counter "stel_sink_config_db_errors_total" [Sink];
 }
 
 #[cfg(test)]
@@ -1273,7 +1272,9 @@ mod tests {
             );
             match m.kind() {
                 Kind::Counter => assert!(n.ends_with("_total"), "{n}: counters end in _total"),
-                Kind::Gauge => assert!(!n.ends_with("_total"), "{n}: gauges do not end in _total"),
+                Kind::Gauge | Kind::Histogram => {
+                    assert!(!n.ends_with("_total"), "{n}: only counters end in _total")
+                }
             }
             assert!(!m.help().is_empty(), "{n}: help text");
             let mut keys: Vec<_> = m.labels().to_vec();

@@ -5,7 +5,13 @@
 //! <root>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/part-<first_ns:020>-<seq:06>.parquet
 //! <root>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/.part-<first_ns:020>-<seq:06>.parquet.tmp
 //! <lake>/switch=<s>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/part-….parquet   (uploaded)
+//! <root>/table=<t>/switch=<s>/date=YYYY-MM-DD/hour=HH/part-<first_ns:020>-<seq:06>.parquet
 //! ```
+//!
+//! The `table=`/`switch=` tree holds the INT tables (`int_reports`, `int_hops`, `int_drops`), one
+//! directory per reporting switch ([`TableDir`]); the same partitions, names and escaping below
+//! apply. The counter sink never sees it ([`classify`] calls it `Other`); [`classify_table`] is
+//! its counterpart, and [`published_parts`] lists both trees (the uploader copies both).
 //!
 //! The lake (what the uploader writes, `store/LAKE.md`) is every switch's history under one more
 //! Hive level, `switch=<name>` ([`switch_segment`], [`lake_key`]), so engines prune by switch.
@@ -349,7 +355,103 @@ pub fn published_parts(root: &Path) -> Vec<(String, PathBuf, u64)> {
             }
         }
     }
+    for (t, td) in subdirs(root, "table=") {
+        for (s, sd) in subdirs(&td, "switch=") {
+            for (d, dd) in subdirs(&sd, "date=") {
+                for (h, hd) in subdirs(&dd, "hour=") {
+                    let Ok(rd) = std::fs::read_dir(&hd) else {
+                        continue;
+                    };
+                    for e in rd.filter_map(Result::ok) {
+                        let path = e.path();
+                        if let TableEntry::Part { name, .. } = classify_table(root, &path) {
+                            let f = e.file_name();
+                            let f = f.to_string_lossy();
+                            out.push((format!("{t}/{s}/{d}/{h}/{f}"), path, name.first_ns));
+                        }
+                    }
+                }
+            }
+        }
+    }
     out
+}
+
+/// One table's directory for one switch: `<root>/table=<t>/switch=<s>` (the INT tables).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TableDir(PathBuf);
+
+impl TableDir {
+    pub fn new(root: &Path, table: &str, switch: &str) -> Self {
+        Self(
+            root.join(format!("table={}", escape_value(table)))
+                .join(format!("switch={}", escape_value(switch))),
+        )
+    }
+
+    pub fn as_path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The hour partition holding `ts_ns`.
+    pub fn partition(&self, ts_ns: i64) -> PartitionDir {
+        let h = UtcHour::of_ns(ts_ns);
+        PartitionDir(self.0.join(h.date_segment()).join(h.hour_segment()))
+    }
+}
+
+/// What a path under the root is in the `table=`/`switch=` tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableEntry {
+    /// A published part.
+    Part {
+        table: String,
+        switch: String,
+        name: PartName,
+    },
+    /// A temporary part left by a writer that did not finish.
+    Temp {
+        table: String,
+        switch: String,
+        name: PartName,
+    },
+    /// Anything else (not ours; never touched).
+    Other,
+}
+
+/// Classifies `path` (a file under `root`) in the `table=`/`switch=` tree.
+pub fn classify_table(root: &Path, path: &Path) -> TableEntry {
+    let Ok(rel) = path.strip_prefix(root) else {
+        return TableEntry::Other;
+    };
+    let parts: Vec<&str> = rel.iter().filter_map(|s| s.to_str()).collect();
+    let [t, s, d, h, file] = parts.as_slice() else {
+        return TableEntry::Other;
+    };
+    let (Some(t), Some(s)) = (t.strip_prefix("table="), s.strip_prefix("switch=")) else {
+        return TableEntry::Other;
+    };
+    if !d.starts_with("date=") || !h.starts_with("hour=") {
+        return TableEntry::Other;
+    }
+    let (Some(table), Some(switch)) = (unescape_value(t), unescape_value(s)) else {
+        return TableEntry::Other;
+    };
+    if let Some(name) = PartName::parse(file) {
+        TableEntry::Part {
+            table,
+            switch,
+            name,
+        }
+    } else if let Some(name) = PartName::parse_temp(file) {
+        TableEntry::Temp {
+            table,
+            switch,
+            name,
+        }
+    } else {
+        TableEntry::Other
+    }
 }
 
 #[cfg(test)]
@@ -474,6 +576,36 @@ mod tests {
         assert_eq!(UtcHour::of_ns(next).date_segment(), "date=2024-03-01");
         assert_eq!(UtcHour::of_ns(next).hour_segment(), "hour=00");
         assert_eq!(UtcHour::next_start_ns(next), next + NS_PER_HOUR);
+    }
+
+    #[test]
+    fn table_paths_exact_and_classified() {
+        let root = Path::new("/var/lib/stel");
+        let t = TableDir::new(root, "int_hops", "4217755253");
+        let p = t.partition(T).part(PartName::new(T, 2));
+        assert_eq!(
+            p.published.to_str().unwrap(),
+            "/var/lib/stel/table=int_hops/switch=4217755253/date=2023-11-14/hour=22/\
+             part-01700000000123456789-000002.parquet"
+        );
+        assert_eq!(
+            classify_table(root, &p.published),
+            TableEntry::Part {
+                table: "int_hops".into(),
+                switch: "4217755253".into(),
+                name: PartName::new(T, 2)
+            }
+        );
+        assert!(matches!(
+            classify_table(root, &p.temp),
+            TableEntry::Temp { .. }
+        ));
+        // The two trees never mistake each other's files.
+        assert_eq!(classify(root, &p.published), LayoutEntry::Other);
+        let s = SessionDir::new(root, "p", "PORT")
+            .partition(T)
+            .part(PartName::new(T, 0));
+        assert_eq!(classify_table(root, &s.published), TableEntry::Other);
     }
 
     #[test]

@@ -119,6 +119,26 @@ impl fmt::Display for ObjectType {
     }
 }
 
+/// Whether a stat (by short name) is a **level** (a gauge: buffer occupancy, watermarks, queue
+/// length, credits in use, congestion level) rather than a cumulative counter. SAI's stat enums
+/// mix both; the names are the only marker: `*CURR_OCCUPANCY*`, `*WATERMARK*`, `IF_OUT_QLEN`,
+/// `CBFC_SENDER_CREDITS_USED`, `*_LEVEL`. Everything else counts events or bytes since the
+/// counter was cleared and only goes up (until it wraps or is cleared).
+pub fn is_level(short: &str) -> bool {
+    short.contains("CURR_OCCUPANCY")
+        || short.contains("WATERMARK")
+        || short.ends_with("_LEVEL")
+        || short == "IF_OUT_QLEN"
+        || short == "CBFC_SENDER_CREDITS_USED"
+}
+
+impl StatName {
+    /// See [`is_level`].
+    pub fn is_level(&self) -> bool {
+        is_level(self.short)
+    }
+}
+
 /// Resolves a full C name (`SAI_QUEUE_STAT_PACKETS`) to its object type and stat.
 pub fn stat_by_full_name(full: &str) -> Option<(ObjectType, &'static StatName)> {
     ObjectType::ALL.into_iter().find_map(|t| {
@@ -163,6 +183,11 @@ impl StatKey {
             (None, Some(t)) => format!("SAI_{}_STAT_{}", t.name(), self.stat_id),
             (None, None) => format!("SAI_OBJECT_TYPE_{}_STAT_{}", self.object_type, self.stat_id),
         }
+    }
+
+    /// Whether the stat is a level (gauge), see [`is_level`]. Unknown stats count as counters.
+    pub fn is_level(self) -> bool {
+        self.known().is_some_and(StatName::is_level)
     }
 
     /// Object type name, or `OBJECT_TYPE_<n>` when unknown.
@@ -233,6 +258,34 @@ mod tests {
         assert_eq!(ObjectType::from_id(2), None);
         assert!(p.stat_by_name("START").is_none());
         assert!(p.stat_by_name("SAI_QUEUE_STAT_PACKETS").is_none());
+    }
+
+    #[test]
+    fn levels_are_the_occupancy_watermark_and_queue_length_stats() {
+        let level = |t: ObjectType, s: &str| t.stat_by_name(s).unwrap().is_level();
+        assert!(level(ObjectType::Queue, "CURR_OCCUPANCY_BYTES"));
+        assert!(level(ObjectType::Queue, "WATERMARK_CELLS"));
+        assert!(level(ObjectType::Queue, "CURR_OCCUPANCY_LEVEL"));
+        assert!(level(ObjectType::Port, "IN_CURR_OCCUPANCY_BYTES"));
+        assert!(level(ObjectType::Port, "IF_OUT_QLEN"));
+        assert!(level(ObjectType::BufferPool, "XOFF_ROOM_WATERMARK_BYTES"));
+        assert!(level(
+            ObjectType::IngressPriorityGroup,
+            "SHARED_WATERMARK_BYTES"
+        ));
+        assert!(!level(ObjectType::Port, "IF_IN_OCTETS"));
+        assert!(!level(ObjectType::Queue, "DROPPED_PACKETS"));
+        assert!(!level(ObjectType::Port, "PFC_3_RX_PAUSE_DURATION_US"));
+        assert!(!level(ObjectType::Queue, "CREDIT_WD_DELETED_PACKETS"));
+        assert!(!StatKey {
+            object_type: 99,
+            stat_id: 1
+        }
+        .is_level());
+        // The rule sees every table: a level in each object type that has one.
+        let levels = |t: ObjectType| t.stats().iter().filter(|s| s.is_level()).count();
+        assert_eq!(levels(ObjectType::RouterInterface), 0);
+        assert!(levels(ObjectType::Queue) >= 10);
     }
 
     #[test]

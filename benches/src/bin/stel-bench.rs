@@ -70,6 +70,20 @@ enum Bench {
         #[arg(long, default_value_t = 100)]
         switches: usize,
     },
+    /// OTLP sink: the design session's counters exported over OTLP/gRPC to a real local
+    /// receiver (HTTP/2, every request's protobuf walked to its points), every point accounted
+    /// for; plus the encoder alone on one core.
+    Otlp {
+        /// Fewer, shorter runs.
+        #[arg(long)]
+        quick: bool,
+        /// Data points per request.
+        #[arg(long, default_value_t = 10_000)]
+        points_per_request: usize,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 2)]
+        in_flight: usize,
+    },
     /// Parquet sink end to end (queue → writer thread → wide transpose → encode → fsync →
     /// rename) on the emulator's design-rate counters, vs a raw 8 B/sample write in the same run.
     Parquet {
@@ -80,6 +94,13 @@ enum Bench {
         /// store/PERSISTENCE.md).
         #[arg(long)]
         sweep: bool,
+    },
+    /// INT report decode on one core (AmLight 5-hop reports) vs a plain per-report parse in
+    /// the same run; the end-to-end figures come with the daemon's INT source.
+    Int {
+        /// Fewer, shorter runs.
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -193,6 +214,12 @@ fn main() -> ExitCode {
         Bench::Parquet { quick, sweep } => w::parquet::bench(quick, sweep),
         Bench::Query { quick } => query(quick),
         Bench::Fleet { quick, switches } => w::fleet::bench(quick, switches),
+        Bench::Otlp {
+            quick,
+            points_per_request,
+            in_flight,
+        } => w::otlp::bench(quick, points_per_request, in_flight),
+        Bench::Int { quick } => w::int::bench(quick),
     };
     match r {
         Ok(v) => {

@@ -31,6 +31,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-emu --file capture.ipfix --duration 1s --truth truth.json --session session.json
 ///   stel-emu --replay capture.ipfix --netlink-group 1       # also .pcap/.pcapng, recordings
 ///   stel-emu --netlink-group 1 --duration 1s --record sent.nl  # what was sent, datagram by datagram
+///   stel-emu int --to 127.0.0.1:5900 --rate 100000    # INT reports (stel-emu int --help)
 #[derive(Debug, Parser)]
 #[command(version, verbatim_doc_comment)]
 struct Args {
@@ -463,6 +464,10 @@ fn run(a: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // `stel-emu int …`: INT telemetry reports (stel_ingest::int::gen).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "int") {
+        return stel_ingest::int::gen::cli_main(std::env::args_os().skip(1));
+    }
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

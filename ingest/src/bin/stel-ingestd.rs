@@ -24,7 +24,7 @@ use stel_ingest::{
     netlink,
     pipeline::Sink,
     reader::ReaderKind,
-    sinks::{CountersDb, InspectServer, Live, ParquetHistory, StatusSource, Upload},
+    sinks::{CountersDb, InspectServer, Live, Otlp, ParquetHistory, StatusSource, Upload},
     sources::state_db::StateDbWatcher,
     sys::{self, signal},
 };
@@ -49,6 +49,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-ingestd --demo --upload-to /mnt/lake/stel   # also copy every published file there
 ///   AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=… \
 ///     AWS_SECRET_ACCESS_KEY=… stel-ingestd --demo --upload-to s3://lake/stel
+///   stel-ingestd --demo --otlp-endpoint http://127.0.0.1:4317   # also to an OTLP collector
+///     (python3 deploy/otlp_receiver.py --grpc 4317 --every 1 shows what arrives)
 ///   stel-ingestd status                         # every counter of the running daemon
 ///   stel-query inspect stel_demo --table        # live counters from the running daemon's
 ///                                               # inspect socket (next to the status file)
@@ -130,12 +132,36 @@ struct Args {
     /// write COUNTERS_DB + RATES.
     #[arg(long)]
     redis: Option<String>,
+    /// Also send every counter to this OpenTelemetry collector (OTLP/gRPC, e.g.
+    /// http://127.0.0.1:4317; other settings: [otlp] in the config file).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// Receive INT telemetry reports (UDP) on this address, e.g. 0.0.0.0:5900 (repeatable;
+    /// other settings: [int] in the config file). Tables int_reports, int_hops, int_drops go
+    /// under the data dir (table=…/switch=…/); `stel-query int` reads them.
+    #[arg(long, value_name = "ADDR")]
+    int_listen: Vec<std::net::SocketAddr>,
+    /// EVC names for INT reports: a Kytos mef_eline listing (JSON, as GET
+    /// /api/kytos/mef_eline/v2/evc/ returns it); re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    int_kytos_evcs: Option<PathBuf>,
+    /// No counter source: collect INT reports only (a collector host that is not a switch).
+    #[arg(long, conflicts_with_all = ["demo", "usersock_group", "input"], requires = "int_listen")]
+    int_only: bool,
     /// Stop after this long (e.g. 30s); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = emu::parse_duration_ns)]
     duration: Option<u64>,
     /// Print the final counters as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Log format on stderr: text (plain when stderr is not a terminal: no colour codes in
+    /// files or journald) or json (one object per line, for log shippers).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "STEL_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// The per-second status line on stderr: auto (on, except under systemd, where the status
+    /// file and metrics carry the figures and journald would store a line a second), on, off.
+    #[arg(long, value_enum, default_value_t = StatusLine::Auto)]
+    status_line: StatusLine,
     /// Demo: ports to emulate.
     #[arg(long, default_value_t = 64)]
     ports: usize,
@@ -148,6 +174,48 @@ struct Args {
     /// Demo: load pattern.
     #[arg(long, value_enum, default_value_t = Pattern::Microburst)]
     pattern: Pattern,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StatusLine {
+    Auto,
+    On,
+    Off,
+}
+
+impl StatusLine {
+    /// `auto`: off when systemd started us (it sets INVOCATION_ID; JOURNAL_STREAM when stderr
+    /// goes to the journal).
+    fn enabled(self) -> bool {
+        match self {
+            StatusLine::On => true,
+            StatusLine::Off => false,
+            StatusLine::Auto => {
+                std::env::var_os("INVOCATION_ID").is_none()
+                    && std::env::var_os("JOURNAL_STREAM").is_none()
+            }
+        }
+    }
+}
+
+/// Logs to stderr: plain text without colour codes unless stderr is a terminal, or JSON lines.
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Text => b.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -457,9 +525,33 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
             p.dir = PathBuf::from("stel-data");
         }
     }
+    if !a.int_listen.is_empty() {
+        cfg.int.get_or_insert_with(Default::default).listen = a.int_listen.clone();
+    }
+    if let Some(p) = &a.int_kytos_evcs {
+        cfg.int.get_or_insert_with(Default::default).evc.kytos_evcs = Some(p.clone());
+    }
+    if a.int_only {
+        cfg.source.kind = SourceKind::None;
+        if cfg.history.enabled && a.data_dir.is_none() && a.config.is_none() {
+            cfg.parquet.get_or_insert_with(Default::default).dir = PathBuf::from("stel-data");
+        }
+    }
+    if let Some(i) = &cfg.int {
+        let problems = i.problems();
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+    }
+    if let Some(e) = &a.otlp_endpoint {
+        cfg.otlp.get_or_insert_with(Default::default).endpoint = e.clone();
+    }
     if let Some(url) = &a.redis {
         cfg.counters_db.get_or_insert_with(Default::default).url = url.clone();
         cfg.state_db.get_or_insert_with(Default::default).url = url.clone();
+        if let Some(o) = cfg.otlp.as_mut() {
+            o.config_db.get_or_insert_with(Default::default).url = url.clone();
+        }
     }
     cfg.sessions
         .extend(a.session.iter().map(|p| SessionFile { path: p.clone() }));
@@ -499,7 +591,21 @@ fn run(a: Args) -> Result<(), String> {
     let counters_cfg = cfg.counters_db.clone();
     let state_db_cfg = cfg.state_db.clone();
     let upload_cfg = cfg.upload.clone();
+    let otlp_cfg = cfg.otlp.clone();
     let inspect_cfg = cfg.inspect.clone();
+    let int_cfg = cfg.int.clone();
+    let int_only = cfg.source.kind == SourceKind::None;
+    // INT sockets first: SO_RCVBUFFORCE is privileged.
+    let int_sockets = match &int_cfg {
+        Some(c) => Some(stel_ingest::int::source::bind(c).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let history_dir = cfg
+        .parquet
+        .as_ref()
+        .filter(|_| cfg.history.enabled)
+        .map(|p| p.dir.clone())
+        .unwrap_or_else(|| PathBuf::from("stel-data"));
 
     // Privileged set-up, then drop every capability before any thread exists.
     let mut daemon = Daemon::setup(cfg, local_rx)?;
@@ -574,7 +680,37 @@ fn run(a: Args) -> Result<(), String> {
         }
         None => None,
     };
+    let otlp = match otlp_cfg {
+        Some(c) => {
+            let ep = c.endpoint.clone();
+            let s = Otlp::start(c, Some(stel_store::metrics::Registry::new()))?;
+            eprintln!("stel-ingestd: exporting counters over OTLP to {ep}");
+            sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
+            Some(s)
+        }
+        None => None,
+    };
     daemon.start(sinks);
+    let mut int = match (int_cfg, int_sockets) {
+        (Some(c), Some(socks)) => {
+            let src = stel_ingest::int::source::IntSource::start(&c, socks, &history_dir)
+                .map_err(|e| e.to_string())?;
+            eprintln!(
+                "stel-ingestd: INT reports on {} (reader {}) into {} (stel-query int …); SIGHUP re-reads EVC names",
+                src.local_addrs
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                src.stats().reader,
+                src.dir.display()
+            );
+            Some(src)
+        }
+        _ => None,
+    };
+    let hup = signal::hup_flag();
+    let mut int_prev = int.as_ref().map(|i| i.stats()).unwrap_or_default();
     let state_db = match state_db_cfg {
         Some(c) => {
             let url = c.url.clone();
@@ -615,6 +751,7 @@ fn run(a: Args) -> Result<(), String> {
     let mut last_tick = Instant::now();
     let mut last_warn: Option<Instant> = None;
     let files = is_file_input(&daemon);
+    let show_status_line = a.status_line.enabled();
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         daemon.step()?;
         if files && daemon.input_done() {
@@ -626,10 +763,22 @@ fn run(a: Args) -> Result<(), String> {
                 daemon.apply_state_db(ev, &acker);
             }
         }
+        if hup.swap(false, Ordering::Relaxed) {
+            if let Some(i) = int.as_mut() {
+                i.reload_evcs();
+            }
+        }
         if last_tick.elapsed() >= interval {
-            let st = daemon.status();
+            let mut st = daemon.status();
             let dt = last_tick.elapsed().as_secs_f64();
             let mut line = status_line(&st, &prev, dt, &rates.line(&live));
+            if let Some(i) = &int {
+                let s = i.stats();
+                line.push_str(&format!(" | {}", s.line(&int_prev, dt)));
+                st.sinks
+                    .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
+                int_prev = s;
+            }
             if let Some(g) = daemon.genl_status().filter(|g| g.starts_with("waiting")) {
                 line.push_str(&format!(" | {g}"));
             }
@@ -637,7 +786,9 @@ fn run(a: Args) -> Result<(), String> {
             if let Some(w) = &nothing {
                 line.push_str(&format!(" | NOTHING DECODED: {w}"));
             }
-            eprintln!("{line}");
+            if show_status_line {
+                eprintln!("{line}");
+            }
             if let Some(w) = nothing {
                 // The operator must act; logged once a minute at most (the line says it each tick).
                 if last_warn.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(60)) {
@@ -676,6 +827,33 @@ fn run(a: Args) -> Result<(), String> {
     if let Some((w, _)) = state_db {
         w.shutdown();
     }
+    if let Some(i) = int.take() {
+        let s = i.shutdown();
+        eprintln!(
+            "stel-ingestd: int: {} datagrams, {} reports ({} decoded, {} malformed), {} hops, {} drop reports; {} lost by sequence; {} kernel drops, {} truncated; tables: {} rows written, {} shed, {} lost",
+            s.recv.datagrams,
+            s.decode.reports,
+            s.decode.reports_decoded,
+            s.decode.reports_malformed,
+            s.decode.hops,
+            s.decode.drops,
+            s.decode.seq_lost,
+            s.kernel_drops,
+            s.recv.truncated,
+            s.sink.rows_written,
+            s.sink.shed_rows(),
+            s.sink.lost_rows()
+        );
+        if s.recv.datagrams > 0 && s.decode.reports_decoded == 0 {
+            tracing::warn!(
+                "INT: {} datagrams received and NOTHING DECODED (malformed: {}); check the report format and [int.decode]",
+                s.recv.datagrams,
+                serde_json::to_string(&s.decode.malformed).unwrap_or_default()
+            );
+        }
+        st.sinks
+            .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
+    }
     if let Some(h) = history {
         match h.shutdown() {
             Ok(s) => {
@@ -711,6 +889,15 @@ fn run(a: Args) -> Result<(), String> {
     if let Some(c) = counters {
         c.shutdown();
     }
+    if let Some(o) = otlp.and_then(Otlp::shutdown) {
+        eprintln!(
+            "stel-ingestd: otlp: {} points delivered, {} dropped",
+            o.samples_delivered,
+            o.dropped_samples.total()
+        );
+        st.sinks
+            .insert("otlp".into(), serde_json::to_value(o).unwrap_or_default());
+    }
     write_status(&status_file, &st);
     if let Some(t) = truth {
         eprintln!(
@@ -743,6 +930,7 @@ fn run(a: Args) -> Result<(), String> {
                 st.reader, st.filter.kind, st.filter.policy
             );
         }
+        None if int_only => eprintln!("stel-ingestd: stopped cleanly (INT only)"),
         None => eprintln!(
             "stel-ingestd: stopped cleanly: {} snapshots decoded, reader {}, filter {} {}",
             st.pipeline.decode.records, st.reader, st.filter.kind, st.filter.policy
@@ -752,17 +940,11 @@ fn run(a: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let a = Args::parse();
+    init_logs(a.log_format);
     // Before any thread or big allocation: the Parquet writer otherwise faults in a 2 MiB huge
     // page per column per row group (see the function).
     sys::disable_transparent_huge_pages();
-    let a = Args::parse();
     if let Some(Command::Status { file }) = &a.command {
         let file = file.clone().unwrap_or_else(|| {
             let run = PathBuf::from("/run/stel/status.json");

@@ -104,6 +104,31 @@ pub fn set_sndbuf(fd: std::os::fd::BorrowedFd<'_>, bytes: usize) -> Result<(), S
     })
 }
 
+/// Sets a socket's receive buffer (SO_RCVBUFFORCE when privileged, else SO_RCVBUF); the INT UDP
+/// socket.
+///
+/// # Errors
+/// Both setsockopt calls failing.
+pub fn set_rcvbuf(fd: std::os::fd::BorrowedFd<'_>, bytes: usize) -> Result<(), SysError> {
+    let v = bytes.min(i32::MAX as usize) as i32;
+    setsockopt_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        v,
+        "setsockopt(SO_RCVBUFFORCE)",
+    )
+    .or_else(|_| {
+        setsockopt_int(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            v,
+            "setsockopt(SO_RCVBUF)",
+        )
+    })
+}
+
 /// Sets a socket's receive timeout (SO_RCVTIMEO).
 ///
 /// # Errors

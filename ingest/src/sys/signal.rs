@@ -21,3 +21,20 @@ pub fn stop_flag() -> &'static AtomicBool {
     }
     &STOP
 }
+
+static HUP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_hup(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    HUP.store(true, Ordering::Relaxed);
+}
+
+/// Installs the SIGHUP handler (reload: the INT source's EVC names) and returns the flag it
+/// sets; the main loop swaps it back to false when it acts.
+pub fn hup_flag() -> &'static AtomicBool {
+    // SAFETY: as in `stop_flag`: the handler only performs an atomic store.
+    unsafe {
+        libc::signal(libc::SIGHUP, on_hup as *const () as libc::sighandler_t);
+    }
+    &HUP
+}

@@ -6,6 +6,7 @@ pub mod completions;
 pub mod export;
 pub mod history;
 pub mod inspect;
+pub mod int;
 pub mod rates;
 pub mod sql;
 pub mod stat;
@@ -41,6 +42,7 @@ use crate::{
   stel-query top --by bursts -n 10 --last 1h -d s3://lake/fleet --engine spark --remote sc://127.0.0.1:15002
   stel-query inspect stel_demo --table --duration 10s
   stel-query sql \"SELECT object, max(value) FROM counters WHERE stat = 'IF_IN_OCTETS' GROUP BY object\"
+  stel-query int evc --last 10m                      # per-EVC INT latency p50/p99, loss, paths
   stel-query export s3://lake/stel --from 2024-05-01T00:00:00Z --to 2024-05-01T01:00:00Z
   stel-query completions bash > /etc/bash_completion.d/stel-query"
 )]
@@ -58,6 +60,8 @@ pub enum Cmd {
     Inspect(inspect::Args),
     Sql(sql::Args),
     Export(export::Args),
+    /// INT telemetry: flows, per-hop latency, drops, per-EVC latency.
+    Int(int::Args),
     Stat(stat::Args),
     Completions(completions::Args),
     /// Benchmark the rates query against DuckDB over the same files (used by `stel-bench query`).
@@ -75,6 +79,7 @@ impl Cmd {
             Cmd::Bursts(a) => &a.common,
             Cmd::Sql(a) => &a.common,
             Cmd::Export(a) => &a.common,
+            Cmd::Int(a) => &a.common,
             Cmd::Inspect(a) => return if a.json { Format::Json } else { Format::Table },
             Cmd::Stat(a) => return if a.json { Format::Json } else { Format::Table },
             Cmd::Completions(_) | Cmd::Bench(_) => return Format::Table,
@@ -118,6 +123,7 @@ impl Cmd {
                 Cmd::Inspect(a) => inspect::run(a).await,
                 Cmd::Sql(a) => sql::run(a).await,
                 Cmd::Export(a) => export::run(a).await,
+                Cmd::Int(a) => int::run(a).await,
                 Cmd::Bench(a) => crate::bench::run(a).await,
                 Cmd::Stat(_) | Cmd::Completions(_) => unreachable!("handled above"),
             }

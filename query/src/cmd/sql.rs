@@ -157,10 +157,19 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             vec![crate::spark::lake::VIEW.to_string()],
         )
     } else {
-        let cat = Catalog::open(&set.data).await?;
+        let cat = match Catalog::open(&set.data).await {
+            Ok(c) => c,
+            // A data dir with only INT tables is still something to query.
+            Err(crate::error::Error::NotFound(m)) => super::int::int_only_catalog(&set.data)
+                .await?
+                .ok_or(crate::error::Error::NotFound(m))?,
+            Err(e) => return Err(e),
+        };
         if a.query.to_ascii_lowercase().contains("counters") {
             crate::longview::LongView::register(&cat).await?;
         }
+        // The INT tables (int_reports, int_hops, int_drops) when the data has them.
+        super::int::register(&cat.ctx, &cat.location).await?;
         let t = cat.sessions.iter().map(|s| s.table.clone()).collect();
         (cat.ctx, t)
     };

@@ -7,7 +7,7 @@ use std::{
     fs::{self, File},
     io::{self, BufWriter},
     path::{Path, PathBuf},
-    sync::{atomic::Ordering::Relaxed, Arc},
+    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -784,7 +784,7 @@ impl Writer {
                     Rotation::Hour => c.rotations_hour.add(1),
                     Rotation::Size => c.rotations_size.add(1),
                     Rotation::Age => c.rotations_age.add(1),
-                    Rotation::Shutdown => 0,
+                    Rotation::Shutdown => {}
                 };
                 if self.in_episode {
                     self.in_episode = false;

@@ -1,0 +1,773 @@
+//! INT telemetry reports: UDP payload bytes in, Arrow column batches out. No I/O, no locks, no
+//! allocation per report — the daemon's workers (phase 2), `stel-bench int`, the tests and the
+//! fuzzer all call [`IntDecoder::decode`] with plain byte slices.
+//!
+//! Design notes (data path, state ownership, what is counted) are in `ingest/src/int/README.md`.
+//!
+//! * [`wire`]: Telemetry Report v0.5 / v1.0 / v2.0 headers, inner Ethernet/VLAN/IPv4/IPv6/TCP/UDP,
+//!   INT v0.5 / v1.0 / v2.x stacks over TCP/UDP and VXLAN-GPE; every length checked first.
+//! * [`seq`]: loss per (reporting switch, hw_id) at the sequence field's real width, with a
+//!   reordering window.
+//! * [`evc`]: EVC attribution from a mapping file and a Kytos mef_eline listing.
+//! * [`gen`]: the report generator behind `stel-emu int` (every version, AmLight's layout, a
+//!   topology with path changes, drops, congestion and loss, ground truth, pcap).
+
+pub mod evc;
+pub mod gen;
+pub mod seq;
+pub mod source;
+mod stats;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::HashMap,
+    hash::{BuildHasherDefault, Hasher},
+    net::IpAddr,
+    sync::Arc,
+};
+
+use serde::{Deserialize, Serialize};
+pub use stats::{IntStats, Malformed, MalformedCounts};
+pub use stel_store::int::IntBatch;
+use stel_store::int::{DropRow, HopRow, ReportRow};
+
+use self::{
+    evc::EvcMap,
+    seq::SeqTracker,
+    wire::{Ctx, Md, Scratch, MAX_HOPS},
+};
+
+/// How a Telemetry Report v2.0 group header is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum V2Header {
+    /// The spec: 6-bit hw_id, 22-bit sequence number.
+    #[default]
+    Spec,
+    /// Tofino switch.p4: 4-bit hw_id, 24-bit sequence number.
+    Tofino,
+}
+
+/// INT decoder settings (the `[int]` section's decode part).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntDecodeConfig {
+    /// DSCP value that signals INT inside the inner IPv4/IPv6 header (AmLight/NoviFlow and the
+    /// spec's examples use 0x17); unset = DSCP does not signal INT.
+    pub int_dscp: Option<u8>,
+    /// DSCP bits compared with `int_dscp` (0x3f: the whole value; a single bit for a DSCP-bit
+    /// scheme).
+    pub int_dscp_mask: u8,
+    /// UDP destination ports after whose header INT follows (the spec's unassigned "INT_TBD").
+    pub int_udp_ports: Vec<u16>,
+    /// VXLAN-GPE UDP port: INT is GPE next protocol 0x82 there; 0 = off.
+    pub vxlan_gpe_port: u16,
+    /// Most hops a stack may hold (AmLight/NoviFlow: 10; at most 64); more is malformed.
+    pub max_hops: u8,
+    /// Remaining Hop Count the INT source starts with (AmLight: 10): a stack whose hop count is
+    /// not `initial_hop_count − RHC` is counted (`hop_count_rhc_mismatch`) but kept. Unset: no
+    /// check.
+    pub initial_hop_count: Option<u8>,
+    /// Telemetry Report v2.0 group-header variant.
+    pub v2_header: V2Header,
+    /// How far back (in sequence numbers) a late report still counts as reordered, not lost
+    /// (1..=1024).
+    pub reorder_window: u32,
+    /// Per-flow latency threshold in ns: crossings are events and set `latency_over`.
+    pub latency_threshold_ns: Option<u64>,
+    /// Switch clocks are synchronised: compute last egress − first ingress per report.
+    pub clocks_synchronized: bool,
+    /// Most flows tracked per decoder (path and threshold state); new ones beyond are counted.
+    pub max_flows: usize,
+    /// A flow not seen for this long is forgotten.
+    pub flow_idle_timeout_ms: u64,
+    /// Reports per batch handed to the sink.
+    pub batch_reports: usize,
+}
+
+impl Default for IntDecodeConfig {
+    fn default() -> Self {
+        Self {
+            int_dscp: Some(0x17),
+            int_dscp_mask: 0x3f,
+            int_udp_ports: Vec::new(),
+            vxlan_gpe_port: 4790,
+            max_hops: 10,
+            initial_hop_count: None,
+            v2_header: V2Header::Spec,
+            reorder_window: 256,
+            latency_threshold_ns: None,
+            clocks_synchronized: false,
+            max_flows: 1 << 20,
+            flow_idle_timeout_ms: 300_000,
+            batch_reports: 8192,
+        }
+    }
+}
+
+impl IntDecodeConfig {
+    /// AmLight/NoviFlow: DSCP 0x17, ≤ 10 hops, RHC starts at 10.
+    pub fn amlight() -> Self {
+        Self {
+            initial_hop_count: Some(10),
+            ..Self::default()
+        }
+    }
+
+    /// Small batches, for tests.
+    pub fn for_test() -> Self {
+        Self {
+            batch_reports: 64,
+            ..Self::default()
+        }
+    }
+}
+
+/// Something worth telling besides the rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IntEvent {
+    /// A flow's path changed.
+    PathChanged {
+        ts_ns: i64,
+        flow_key: u64,
+        switch_id: u32,
+        vlan: Option<u16>,
+        old_path: u64,
+        new_path: u64,
+    },
+    /// A flow's latency crossed `latency_threshold_ns` (`up`: now above).
+    LatencyCrossed {
+        ts_ns: i64,
+        flow_key: u64,
+        switch_id: u32,
+        up: bool,
+        latency_ns: u64,
+    },
+}
+
+/// Receives the decoder's output on the decoder's thread.
+pub trait IntSink {
+    fn on_batch(&mut self, batch: IntBatch);
+    fn on_event(&mut self, _event: &IntEvent) {}
+}
+
+impl<F: FnMut(IntBatch)> IntSink for F {
+    fn on_batch(&mut self, batch: IntBatch) {
+        self(batch)
+    }
+}
+
+/// Passes a u64 that is already a hash.
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyHasher(u64);
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// A small, fast hasher for the decoder's own maps (keys are switch ids, VLANs; not
+/// attacker-chosen beyond what the sharding already exposes).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FastHasher(u64);
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        mix(self.0, 0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+    #[inline]
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+/// A map with [`FastHasher`].
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    path: u64,
+    over: bool,
+    last_ns: i64,
+    /// EVC index + 1 (0 = none), valid while `evc_epoch` matches the decoder's.
+    evc: u32,
+    evc_epoch: u32,
+}
+
+#[inline]
+fn mix(h: u64, v: u64) -> u64 {
+    let mut x = h.rotate_left(23) ^ v;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// The INT decoder of one core. Owns the loss streams and the flow table of every switch
+/// sharded to it, and its column builders.
+#[derive(Debug)]
+pub struct IntDecoder {
+    cfg: IntDecodeConfig,
+    stats: IntStats,
+    scratch: Box<Scratch>,
+    seq: SeqTracker,
+    flows: HashMap<u64, Flow, BuildHasherDefault<KeyHasher>>,
+    evc: Arc<EvcMap>,
+    /// Bumped by every [`IntDecoder::set_evc_map`]: flows' cached EVCs are stale after it.
+    evc_epoch: u32,
+    batch: IntBatch,
+}
+
+impl IntDecoder {
+    pub fn new(cfg: IntDecodeConfig) -> Self {
+        let batch = Self::new_batch(&cfg);
+        Self {
+            seq: SeqTracker::new(cfg.reorder_window),
+            cfg,
+            stats: IntStats::default(),
+            scratch: Box::default(),
+            flows: HashMap::default(),
+            evc: Arc::new(EvcMap::default()),
+            evc_epoch: 1,
+            batch,
+        }
+    }
+
+    /// Room for a batch of `batch_reports` reports of up to 6 hops without reallocating.
+    fn new_batch(cfg: &IntDecodeConfig) -> IntBatch {
+        IntBatch::with_capacity(cfg.batch_reports, cfg.batch_reports * 6)
+    }
+
+    /// Replaces the EVC map (the reload hook: the daemon builds a new map with
+    /// [`evc::EvcSources::load`] and hands each decoder the `Arc`).
+    pub fn set_evc_map(&mut self, map: Arc<EvcMap>) {
+        self.evc = map;
+        self.evc_epoch = self.evc_epoch.wrapping_add(1).max(1);
+    }
+
+    pub fn config(&self) -> &IntDecodeConfig {
+        &self.cfg
+    }
+
+    /// The counters now (sequence counters included).
+    pub fn stats(&self) -> IntStats {
+        let mut s = self.stats.clone();
+        s.seq_lost = self.seq.lost;
+        s.seq_pending = self.seq.pending;
+        s.seq_reordered = self.seq.reordered;
+        s.seq_duplicates = self.seq.duplicates;
+        s.seq_stale = self.seq.stale;
+        s.seq_resyncs = self.seq.resyncs;
+        s.flows = self.flows.len() as u64;
+        s
+    }
+
+    /// Decodes one UDP payload received at `recv_ns` from `src` (the reporting switch's
+    /// address: the switch id of a v0.5 report without a drop/local header is its IPv4 address
+    /// as a u32, or the low 32 bits of an IPv6 one).
+    pub fn decode<S: IntSink>(&mut self, src: IpAddr, recv_ns: i64, payload: &[u8], sink: &mut S) {
+        self.stats.payloads += 1;
+        self.stats.bytes += payload.len() as u64;
+        let Some(&first) = payload.first() else {
+            self.stats.reports += 1;
+            self.stats.count(Malformed::Empty);
+            return;
+        };
+        match first >> 4 {
+            0 => self.v05(src, recv_ns, payload, sink),
+            1 => self.v1(recv_ns, payload, sink),
+            2 => self.v2(recv_ns, payload, sink),
+            _ => {
+                self.stats.reports += 1;
+                self.stats.count(Malformed::UnknownReportVersion);
+            }
+        }
+        if self.batch.reports.rows() >= self.cfg.batch_reports {
+            self.emit(sink);
+        }
+    }
+
+    /// Hands the rows decoded so far to the sink and forgets idle flows. Call it when the feed
+    /// goes quiet and before shutdown.
+    pub fn flush<S: IntSink>(&mut self, now_ns: i64, sink: &mut S) {
+        self.emit(sink);
+        let idle = i64::try_from(self.cfg.flow_idle_timeout_ms)
+            .unwrap_or(i64::MAX / 1_000_000)
+            .saturating_mul(1_000_000);
+        let before = self.flows.len();
+        self.flows
+            .retain(|_, f| now_ns.saturating_sub(f.last_ns) < idle);
+        self.stats.flows_expired += (before - self.flows.len()) as u64;
+    }
+
+    /// Ends loss accounting: gaps still pending in a reordering window become final.
+    pub fn finish_sequences(&mut self) {
+        self.seq.finish();
+    }
+
+    fn emit<S: IntSink>(&mut self, sink: &mut S) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let b = std::mem::replace(&mut self.batch, Self::new_batch(&self.cfg));
+        self.stats.batches += 1;
+        sink.on_batch(b);
+    }
+
+    fn src_id(src: IpAddr) -> u32 {
+        match src {
+            IpAddr::V4(a) => u32::from(a),
+            IpAddr::V6(a) => {
+                let o = a.octets();
+                u32::from_be_bytes([o[12], o[13], o[14], o[15]])
+            }
+        }
+    }
+
+    fn v05<S: IntSink>(&mut self, src: IpAddr, ts: i64, b: &[u8], sink: &mut S) {
+        self.stats.reports += 1;
+        self.stats.reports_v05 += 1;
+        let off = match self.scratch.v05_header(b) {
+            Ok(o) => o,
+            Err(m) => return self.stats.count(m),
+        };
+        let sc = &mut *self.scratch;
+        if !sc.rep.has_switch {
+            sc.rep.switch_id = Self::src_id(src);
+        }
+        let gap = self
+            .seq
+            .observe(sc.rep.switch_id, sc.rep.hw_id, 32, sc.rep.seq)
+            .gap;
+        sc.inner = Default::default();
+        sc.int = None;
+        let ctx = Ctx { cfg: &self.cfg };
+        if let Err(m) = sc.ethernet(&b[off..], ctx, &mut self.stats, true) {
+            return self.stats.count(m);
+        }
+        self.push(ts, gap, sink);
+    }
+
+    fn v1<S: IntSink>(&mut self, ts: i64, b: &[u8], sink: &mut S) {
+        self.stats.reports += 1;
+        self.stats.reports_v1 += 1;
+        let sc = &mut *self.scratch;
+        let r = sc.v1_header(b);
+        // The fixed header was readable: its sequence number counts, even if the rest is bad.
+        if b.len() >= 16 {
+            let gap = self
+                .seq
+                .observe(sc.rep.switch_id, sc.rep.hw_id, 32, sc.rep.seq)
+                .gap;
+            let (off, nprot) = match r {
+                Ok(v) => v,
+                Err(m) => return self.stats.count(m),
+            };
+            sc.inner = Default::default();
+            sc.int = None;
+            let ctx = Ctx { cfg: &self.cfg };
+            let rest = &b[off..];
+            let res = match nprot {
+                0 => sc.ethernet(rest, ctx, &mut self.stats, true),
+                1 => sc.ipv4(rest, ctx, &mut self.stats, true),
+                _ => sc.ipv6(rest, ctx, &mut self.stats, true),
+            };
+            if let Err(m) = res {
+                return self.stats.count(m);
+            }
+            self.push(ts, gap, sink);
+        } else if let Err(m) = r {
+            self.stats.count(m);
+        }
+    }
+
+    fn v2<S: IntSink>(&mut self, ts: i64, b: &[u8], sink: &mut S) {
+        self.stats.reports_v2 += 1;
+        let (hw_id, seq, bits, node) = match Scratch::v2_group(b, self.cfg.v2_header) {
+            Ok(v) => v,
+            Err(m) => {
+                self.stats.reports += 1;
+                return self.stats.count(m);
+            }
+        };
+        let mut gap = self.seq.observe(node, hw_id, bits, seq).gap;
+        let mut off = 8;
+        // Each individual report is at least its 4-byte header: the loop ends.
+        while off < b.len() {
+            self.stats.reports += 1;
+            let sc = &mut *self.scratch;
+            sc.rep = wire::Rep {
+                version: 2,
+                hw_id,
+                seq,
+                seq_bits: bits,
+                switch_id: node,
+                has_switch: true,
+                ..Default::default()
+            };
+            let ctx = Ctx { cfg: &self.cfg };
+            match sc.v2_report(&b[off..], ctx, &mut self.stats) {
+                Ok(len) => {
+                    self.push(ts, gap, sink);
+                    gap = 0;
+                    match len {
+                        Some(n) => off += n,
+                        None => break,
+                    }
+                }
+                Err(m) => {
+                    self.stats.count(m);
+                    // Skip a well-delimited bad report; stop when its length is unusable.
+                    match b.get(off + 1) {
+                        Some(&l) if l != 0xff && off + 4 + usize::from(l) * 4 <= b.len() => {
+                            off += 4 + usize::from(l) * 4;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Per-hop latency in ns: hop latency if reported, else egress − ingress (wrap-aware for
+    /// 32-bit timestamps); `None` (and counted) when negative.
+    #[inline]
+    fn hop_latency(md: &Md, negative: &mut u64) -> Option<u64> {
+        if let Some(l) = md.hop_latency {
+            return Some(u64::from(l));
+        }
+        let (i, e) = (md.ingress_ts?, md.egress_ts?);
+        ts_diff(e, i, md.ts_bits).or_else(|| {
+            *negative += 1;
+            None
+        })
+    }
+
+    /// Appends the scratch's report (and its hops and drop row) to the batch.
+    fn push<S: IntSink>(&mut self, ts: i64, gap: u32, sink: &mut S) {
+        let sc = &*self.scratch;
+        let rep = &sc.rep;
+        let inner = &sc.inner;
+        let nh = sc.int.map_or(0, |h| usize::from(h.hops)).min(MAX_HOPS);
+        let hops = &sc.hops[..nh];
+        let st = &mut self.stats;
+        st.reports_decoded += 1;
+
+        let has_flow = inner.ip_version.is_some() || inner.vlan.is_some();
+        let flow_key = has_flow.then(|| {
+            let mut h = mix(0, u64::from(inner.vlan.unwrap_or(0xffff)));
+            h = mix(h, u64::from(inner.inner_vlan.unwrap_or(0xffff)));
+            h = mix(h, u64::from(inner.ip_version.unwrap_or(0)));
+            h = mix(
+                h,
+                u64::from_be_bytes(inner.src[..8].try_into().unwrap_or([0; 8])),
+            );
+            h = mix(
+                h,
+                u64::from_be_bytes(inner.src[8..].try_into().unwrap_or([0; 8])),
+            );
+            h = mix(
+                h,
+                u64::from_be_bytes(inner.dst[..8].try_into().unwrap_or([0; 8])),
+            );
+            h = mix(
+                h,
+                u64::from_be_bytes(inner.dst[8..].try_into().unwrap_or([0; 8])),
+            );
+            let ports = u64::from(inner.proto.unwrap_or(0)) << 32
+                | u64::from(inner.sport.unwrap_or(0)) << 16
+                | u64::from(inner.dport.unwrap_or(0));
+            mix(h, ports)
+        });
+
+        // Per-hop latencies, their sum, the path.
+        let mut sum: Option<u64> = (nh > 0).then_some(0);
+        let mut path: Option<u64> = (nh > 0).then_some(0x5157_4e41_4d50_4154);
+        for h in hops {
+            sum = match (sum, Self::hop_latency(h, &mut st.negative_hop_latency)) {
+                (Some(s), Some(l)) => Some(s.saturating_add(l)),
+                _ => None,
+            };
+            path = match (path, h.node_id) {
+                (Some(p), Some(n)) => Some(mix(p, u64::from(n))),
+                _ => None,
+            };
+        }
+        let e2e = if self.cfg.clocks_synchronized && nh > 0 {
+            match (hops[0].ingress_ts, hops[nh - 1].egress_ts) {
+                (Some(i), Some(e)) => ts_diff(e, i, hops[0].ts_bits),
+                _ => None,
+            }
+        } else {
+            None
+        };
+
+        // Flow state: path changes and threshold crossings.
+        let (mut path_changed, mut over) = (None, None);
+        if let Some(fk) = flow_key {
+            let latency = sum;
+            let threshold = self.cfg.latency_threshold_ns;
+            let now_over = threshold.zip(latency).map(|(t, l)| l > t);
+            let max_flows = self.cfg.max_flows;
+            let n_flows = self.flows.len();
+            match self.flows.get_mut(&fk) {
+                Some(f) => {
+                    f.last_ns = f.last_ns.max(ts);
+                    if let Some(p) = path {
+                        let changed = f.path != p;
+                        path_changed = Some(changed);
+                        if changed {
+                            st.path_changes += 1;
+                            sink.on_event(&IntEvent::PathChanged {
+                                ts_ns: ts,
+                                flow_key: fk,
+                                switch_id: rep.switch_id,
+                                vlan: inner.vlan,
+                                old_path: f.path,
+                                new_path: p,
+                            });
+                            f.path = p;
+                        }
+                    }
+                    if let Some(o) = now_over {
+                        if o != f.over {
+                            if o {
+                                st.latency_crossings_up += 1;
+                            } else {
+                                st.latency_crossings_down += 1;
+                            }
+                            sink.on_event(&IntEvent::LatencyCrossed {
+                                ts_ns: ts,
+                                flow_key: fk,
+                                switch_id: rep.switch_id,
+                                up: o,
+                                latency_ns: latency.unwrap_or(0),
+                            });
+                            f.over = o;
+                        }
+                        over = Some(o);
+                    }
+                }
+                None if n_flows < max_flows => {
+                    path_changed = path.map(|_| false);
+                    over = now_over;
+                    if now_over == Some(true) {
+                        st.latency_crossings_up += 1;
+                        sink.on_event(&IntEvent::LatencyCrossed {
+                            ts_ns: ts,
+                            flow_key: fk,
+                            switch_id: rep.switch_id,
+                            up: true,
+                            latency_ns: latency.unwrap_or(0),
+                        });
+                    }
+                    self.flows.insert(
+                        fk,
+                        Flow {
+                            path: path.unwrap_or(0),
+                            over: now_over.unwrap_or(false),
+                            last_ns: ts,
+                            evc: 0,
+                            evc_epoch: 0,
+                        },
+                    );
+                }
+                None => {
+                    st.flows_untracked += 1;
+                    over = now_over;
+                }
+            }
+        }
+
+        // EVC: the sink switch with its egress (UNI) port, then the path's first switch with
+        // its ingress port. Cached per flow until the map or the flow's path changes.
+        let epoch = self.evc_epoch;
+        let cached = flow_key
+            .and_then(|fk| self.flows.get(&fk))
+            .filter(|f| f.evc_epoch == epoch && path_changed != Some(true))
+            .map(|f| f.evc);
+        let evc_index = match cached {
+            Some(c) => c.checked_sub(1),
+            None => {
+                let idx = inner.vlan.and_then(|vlan| {
+                    let sink_port = hops
+                        .last()
+                        .and_then(|h| h.egress_port)
+                        .or(rep.md.egress_port);
+                    let first = hops
+                        .first()
+                        .and_then(|h| h.node_id.map(|n| (n, h.ingress_port)));
+                    let mut keys = [(rep.switch_id, sink_port), (0, None)];
+                    let n = match first {
+                        Some(f) => {
+                            keys[1] = f;
+                            2
+                        }
+                        None => 1,
+                    };
+                    self.evc.lookup_index(vlan, &keys[..n])
+                });
+                if let Some(f) = flow_key.and_then(|fk| self.flows.get_mut(&fk)) {
+                    f.evc = idx.map_or(0, |i| i + 1);
+                    f.evc_epoch = epoch;
+                }
+                idx
+            }
+        };
+        if inner.vlan.is_some() {
+            if evc_index.is_some() {
+                st.evc_matched += 1;
+            } else {
+                st.evc_unmatched += 1;
+            }
+        }
+
+        // Rows refer to EVCs by index into the map's list: a batch holds one map's list.
+        if !Arc::ptr_eq(&self.batch.evcs, self.evc.names()) {
+            if !self.batch.is_empty() {
+                let b = std::mem::replace(&mut self.batch, Self::new_batch(&self.cfg));
+                st.batches += 1;
+                sink.on_batch(b);
+            }
+            self.batch.evcs = Arc::clone(self.evc.names());
+        }
+        let b = &mut self.batch;
+        let md = &rep.md;
+        let ip = inner.ip_version.is_some();
+        let ih = sc.int;
+        let mut r = ReportRow::new(ts, rep.switch_id);
+        r.report_version(Some(rep.version))
+            .hw_id(Some(rep.hw_id))
+            .seq(Some(rep.seq))
+            .seq_gap(Some(gap))
+            .dropped(Some(rep.d))
+            .congested(Some(rep.q))
+            .tracked(Some(rep.f))
+            .intermediate(rep.i)
+            .rep_type(rep.rep_type)
+            .in_type(rep.in_type)
+            .report_ingress_ts(rep.ingress_ts)
+            .rep_ingress_port(md.ingress_port)
+            .rep_egress_port(md.egress_port)
+            .rep_hop_latency(md.hop_latency)
+            .rep_queue_id(md.queue_id)
+            .rep_queue_occupancy(md.queue_occupancy)
+            .rep_egress_ts(md.egress_ts)
+            .rep_drop_reason(md.drop_reason)
+            .rep_tx_util(md.tx_util)
+            .rep_buffer_id(md.buffer_id)
+            .rep_buffer_occupancy(md.buffer_occupancy)
+            .vlan(inner.vlan)
+            .inner_vlan(inner.inner_vlan)
+            .ip_version(inner.ip_version)
+            .src_addr(ip.then_some(inner.src))
+            .dst_addr(ip.then_some(inner.dst))
+            .ip_proto(inner.proto)
+            .src_port(inner.sport)
+            .dst_port(inner.dport)
+            .dscp(inner.dscp)
+            .flow_key(flow_key)
+            .int_version(ih.map(|h| h.version))
+            .hop_count(ih.map(|h| h.hops))
+            .hop_ml(ih.map(|h| h.hop_ml))
+            .instructions(ih.map(|h| h.instructions))
+            .remaining_hop_count(ih.and_then(|h| h.rhc))
+            .path_id(path)
+            .path_changed(path_changed)
+            .latency_sum_ns(sum)
+            .latency_e2e_ns(e2e)
+            .latency_over(over)
+            .evc_id(evc_index)
+            .evc_name(evc_index);
+        b.reports.push(r);
+        for (i, hop) in hops.iter().enumerate() {
+            let mut h = HopRow::new(ts, rep.switch_id);
+            h.seq(Some(rep.seq))
+                .flow_key(flow_key)
+                .vlan(inner.vlan)
+                .hop_index(Some(i as u8))
+                .node_id(hop.node_id)
+                .ingress_port(hop.ingress_port)
+                .egress_port(hop.egress_port)
+                .l2_ingress_port(hop.l2_ingress_port)
+                .l2_egress_port(hop.l2_egress_port)
+                .hop_latency(hop.hop_latency)
+                .queue_id(hop.queue_id)
+                .queue_occupancy(hop.queue_occupancy)
+                .queue_congestion(hop.queue_congestion)
+                .ingress_ts(hop.ingress_ts)
+                .egress_ts(hop.egress_ts)
+                .tx_util(hop.tx_util)
+                .buffer_id(hop.buffer_id)
+                .buffer_occupancy(hop.buffer_occupancy)
+                .latency_ns(Self::hop_latency(hop, &mut 0));
+            b.hops.push(h);
+        }
+        st.hops += nh as u64;
+        if nh > 0 {
+            st.int_stacks += 1;
+        }
+        if rep.drop_header || rep.d || md.drop_reason.is_some() {
+            let mut x = DropRow::new(ts, rep.switch_id);
+            x.report_version(Some(rep.version))
+                .hw_id(Some(rep.hw_id))
+                .seq(Some(rep.seq))
+                .ingress_port(md.ingress_port)
+                .egress_port(md.egress_port)
+                .queue_id(md.queue_id)
+                .drop_reason(md.drop_reason)
+                .vlan(inner.vlan)
+                .src_addr(ip.then_some(inner.src))
+                .dst_addr(ip.then_some(inner.dst))
+                .ip_proto(inner.proto)
+                .src_port(inner.sport)
+                .dst_port(inner.dport)
+                .flow_key(flow_key)
+                .evc_id(evc_index);
+            b.drops.push(x);
+            st.drops += 1;
+        }
+    }
+}
+
+/// `later − earlier` for device timestamps of `bits` width: 32-bit ones wrap (a difference of
+/// 2^31 or more is taken as negative); `None` when negative.
+#[inline]
+pub fn ts_diff(later: u64, earlier: u64, bits: u8) -> Option<u64> {
+    if bits == 32 {
+        let d = (later as u32).wrapping_sub(earlier as u32);
+        (d < 1 << 31).then_some(u64::from(d))
+    } else {
+        later.checked_sub(earlier)
+    }
+}

@@ -1,0 +1,546 @@
+//! The INT receive stage in the daemon: UDP sockets on the configured ports, read by the same
+//! [`Reader`] as netlink (io_uring multishot `RecvMsg` into the provided-buffer ring, or the
+//! recvmsg loop), each datagram decoded in place by an [`IntDecoder`] on the reading thread and
+//! handed in batches to the INT Parquet sink ([`stel_store::int::IntSink`]).
+//!
+//! ```text
+//!  switch ──UDP──▶ port 5900 ─┬─ SO_REUSEPORT socket 0 ──▶ thread stel-int-0: Reader → IntDecoder ─┐
+//!                             └─ SO_REUSEPORT socket 1 ──▶ thread stel-int-1: Reader → IntDecoder ─┴▶ IntSink (writer thread)
+//! ```
+//!
+//! Sharding: every listen address gets `threads` sockets bound with SO_REUSEPORT; the kernel
+//! hashes each datagram's (source, destination) addresses and ports onto one of them, so one
+//! reporting switch (one source address and port) always lands on the same thread, and with it
+//! its sequence streams and flows, while many switches spread over the threads. No dispatcher,
+//! no queue between receive and decode: a lease is decoded where it was received and retired
+//! at once.
+//!
+//! State: each thread owns its decoder (loss streams, flow table) and reader; the EVC map is an
+//! immutable `Arc` swapped on reload ([`IntSource::reload_evcs`], SIGHUP in the daemon); the
+//! counters are published to a shared snapshot every `publish_ms` (one short lock per thread
+//! per interval, never per report).
+//!
+//! Limit: the io_uring receive does not ask for the source address, so a Telemetry Report v0.5
+//! without a drop or switch-local header (the only kind that needs it for the switch id) is
+//! attributed to switch 0.0.0.0; v1.0 and v2.0 reports carry their switch id.
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    os::fd::{AsFd, OwnedFd},
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant, SystemTime},
+};
+
+use serde::{Deserialize, Serialize};
+use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig, IntSinkStats};
+
+use super::{evc::EvcSources, IntBatch, IntDecodeConfig, IntDecoder, IntSink, IntStats};
+use crate::{
+    reader::{Reader, ReaderConfig, ReaderKind},
+    sys::{self, uring::RecvStats},
+};
+
+/// AmLight's INT collector port (Kytos `telemetry_int`'s default).
+pub const DEFAULT_PORT: u16 = 5900;
+
+/// `[int]`: INT telemetry reports over UDP.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntConfig {
+    /// Addresses to receive reports on (several allowed; port 5900 is AmLight's).
+    pub listen: Vec<SocketAddr>,
+    /// Decode threads per listen address (SO_REUSEPORT sockets; the kernel keeps each sender on
+    /// one of them). 1 is right for a 2-core box that also ingests counters.
+    pub threads: usize,
+    /// Socket receive buffer per socket, bytes (SO_RCVBUFFORCE with CAP_NET_ADMIN, else capped
+    /// at net.core.rmem_max): what absorbs a burst while the decoder is busy.
+    pub rcvbuf_bytes: usize,
+    /// `auto` (io_uring where the kernel allows it), `io_uring` or `recvmsg`.
+    pub reader: ReaderKind,
+    /// Receive slots per socket (one datagram each; 64 KiB + header).
+    pub slots: u16,
+    /// Decoder settings (`[int.decode]`).
+    pub decode: IntDecodeConfig,
+    /// Parquet tables (`[int.parquet]`); `dir` empty = the counters' history root.
+    pub parquet: IntSinkConfig,
+    /// EVC names (`[int.evc]`: `mapping` TOML and/or `kytos_evcs` JSON), reloaded on SIGHUP.
+    pub evc: EvcSources,
+    /// How often each thread publishes its counters, ms.
+    pub publish_ms: u64,
+}
+
+impl Default for IntConfig {
+    fn default() -> Self {
+        Self {
+            listen: vec![SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                DEFAULT_PORT,
+            )],
+            threads: 1,
+            rcvbuf_bytes: 64 << 20,
+            reader: ReaderKind::Auto,
+            slots: 64,
+            decode: IntDecodeConfig::default(),
+            parquet: IntSinkConfig {
+                dir: PathBuf::new(),
+                ..IntSinkConfig::default()
+            },
+            evc: EvcSources::default(),
+            publish_ms: 200,
+        }
+    }
+}
+
+impl IntConfig {
+    /// Every problem with these settings, each naming `int.<key>` and the value.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.listen.is_empty() {
+            p.push("int.listen is empty: give at least one address, e.g. \"0.0.0.0:5900\"".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for a in &self.listen {
+            if !seen.insert(a) {
+                p.push(format!("int.listen: {a} is listed twice"));
+            }
+        }
+        if !(1..=64).contains(&self.threads) {
+            p.push(format!("int.threads = {} must be 1..=64", self.threads));
+        }
+        if self.slots < 2 {
+            p.push(format!("int.slots = {} must be at least 2", self.slots));
+        }
+        if self.decode.max_hops == 0 || self.decode.max_hops > 64 {
+            p.push(format!(
+                "int.decode.max_hops = {} must be 1..=64",
+                self.decode.max_hops
+            ));
+        }
+        if !(1..=1024).contains(&self.decode.reorder_window) {
+            p.push(format!(
+                "int.decode.reorder_window = {} must be 1..=1024",
+                self.decode.reorder_window
+            ));
+        }
+        if let Err(e) = self.parquet.validate() {
+            p.push(format!("int.parquet: {e}"));
+        }
+        p
+    }
+}
+
+/// Why the INT source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum IntSourceError {
+    #[error("invalid [int] settings: {}", .0.join("; "))]
+    Config(Vec<String>),
+    #[error("int: cannot receive on {addr}: {source} (is another collector on this port? choose another with --int-listen)")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("int: {0}")]
+    Sys(#[from] sys::SysError),
+    #[error("int: EVC names: {0} (fix the file, or drop [int.evc])")]
+    Evc(#[from] super::evc::EvcError),
+    #[error("int: Parquet tables under {dir}: {message}")]
+    Sink { dir: PathBuf, message: String },
+}
+
+/// Counters of the INT source: receive (all sockets), decode (all decoders), the sink.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct IntSourceStats {
+    /// The bound addresses (the real port when 0 was asked).
+    pub listen: Vec<SocketAddr>,
+    /// Sockets (listen addresses × threads).
+    pub sockets: usize,
+    /// `io_uring` or `recvmsg` (the first socket's).
+    pub reader: &'static str,
+    pub recv: RecvStats,
+    /// Datagrams the kernel dropped for want of socket buffer (SO_MEMINFO), all sockets.
+    pub kernel_drops: u64,
+    pub decode: IntStats,
+    pub sink: IntSinkStats,
+    /// EVC map reloads that worked / failed (the old map stays on failure).
+    pub evc_reloads: u64,
+    pub evc_reload_failures: u64,
+    /// EVCs in the current map.
+    pub evcs: usize,
+}
+
+impl IntSourceStats {
+    /// The status line's words: `int 12.3 k reports/s, 0 malformed, 0 lost`.
+    pub fn line(&self, prev: &IntSourceStats, dt: f64) -> String {
+        let rate = (self.decode.reports.saturating_sub(prev.decode.reports)) as f64 / dt.max(1e-3);
+        format!(
+            "int {:.1} k reports/s, {} malformed, {} seq lost, {} kernel drops, {} shed",
+            rate / 1e3,
+            self.decode.reports_malformed,
+            self.decode.seq_lost,
+            self.kernel_drops,
+            self.sink.shed_rows()
+        )
+    }
+}
+
+/// Per-thread share of [`IntSourceStats`].
+#[derive(Debug, Default, Clone)]
+struct ThreadFigures {
+    recv: RecvStats,
+    kernel_drops: u64,
+    decode: IntStats,
+}
+
+/// The running INT receive stage.
+pub struct IntSource {
+    threads: Vec<JoinHandle<()>>,
+    figures: Vec<Arc<Mutex<ThreadFigures>>>,
+    halt: Arc<AtomicBool>,
+    /// Bumped by a reload; threads pick up `evc_map` when it changes.
+    evc_generation: Arc<AtomicU64>,
+    evc_map: Arc<Mutex<Arc<super::evc::EvcMap>>>,
+    evc_sources: EvcSources,
+    evc_reloads: u64,
+    evc_reload_failures: u64,
+    sink: Arc<ParquetIntSink>,
+    reader: &'static str,
+    /// Where the tables go.
+    pub dir: PathBuf,
+    /// The bound addresses (with the real port when 0 was asked).
+    pub local_addrs: Vec<SocketAddr>,
+}
+
+impl std::fmt::Debug for IntSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntSource")
+            .field("local_addrs", &self.local_addrs)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens the sockets (privileged part: SO_RCVBUFFORCE). Call before dropping capabilities.
+///
+/// # Errors
+/// A listen address that cannot be bound.
+pub fn bind(cfg: &IntConfig) -> Result<Vec<(SocketAddr, OwnedFd)>, IntSourceError> {
+    let problems = cfg.problems();
+    if !problems.is_empty() {
+        return Err(IntSourceError::Config(problems));
+    }
+    let mut out = Vec::new();
+    for &addr in &cfg.listen {
+        let mut bound = addr;
+        for _ in 0..cfg.threads {
+            let s = udp_socket(bound, cfg.threads > 1)
+                .map_err(|source| IntSourceError::Bind { addr, source })?;
+            // Port 0: the other threads of this address share the port the first one got.
+            bound = s
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_socket())
+                .unwrap_or(bound);
+            let fd: OwnedFd = s.into();
+            sys::set_rcvbuf(fd.as_fd(), cfg.rcvbuf_bytes)?;
+            out.push((bound, fd));
+        }
+    }
+    Ok(out)
+}
+
+fn udp_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
+    s.bind(&addr.into())?;
+    Ok(s)
+}
+
+fn wall_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Hands the decoder's batches to the Parquet sink; a shed batch is counted by the sink.
+struct ToSink<'a>(&'a ParquetIntSink);
+impl IntSink for ToSink<'_> {
+    fn on_batch(&mut self, batch: IntBatch) {
+        // Shed batches are counted by reason inside the sink (stats().shed_rows()).
+        let _ = self.0.submit(batch);
+    }
+}
+
+impl IntSource {
+    /// Starts the Parquet sink and one thread per socket from [`bind`]. `history_dir` is the
+    /// counters' root, used when `[int.parquet] dir` is empty.
+    ///
+    /// # Errors
+    /// Bad settings, an unreadable EVC file, a sink that cannot create its directory, io_uring
+    /// requested but unavailable.
+    pub fn start(
+        cfg: &IntConfig,
+        sockets: Vec<(SocketAddr, OwnedFd)>,
+        history_dir: &std::path::Path,
+    ) -> Result<IntSource, IntSourceError> {
+        let evc_map = cfg.evc.load()?;
+        let mut sink_cfg = cfg.parquet.clone();
+        if sink_cfg.dir.as_os_str().is_empty() {
+            sink_cfg.dir = history_dir.to_path_buf();
+        }
+        let dir = sink_cfg.dir.clone();
+        let sink = Arc::new(
+            ParquetIntSink::start(sink_cfg).map_err(|e| IntSourceError::Sink {
+                dir: dir.clone(),
+                message: e.to_string(),
+            })?,
+        );
+        let reader_cfg = ReaderConfig {
+            kind: cfg.reader,
+            slots: cfg.slots,
+            // The largest UDP payload plus io_uring's recvmsg header: no report is truncated.
+            slot_bytes: 65_536 + 64,
+            poll_timeout_ms: 20,
+        };
+        let halt = Arc::new(AtomicBool::new(false));
+        let evc_generation = Arc::new(AtomicU64::new(0));
+        let shared_map = Arc::new(Mutex::new(evc_map));
+        let mut threads = Vec::new();
+        let mut figures = Vec::new();
+        let mut local_addrs = Vec::new();
+        let mut reader_kind = "";
+        for (i, (addr, fd)) in sockets.into_iter().enumerate() {
+            if !local_addrs.contains(&addr) {
+                local_addrs.push(addr);
+            }
+            let fig = Arc::new(Mutex::new(ThreadFigures::default()));
+            figures.push(Arc::clone(&fig));
+            let mut dec = IntDecoder::new(cfg.decode.clone());
+            dec.set_evc_map(Arc::clone(&shared_map.lock().expect("evc map lock")));
+            let ctx = ThreadCtx {
+                fd,
+                reader_cfg: reader_cfg.clone(),
+                dec,
+                sink: Arc::clone(&sink),
+                fig,
+                halt: Arc::clone(&halt),
+                generation: Arc::clone(&evc_generation),
+                map: Arc::clone(&shared_map),
+                publish: Duration::from_millis(cfg.publish_ms.max(10)),
+            };
+            // The ring is set up on the thread that uses it: io_uring's single-issuer mode
+            // refuses submissions from another task (EEXIST).
+            let (tx, rx) = std::sync::mpsc::channel();
+            let h = std::thread::Builder::new()
+                .name(format!("stel-int-{i}"))
+                .spawn(move || ctx.run(tx))
+                .map_err(|source| sys::SysError {
+                    call: "spawn(stel-int)",
+                    source,
+                })?;
+            threads.push(h);
+            match rx.recv() {
+                Ok(Ok(kind)) => {
+                    if i == 0 {
+                        reader_kind = kind;
+                    }
+                }
+                Ok(Err(e)) => {
+                    halt.store(true, Ordering::Relaxed);
+                    return Err(e.into());
+                }
+                Err(_) => {
+                    halt.store(true, Ordering::Relaxed);
+                    return Err(IntSourceError::Sink {
+                        dir,
+                        message: "an INT thread died while starting".into(),
+                    });
+                }
+            }
+        }
+        Ok(IntSource {
+            threads,
+            figures,
+            halt,
+            evc_generation,
+            evc_map: shared_map,
+            evc_sources: cfg.evc.clone(),
+            evc_reloads: 0,
+            evc_reload_failures: 0,
+            sink,
+            reader: reader_kind,
+            dir,
+            local_addrs,
+        })
+    }
+
+    /// Re-reads the EVC files; on success every decoder switches to the new map before its next
+    /// poll, on failure the old map stays (logged, counted).
+    pub fn reload_evcs(&mut self) {
+        match self.evc_sources.load() {
+            Ok(m) => {
+                let n = m.len();
+                *self.evc_map.lock().expect("evc map lock") = m;
+                self.evc_generation.fetch_add(1, Ordering::Release);
+                self.evc_reloads += 1;
+                tracing::info!(evcs = n, "INT: EVC names reloaded.");
+            }
+            Err(e) => {
+                self.evc_reload_failures += 1;
+                tracing::warn!(error = %e, "INT: EVC reload failed; keeping the previous names.");
+            }
+        }
+    }
+
+    /// The counters now (receive and decode as of each thread's last publish).
+    pub fn stats(&self) -> IntSourceStats {
+        let mut s = IntSourceStats {
+            listen: self.local_addrs.clone(),
+            sockets: self.figures.len(),
+            reader: self.reader,
+            sink: self.sink.stats(),
+            evc_reloads: self.evc_reloads,
+            evc_reload_failures: self.evc_reload_failures,
+            evcs: self.evc_map.lock().expect("evc map lock").len(),
+            ..IntSourceStats::default()
+        };
+        for f in &self.figures {
+            let f = f.lock().expect("int figures lock");
+            add_recv(&mut s.recv, &f.recv);
+            s.kernel_drops += f.kernel_drops;
+            s.decode.add(&f.decode);
+        }
+        s
+    }
+
+    /// Stops receiving, decodes what was received, makes pending sequence gaps final, flushes
+    /// the tables and returns the final counters.
+    pub fn shutdown(mut self) -> IntSourceStats {
+        self.halt.store(true, Ordering::Relaxed);
+        for h in self.threads.drain(..) {
+            if h.join().is_err() {
+                tracing::error!("INT: a decode thread panicked; its last counters are lost.");
+            }
+        }
+        let mut s = self.stats();
+        let sink = Arc::clone(&self.sink);
+        drop(self);
+        match Arc::try_unwrap(sink) {
+            Ok(sink) => match sink.shutdown() {
+                Ok(fin) => s.sink = fin,
+                Err(e) => tracing::error!(error = %e, "INT: final flush of the tables failed."),
+            },
+            Err(_) => tracing::error!("INT: the sink is still shared at shutdown."),
+        }
+        s
+    }
+}
+
+fn add_recv(a: &mut RecvStats, b: &RecvStats) {
+    a.datagrams += b.datagrams;
+    a.bytes += b.bytes;
+    a.truncated += b.truncated;
+    a.rearms_no_buffers += b.rearms_no_buffers;
+    a.rearms += b.rearms;
+    a.errors += b.errors;
+    a.no_free_slot += b.no_free_slot;
+    a.polls += b.polls;
+}
+
+struct ThreadCtx {
+    fd: OwnedFd,
+    reader_cfg: ReaderConfig,
+    dec: IntDecoder,
+    sink: Arc<ParquetIntSink>,
+    fig: Arc<Mutex<ThreadFigures>>,
+    halt: Arc<AtomicBool>,
+    generation: Arc<AtomicU64>,
+    map: Arc<Mutex<Arc<super::evc::EvcMap>>>,
+    publish: Duration,
+}
+
+impl ThreadCtx {
+    fn run(mut self, started: std::sync::mpsc::Sender<Result<&'static str, sys::SysError>>) {
+        let mut reader = match Reader::new(self.fd.as_fd(), &self.reader_cfg) {
+            Ok(r) => {
+                let _ = started.send(Ok(r.kind()));
+                r
+            }
+            Err(e) => {
+                let _ = started.send(Err(e));
+                return;
+            }
+        };
+        let mut leases = Vec::with_capacity(64);
+        let mut seen_generation = 0;
+        let mut last_publish = Instant::now();
+        let mut last_data = Instant::now();
+        let mut idle_flushed = true;
+        let unknown = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        let mut errors_logged = 0u32;
+        loop {
+            let halting = self.halt.load(Ordering::Relaxed);
+            if let Err(e) = reader.poll(&mut leases) {
+                if errors_logged < 10 {
+                    tracing::warn!(error = %e, "INT: receive failed; retrying.");
+                    errors_logged += 1;
+                }
+            }
+            if !leases.is_empty() {
+                // One clock read per poll batch, not per report.
+                let now = wall_ns();
+                let mut to = ToSink(&self.sink);
+                for lease in leases.drain(..) {
+                    self.dec.decode(unknown, now, reader.bytes(&lease), &mut to);
+                    reader.retire(lease);
+                }
+                last_data = Instant::now();
+                idle_flushed = false;
+            } else if halting {
+                break;
+            } else if !idle_flushed && last_data.elapsed() >= self.publish {
+                // The feed went quiet: hand over what is batched so it reaches the tables.
+                self.dec.flush(wall_ns(), &mut ToSink(&self.sink));
+                idle_flushed = true;
+            }
+            let g = self.generation.load(Ordering::Acquire);
+            if g != seen_generation {
+                seen_generation = g;
+                let m = Arc::clone(&self.map.lock().expect("evc map lock"));
+                self.dec.set_evc_map(m);
+            }
+            if last_publish.elapsed() >= self.publish {
+                self.publish_figures(&reader);
+                last_publish = Instant::now();
+            }
+        }
+        self.dec.flush(wall_ns(), &mut ToSink(&self.sink));
+        self.dec.finish_sequences();
+        self.publish_figures(&reader);
+    }
+
+    fn publish_figures(&mut self, reader: &Reader) {
+        let drops = sys::meminfo_drops(self.fd.as_fd()).unwrap_or(0);
+        let mut f = self.fig.lock().expect("int figures lock");
+        f.recv = reader.stats();
+        f.kernel_drops = drops;
+        f.decode = self.dec.stats();
+    }
+}
+
+impl Drop for IntSource {
+    fn drop(&mut self) {
+        self.halt.store(true, Ordering::Relaxed);
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}

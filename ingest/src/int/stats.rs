@@ -1,0 +1,255 @@
+//! INT decode counters: plain integers owned by the decoder thread, published by copying.
+
+macro_rules! reasons {
+    ($($(#[doc = $doc:literal])* $v:ident = $name:literal,)*) => {
+        /// Every way a telemetry report can be wrong, each counted separately. None stops the
+        /// decoder; a report with any of them produces no rows (its sequence number still counts
+        /// for loss when its header was readable).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(usize)]
+        pub enum Malformed {
+            $($(#[doc = $doc])* $v,)*
+        }
+
+        impl Malformed {
+            pub const ALL: &'static [Malformed] = &[$(Malformed::$v,)*];
+
+            /// Stable snake_case name (the `reason` label).
+            pub fn name(self) -> &'static str {
+                match self { $(Malformed::$v => $name,)* }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Empty UDP payload.
+    Empty = "empty",
+    /// First nibble is not 0, 1 or 2.
+    UnknownReportVersion = "unknown_report_version",
+    /// v0.5: fewer than 12 bytes.
+    V05HeaderTruncated = "v05_header_truncated",
+    /// v0.5: NProto other than 0, 1, 2.
+    V05UnknownNextProto = "v05_unknown_next_proto",
+    /// v0.5: drop report header (12 B) or switch-local header (16 B) cut short.
+    V05SubHeaderTruncated = "v05_sub_header_truncated",
+    /// v1.0: fewer than 16 bytes.
+    V1HeaderTruncated = "v1_header_truncated",
+    /// v1.0: Length < 4 words.
+    V1LengthTooSmall = "v1_length_too_small",
+    /// v1.0: Length runs past the payload.
+    V1LengthPastPayload = "v1_length_past_payload",
+    /// v1.0: Length ≠ 4 + one word per RepMdBits bit.
+    V1LengthMdMismatch = "v1_length_md_mismatch",
+    /// v1.0: NProt other than 0 (Ethernet), 1 (IPv4), 2 (IPv6).
+    V1UnknownNextProto = "v1_unknown_next_proto",
+    /// v2.0: fewer than 8 bytes of group header.
+    V2GroupTruncated = "v2_group_truncated",
+    /// v2.0: individual report header (4 B) cut short.
+    V2ReportHeaderTruncated = "v2_report_header_truncated",
+    /// v2.0: Report Length runs past the payload.
+    V2ReportPastPayload = "v2_report_past_payload",
+    /// v2.0: main contents (8 B + MD Length words) longer than the report.
+    V2MdPastReport = "v2_md_past_report",
+    /// v2.0: the metadata RepMdBits asks for does not fit MD Length.
+    V2MdBitsExceedMdLength = "v2_md_bits_exceed_md_length",
+    /// v2.0: RepType 2 (IOAM) — recognised, not decoded.
+    V2Ioam = "v2_ioam",
+    /// v2.0: RepType 3–15 (reserved).
+    V2UnknownRepType = "v2_unknown_rep_type",
+    /// v2.0: InType 6–15 (reserved).
+    V2UnknownInType = "v2_unknown_in_type",
+    /// v2.0: TLV header or data cut short.
+    V2TlvTruncated = "v2_tlv_truncated",
+    /// Inner Ethernet header cut short.
+    EthernetTruncated = "ethernet_truncated",
+    /// More than 4 VLAN tags.
+    TooManyVlanTags = "too_many_vlan_tags",
+    /// Inner IPv4 header cut short.
+    Ipv4Truncated = "ipv4_truncated",
+    /// IPv4 IHL < 5.
+    Ipv4BadIhl = "ipv4_bad_ihl",
+    /// Inner IPv6 header or extension header cut short.
+    Ipv6Truncated = "ipv6_truncated",
+    /// TCP/UDP header cut short (or TCP data offset < 5).
+    L4Truncated = "l4_truncated",
+    /// INT signalled but fewer bytes than a shim.
+    ShimTruncated = "shim_truncated",
+    /// INT shim Type not hop-by-hop/INT-MD (or destination/MX for v2).
+    ShimBadType = "shim_bad_type",
+    /// Shim Length smaller than the fixed INT headers.
+    ShimLengthTooSmall = "shim_length_too_small",
+    /// Shim Length runs past the packet.
+    ShimPastPacket = "shim_past_packet",
+    /// INT metadata header cut short.
+    IntHeaderTruncated = "int_header_truncated",
+    /// INT header version not 0, 1 or 2.
+    UnknownIntVersion = "unknown_int_version",
+    /// Stack length not a whole number of hops, Hop ML 0 with a stack, or Hop ML smaller than
+    /// the instructions it must hold.
+    HopMlMismatch = "hop_ml_mismatch",
+    /// v0.5: Ins Cnt ≠ number of instruction bits set.
+    InsCntMismatch = "ins_cnt_mismatch",
+    /// More hops than `max_hops`.
+    TooManyHops = "too_many_hops",
+    /// VXLAN-GPE header or its INT shim cut short.
+    GpeTruncated = "gpe_truncated",
+}
+
+/// Counters of one INT decoder.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IntStats {
+    /// UDP payloads given to the decoder.
+    pub payloads: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Individual reports whose header was readable (v2.0 counts each coalesced report).
+    pub reports: u64,
+    /// Reports decoded into rows.
+    pub reports_decoded: u64,
+    /// Reports dropped for a [`Malformed`] reason (sum of `malformed`).
+    pub reports_malformed: u64,
+    /// Hop rows written.
+    pub hops: u64,
+    /// Drop rows written.
+    pub drops: u64,
+    /// Batches handed to the sink.
+    pub batches: u64,
+    /// Reports of each Telemetry Report version (0 = v0.5, 1 = v1.0, 2 = v2.0).
+    pub reports_v05: u64,
+    pub reports_v1: u64,
+    pub reports_v2: u64,
+    /// Reports that carried an INT stack.
+    pub int_stacks: u64,
+    /// Reports with the F flag but no INT signal (DSCP, UDP port, VXLAN-GPE) in the packet.
+    pub int_not_signalled: u64,
+    /// v2.x INT-MX and INT-Destination headers: recognised, no stack.
+    pub int_mx_or_destination: u64,
+    /// TCP packets whose INT sat after the fixed 20-byte header, before the options (NoviFlow).
+    pub tcp_int_before_options: u64,
+    /// Instruction bits the decoder does not know (their words are skipped).
+    pub unknown_instruction_bits: u64,
+    /// v1.0/v2.x stacks whose hop count ≠ `initial_hop_count` − Remaining Hop Count (tolerated).
+    pub hop_count_rhc_mismatch: u64,
+    /// v2.0 RepMdBits reserved bits (their metadata and what follows it are skipped).
+    pub v2_reserved_md_bits: u64,
+    /// Bytes of v2.0 domain-specific metadata and DS TLVs skipped.
+    pub domain_specific_bytes_skipped: u64,
+    /// v2.0 individual reports skipped whole (IOAM, reserved RepType).
+    pub v2_reports_skipped: u64,
+    /// Hops where egress timestamp < ingress timestamp (latency left null).
+    pub negative_hop_latency: u64,
+    /// Reports missing per sequence numbers (final: left the reordering window unfilled).
+    pub seq_lost: u64,
+    /// Reports missing but still inside the reordering window (may arrive late).
+    pub seq_pending: u64,
+    /// Late reports that filled a gap inside the window.
+    pub seq_reordered: u64,
+    /// Reports whose sequence number was already seen.
+    pub seq_duplicates: u64,
+    /// Reports older than the reordering window (not counted as lost or found).
+    pub seq_stale: u64,
+    /// Sequence resynchronisations (a switch restarted its numbering).
+    pub seq_resyncs: u64,
+    /// Flows tracked now (gauge).
+    pub flows: u64,
+    /// New flows not tracked because the table was full.
+    pub flows_untracked: u64,
+    /// Flows expired after `flow_idle_timeout_ms`.
+    pub flows_expired: u64,
+    /// Path changes seen (events).
+    pub path_changes: u64,
+    /// Latency threshold crossings upwards (events).
+    pub latency_crossings_up: u64,
+    /// Latency threshold crossings downwards (events).
+    pub latency_crossings_down: u64,
+    /// Reports attributed to an EVC.
+    pub evc_matched: u64,
+    /// Reports with a VLAN that no EVC claims.
+    pub evc_unmatched: u64,
+    /// Per [`Malformed`] reason (serialised as `{reason: count}`, zeros left out).
+    pub malformed: MalformedCounts,
+}
+
+/// One counter per [`Malformed`] reason, indexed by its discriminant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MalformedCounts(pub [u64; Malformed::ALL.len()]);
+
+impl Default for MalformedCounts {
+    fn default() -> Self {
+        Self([0; Malformed::ALL.len()])
+    }
+}
+
+impl serde::Serialize for MalformedCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        for r in Malformed::ALL {
+            if self.0[*r as usize] != 0 {
+                map.serialize_entry(r.name(), &self.0[*r as usize])?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl IntStats {
+    #[inline]
+    pub(crate) fn count(&mut self, r: Malformed) {
+        self.malformed.0[r as usize] += 1;
+        self.reports_malformed += 1;
+    }
+
+    /// The count for one reason.
+    pub fn malformed(&self, r: Malformed) -> u64 {
+        self.malformed.0[r as usize]
+    }
+
+    /// Adds `o` into `self` (the daemon sums its decoders; `flows` is a level, summed too).
+    pub fn add(&mut self, o: &IntStats) {
+        self.payloads += o.payloads;
+        self.bytes += o.bytes;
+        self.reports += o.reports;
+        self.reports_decoded += o.reports_decoded;
+        self.reports_malformed += o.reports_malformed;
+        self.hops += o.hops;
+        self.drops += o.drops;
+        self.batches += o.batches;
+        self.reports_v05 += o.reports_v05;
+        self.reports_v1 += o.reports_v1;
+        self.reports_v2 += o.reports_v2;
+        self.int_stacks += o.int_stacks;
+        self.int_not_signalled += o.int_not_signalled;
+        self.int_mx_or_destination += o.int_mx_or_destination;
+        self.tcp_int_before_options += o.tcp_int_before_options;
+        self.unknown_instruction_bits += o.unknown_instruction_bits;
+        self.hop_count_rhc_mismatch += o.hop_count_rhc_mismatch;
+        self.v2_reserved_md_bits += o.v2_reserved_md_bits;
+        self.domain_specific_bytes_skipped += o.domain_specific_bytes_skipped;
+        self.v2_reports_skipped += o.v2_reports_skipped;
+        self.negative_hop_latency += o.negative_hop_latency;
+        self.seq_lost += o.seq_lost;
+        self.seq_pending += o.seq_pending;
+        self.seq_reordered += o.seq_reordered;
+        self.seq_duplicates += o.seq_duplicates;
+        self.seq_stale += o.seq_stale;
+        self.seq_resyncs += o.seq_resyncs;
+        self.flows += o.flows;
+        self.flows_untracked += o.flows_untracked;
+        self.flows_expired += o.flows_expired;
+        self.path_changes += o.path_changes;
+        self.latency_crossings_up += o.latency_crossings_up;
+        self.latency_crossings_down += o.latency_crossings_down;
+        self.evc_matched += o.evc_matched;
+        self.evc_unmatched += o.evc_unmatched;
+        for (a, b) in self.malformed.0.iter_mut().zip(o.malformed.0.iter()) {
+            *a += b;
+        }
+    }
+
+    /// Every loss the sequence numbers show, final or still pending.
+    pub fn seq_missing(&self) -> u64 {
+        self.seq_lost + self.seq_pending
+    }
+}

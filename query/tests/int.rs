@@ -1,0 +1,119 @@
+//! `stel-query int …` and `stel-query sql` over INT tables the real INT sink wrote from the
+//! generator's reports (decoded by the real decoder); answers checked against the generator's
+//! truth.
+
+use std::{process::Command, sync::Arc};
+
+use serde_json::Value;
+use stel_ingest::int::{
+    evc::EvcMap,
+    gen::{Format, GenConfig, Generator},
+    IntBatch, IntDecodeConfig, IntDecoder, IntSink,
+};
+use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig};
+
+struct ToSink<'a>(&'a ParquetIntSink);
+impl IntSink for ToSink<'_> {
+    fn on_batch(&mut self, b: IntBatch) {
+        self.0.submit(b).expect("sink took the batch");
+    }
+}
+
+fn query(data: &std::path::Path, args: &[&str]) -> (i32, Vec<Value>, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+        .args(args)
+        .args(["--data-dir", data.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let lines = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (
+        o.status.code().unwrap_or(-1),
+        lines,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn rows(lines: &[Value]) -> Vec<&Value> {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "row")
+        .map(|l| &l["data"])
+        .collect()
+}
+
+#[test]
+fn int_questions_and_sql_over_the_int_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut g = Generator::new(GenConfig {
+        format: Format::Amlight,
+        flows: 6,
+        max_hops: 6,
+        drop_rate: 0.1,
+        loss_rate: 0.02,
+        path_change_every: 20,
+        ..GenConfig::default()
+    });
+    let mut map = EvcMap::default();
+    map.add_kytos_json(&g.kytos_evcs_json()).unwrap();
+    let sink = ParquetIntSink::start(IntSinkConfig::for_test(&data)).unwrap();
+    let mut d = IntDecoder::new(IntDecodeConfig::amlight());
+    d.set_evc_map(Arc::new(map));
+    let mut buf = Vec::new();
+    let t0 = 1_700_000_000_000_000_000i64;
+    for i in 0..3000i64 {
+        let p = g.next_packet(&mut buf);
+        if p.send {
+            d.decode(
+                "10.0.0.1".parse().unwrap(),
+                t0 + i * 1000,
+                p.payload,
+                &mut ToSink(&sink),
+            );
+        }
+    }
+    d.flush(t0, &mut ToSink(&sink));
+    sink.shutdown().unwrap();
+    let truth = g.truth();
+
+    let (code, out, err) = query(&data, &["int", "evc"]);
+    assert_eq!(code, 0, "{err}");
+    let evcs = rows(&out);
+    assert_eq!(evcs.len(), 6);
+    let reports: u64 = evcs.iter().map(|r| r["reports"].as_u64().unwrap()).sum();
+    assert_eq!(reports, truth.reports_sent);
+    let changes: u64 = evcs
+        .iter()
+        .map(|r| r["path_changes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(changes, truth.path_changes);
+    for r in &evcs {
+        let vlan = r["evc_id"].as_str().unwrap().strip_prefix("evc-").unwrap();
+        assert_eq!(r["evc_name"].as_str().unwrap(), format!("vlan_{vlan}"));
+        assert!(r["p50_ns"].as_u64().unwrap() <= r["p99_ns"].as_u64().unwrap());
+        assert!(r["p99_ns"].as_u64().unwrap() <= r["max_ns"].as_u64().unwrap());
+    }
+
+    let (code, out, err) = query(&data, &["int", "flows", "-n", "3"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rows(&out).len(), 3);
+
+    let (code, out, err) = query(&data, &["int", "drops"]);
+    assert_eq!(code, 0, "{err}");
+    let drops: u64 = rows(&out)
+        .iter()
+        .map(|r| r["drops"].as_u64().unwrap())
+        .sum();
+    assert_eq!(drops, truth.drops_sent);
+
+    let (code, out, err) = query(&data, &["sql", "SELECT count(*) AS n FROM int_hops"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rows(&out)[0]["n"].as_u64(), Some(truth.hops_sent));
+
+    // A flow that does not exist: no rows, exit 1.
+    let (code, _, err) = query(&data, &["int", "hops", "--flow", "1"]);
+    assert_eq!(code, 1, "{err}");
+}

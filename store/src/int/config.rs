@@ -1,0 +1,141 @@
+//! [`IntSinkConfig`]: the INT table writer's settings, with production defaults.
+
+use std::{path::PathBuf, time::Duration};
+
+use ::parquet::{
+    basic::{Compression, ZstdLevel},
+    file::properties::{EnabledStatistics, WriterProperties, WriterVersion},
+};
+use serde::{Deserialize, Serialize};
+
+use crate::parquet::{Codec, ConfigError, WhenFull};
+
+/// Writes the INT tables under
+/// `dir/table=<int_reports|int_hops|int_drops>/switch=<id>/date=<yyyy-mm-dd>/hour=<hh>/part-<first_ns>-<seq>.parquet`
+/// (see [`crate::paths::TableDir`]), one open file per (table, switch), from its own thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntSinkConfig {
+    /// Root directory of the history (the counters' root; the INT tables live under `table=`).
+    pub dir: PathBuf,
+    /// Decoder batches the queue in front of the writer holds.
+    pub queue_batches: usize,
+    /// What `submit` does when the queue is full.
+    pub when_full: WhenFull,
+    /// Longest `submit` waits for room with `when_full = "block"`, in ms.
+    pub block_timeout_ms: u64,
+    /// A file is published once its encoded size reaches this many bytes.
+    pub max_file_bytes: u64,
+    /// A file is published at the latest this many ms after it was opened (bounds what a crash
+    /// loses, plus what sits in the queue).
+    pub flush_interval_ms: u64,
+    /// Rows per row group.
+    pub row_group_rows: usize,
+    /// Compression codec.
+    pub compression: Codec,
+    /// zstd level (1..=22).
+    pub compression_level: i32,
+    /// Bytes the sink may hold (queued batches plus unflushed row groups); a batch that would
+    /// exceed it is shed (reason `memory_budget`); buffered row groups above half of it are
+    /// flushed early.
+    pub memory_budget_bytes: u64,
+    /// Delete the oldest INT files while they take more than this (0 = no limit).
+    pub retention_max_bytes: u64,
+    /// Delete INT files published longer ago than this many seconds (0 = no limit).
+    pub retention_max_age_s: u64,
+    /// After a write error, wait this many ms before writing again (rows meanwhile are lost,
+    /// counted).
+    pub retry_interval_ms: u64,
+}
+
+impl Default for IntSinkConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("/var/lib/stel"),
+            queue_batches: 256,
+            when_full: WhenFull::Block,
+            block_timeout_ms: 50,
+            max_file_bytes: 128 << 20,
+            flush_interval_ms: 60_000,
+            row_group_rows: 128 * 1024,
+            compression: Codec::Zstd,
+            compression_level: 3,
+            memory_budget_bytes: 512 << 20,
+            retention_max_bytes: 0,
+            retention_max_age_s: 0,
+            retry_interval_ms: 1000,
+        }
+    }
+}
+
+impl IntSinkConfig {
+    /// Small and fast: for tests.
+    pub fn for_test(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            queue_batches: 16,
+            flush_interval_ms: 200,
+            row_group_rows: 1024,
+            memory_budget_bytes: 64 << 20,
+            retry_interval_ms: 50,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_interval_ms.max(1))
+    }
+
+    /// Every problem at once.
+    ///
+    /// # Errors
+    /// [`ConfigError`] listing each bad value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        if self.queue_batches == 0 {
+            problems.push("queue_batches must be at least 1".to_string());
+        }
+        if self.row_group_rows == 0 {
+            problems.push("row_group_rows must be at least 1".to_string());
+        }
+        if self.max_file_bytes < 4096 {
+            problems.push(format!(
+                "max_file_bytes {} is below 4096; use a size in bytes such as 134217728",
+                self.max_file_bytes
+            ));
+        }
+        if self.compression == Codec::Zstd && !(1..=22).contains(&self.compression_level) {
+            problems.push(format!(
+                "compression_level {} is outside zstd's 1..=22",
+                self.compression_level
+            ));
+        }
+        if self.memory_budget_bytes < (1 << 20) {
+            problems.push(format!(
+                "memory_budget_bytes {} is below 1 MiB",
+                self.memory_budget_bytes
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    pub(crate) fn writer_properties(&self) -> WriterProperties {
+        let compression = match self.compression {
+            Codec::Zstd => {
+                Compression::ZSTD(ZstdLevel::try_new(self.compression_level).unwrap_or_default())
+            }
+            Codec::Lz4 => Compression::LZ4_RAW,
+            Codec::None => Compression::UNCOMPRESSED,
+        };
+        WriterProperties::builder()
+            .set_writer_version(WriterVersion::PARQUET_2_0)
+            .set_compression(compression)
+            .set_max_row_group_row_count(Some(self.row_group_rows))
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .build()
+    }
+}

@@ -1,0 +1,529 @@
+//! INT telemetry-report tables: what the INT decoder fills and the INT sink writes.
+//!
+//! Three tables. The decoder (`stel_ingest::int`) appends one fixed-size row struct per report,
+//! hop and drop ([`ReportRow`], [`HopRow`], [`DropRow`]: plain `Copy` values, `None` = null) to
+//! a `Vec` — one sequential write per row, no allocation per report. [`IntBatch::finish`] turns
+//! the rows into Arrow columns; the sink calls it on its own thread, so the decode core never
+//! pays for the transpose (the counter path makes the same split: row-major on the decode
+//! thread, columns in the Parquet sink).
+//!
+//! | table | one row per | key columns |
+//! |---|---|---|
+//! | [`Table::Reports`] `int_reports` | individual telemetry report | `switch_id`, `hw_id`, `seq`, `flow_key`, `evc_id` |
+//! | [`Table::Hops`] `int_hops` | hop of a report's INT stack (path order, `hop_index` 0 = first switch) | `switch_id`, `seq`, `flow_key`, `node_id` |
+//! | [`Table::Drops`] `int_drops` | report with drop information (v0.5 drop header, D flag, drop-reason metadata) | `switch_id`, `drop_reason` |
+//!
+//! Unavailable values (all-ones on the wire, or metadata a report does not carry) are nulls.
+//! `switch_id` is the reporting switch (Telemetry Report v1.0 Switch id, v2.0 Node ID, v0.5 drop or
+//! switch-local header; see the decoder's docs for the fallback). On disk every table is
+//! partitioned per reporting switch: `<root>/table=<t>/switch=<switch_id>/date=…/hour=…/part-….parquet`
+//! ([`crate::paths::TableDir`]), written by [`sink::IntSink`].
+
+use std::sync::Arc;
+
+use arrow_array::{
+    types::{UInt16Type, UInt32Type, UInt64Type, UInt8Type},
+    ArrayRef, BooleanArray, FixedSizeBinaryArray, PrimitiveArray, RecordBatch, StringArray,
+    TimestampNanosecondArray,
+};
+use arrow_buffer::{Buffer, NullBuffer};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+
+pub mod config;
+pub mod sink;
+mod writer;
+
+pub use config::IntSinkConfig;
+pub use sink::{IntSink, IntSinkStats};
+
+/// The INT tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    Reports,
+    Hops,
+    Drops,
+}
+
+impl Table {
+    pub const ALL: [Table; 3] = [Table::Reports, Table::Hops, Table::Drops];
+
+    /// Directory and SQL name: `int_reports`, `int_hops`, `int_drops`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Reports => "int_reports",
+            Table::Hops => "int_hops",
+            Table::Drops => "int_drops",
+        }
+    }
+
+    /// Parses [`Table::name`].
+    pub fn from_name(s: &str) -> Option<Table> {
+        Table::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    /// The table's Arrow schema.
+    pub fn schema(self) -> SchemaRef {
+        match self {
+            Table::Reports => Reports::schema(),
+            Table::Hops => Hops::schema(),
+            Table::Drops => Drops::schema(),
+        }
+    }
+}
+
+/// Width of the address columns: IPv6, or IPv4 mapped into IPv6 (`::ffff:a.b.c.d`).
+pub const ADDR_LEN: usize = 16;
+
+/// An EVC's id and name; rows refer to them by index into the batch's [`IntBatch::evcs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvcName {
+    pub id: String,
+    pub name: String,
+}
+
+/// Column kinds: the row's value type and how a column of them becomes Arrow.
+pub trait Kind {
+    type T: Copy + Default + std::fmt::Debug + PartialEq;
+    fn data_type() -> DataType;
+    fn column(
+        values: impl Iterator<Item = Option<Self::T>>,
+        evcs: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError>;
+}
+
+macro_rules! prim_kind {
+    ($k:ident, $t:ty, $at:ty, $dt:expr) => {
+        #[derive(Debug)]
+        pub struct $k;
+        impl Kind for $k {
+            type T = $t;
+            fn data_type() -> DataType {
+                $dt
+            }
+            fn column(
+                values: impl Iterator<Item = Option<$t>>,
+                _: &[EvcName],
+            ) -> Result<ArrayRef, ArrowError> {
+                Ok(Arc::new(PrimitiveArray::<$at>::from_iter(values)))
+            }
+        }
+    };
+}
+
+prim_kind!(U8, u8, UInt8Type, DataType::UInt8);
+prim_kind!(U16, u16, UInt16Type, DataType::UInt16);
+prim_kind!(U32, u32, UInt32Type, DataType::UInt32);
+prim_kind!(U64, u64, UInt64Type, DataType::UInt64);
+
+/// Boolean column.
+#[derive(Debug)]
+pub struct Bool;
+impl Kind for Bool {
+    type T = bool;
+    fn data_type() -> DataType {
+        DataType::Boolean
+    }
+    fn column(
+        values: impl Iterator<Item = Option<bool>>,
+        _: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError> {
+        Ok(Arc::new(BooleanArray::from_iter(values)))
+    }
+}
+
+/// 16-byte address column (`FixedSizeBinary(16)`).
+#[derive(Debug)]
+pub struct Addr;
+impl Kind for Addr {
+    type T = [u8; ADDR_LEN];
+    fn data_type() -> DataType {
+        DataType::FixedSizeBinary(ADDR_LEN as i32)
+    }
+    fn column(
+        values: impl Iterator<Item = Option<[u8; ADDR_LEN]>>,
+        _: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError> {
+        let values: Vec<Option<[u8; ADDR_LEN]>> = values.collect();
+        let n = values.len();
+        let mut flat = Vec::with_capacity(n * ADDR_LEN);
+        for v in &values {
+            flat.extend_from_slice(&v.unwrap_or_default());
+        }
+        let nulls = values
+            .iter()
+            .any(Option::is_none)
+            .then(|| NullBuffer::from_iter(values.iter().map(Option::is_some)));
+        Ok(Arc::new(FixedSizeBinaryArray::try_new(
+            ADDR_LEN as i32,
+            Buffer::from_vec(flat),
+            nulls,
+        )?))
+    }
+}
+
+/// EVC id column (UTF-8) from an index into the batch's EVC names.
+#[derive(Debug)]
+pub struct EvcId;
+impl Kind for EvcId {
+    type T = u32;
+    fn data_type() -> DataType {
+        DataType::Utf8
+    }
+    fn column(
+        values: impl Iterator<Item = Option<u32>>,
+        evcs: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError> {
+        Ok(Arc::new(StringArray::from_iter(values.map(|i| {
+            i.and_then(|i| evcs.get(i as usize)).map(|e| e.id.as_str())
+        }))))
+    }
+}
+
+/// EVC name column (UTF-8) from an index into the batch's EVC names.
+#[derive(Debug)]
+pub struct EvcNameCol;
+impl Kind for EvcNameCol {
+    type T = u32;
+    fn data_type() -> DataType {
+        DataType::Utf8
+    }
+    fn column(
+        values: impl Iterator<Item = Option<u32>>,
+        evcs: &[EvcName],
+    ) -> Result<ArrayRef, ArrowError> {
+        Ok(Arc::new(StringArray::from_iter(values.map(|i| {
+            i.and_then(|i| evcs.get(i as usize))
+                .map(|e| e.name.as_str())
+        }))))
+    }
+}
+
+/// Name of the time column of every INT table: when the collector received the report (ns since
+/// the epoch, UTC). Device timestamps (32-bit wrapping ns in v0.5/v1.0) are kept in their own
+/// columns.
+pub const TS_COLUMN: &str = "ts";
+/// Footer key: which INT table a file holds.
+pub const TABLE_KEY: &str = "stel.table";
+/// Name of the reporting-switch column (the partition key).
+pub const SWITCH_COLUMN: &str = "switch_id";
+
+macro_rules! table {
+    ($(#[doc = $tdoc:literal])* $name:ident, $row:ident, $bits:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
+        /// Bit of each nullable column in a row's validity mask.
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Debug, Clone, Copy)]
+        #[repr(u32)]
+        enum $bits { $($col,)* }
+
+        #[doc = concat!("One row of [`", stringify!($name), "`]: plain values and a validity ")]
+        /// mask (set a column with its method, e.g. `row.seq(Some(7))`; unset = null). Compact
+        /// on purpose: the decoder writes one per report or hop.
+        #[derive(Debug, Clone, Copy, Default, PartialEq)]
+        pub struct $row {
+            /// Receive time, ns since the epoch (non-null).
+            pub ts: i64,
+            /// Reporting switch (non-null; the partition key).
+            pub switch_id: u32,
+            valid: u64,
+            $($(#[doc = $doc])* pub $col: <$kind as Kind>::T,)*
+        }
+
+        impl $row {
+            /// A row with every nullable column null.
+            #[inline(always)]
+            pub fn new(ts: i64, switch_id: u32) -> Self {
+                Self { ts, switch_id, ..Self::default() }
+            }
+
+            $(
+                #[doc = concat!("Sets `", stringify!($col), "` (`None` leaves it null).")]
+                #[inline(always)]
+                pub fn $col(&mut self, v: Option<<$kind as Kind>::T>) -> &mut Self {
+                    if let Some(v) = v {
+                        self.$col = v;
+                        self.valid |= 1 << ($bits::$col as u32);
+                    }
+                    self
+                }
+            )*
+        }
+
+        $(#[doc = $tdoc])*
+        #[derive(Debug, Default)]
+        pub struct $name {
+            pub rows: Vec<$row>,
+        }
+
+        impl $name {
+            pub fn with_capacity(n: usize) -> Self {
+                Self { rows: Vec::with_capacity(n) }
+            }
+
+            #[inline(always)]
+            pub fn push(&mut self, row: $row) {
+                self.rows.push(row);
+            }
+
+            pub fn rows(&self) -> usize {
+                self.rows.len()
+            }
+
+            /// Bytes held.
+            pub fn bytes(&self) -> usize {
+                self.rows.len() * std::mem::size_of::<$row>()
+            }
+
+            /// The Arrow schema (field order = column order).
+            pub fn schema() -> SchemaRef {
+                Arc::new(Schema::new(vec![
+                    Field::new(TS_COLUMN, DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())), false),
+                    Field::new(SWITCH_COLUMN, DataType::UInt32, false),
+                    $(Field::new(stringify!($col), <$kind>::data_type(), true),)*
+                ]))
+            }
+
+            /// The rows as a record batch (the transpose), leaving this table empty.
+            ///
+            /// # Errors
+            /// Arrow rejecting a column (a bug).
+            pub fn finish(&mut self, evcs: &[EvcName]) -> Result<RecordBatch, ArrowError> {
+                const _: () = assert!([$($bits::$col as u32,)*].len() <= 64);
+                let rows = std::mem::take(&mut self.rows);
+                let cols: Vec<ArrayRef> = vec![
+                    Arc::new(TimestampNanosecondArray::from_iter_values(rows.iter().map(|r| r.ts)).with_timezone("UTC")),
+                    Arc::new(PrimitiveArray::<UInt32Type>::from_iter_values(rows.iter().map(|r| r.switch_id))),
+                    $(<$kind>::column(
+                        rows.iter().map(|r| (r.valid >> ($bits::$col as u32) & 1 == 1).then_some(r.$col)),
+                        evcs,
+                    )?,)*
+                ];
+                RecordBatch::try_new(Self::schema(), cols)
+            }
+        }
+    };
+}
+
+table! {
+    /// `int_reports`: one row per individual telemetry report.
+    Reports, ReportRow, ReportBit {
+        /// Telemetry Report version: 0 (v0.5), 1 (v1.0), 2 (v2.0).
+        report_version: U8,
+        /// Sub-system of the reporting switch (6 bits; 4 with the Tofino v2.0 variant).
+        hw_id: U8,
+        /// Report sequence number (32 bits in v0.5/v1.0, 22 or 24 in v2.0).
+        seq: U32,
+        /// Reports of this (switch, hw_id) missing right before this one (0 = in order); a late
+        /// report that fills an earlier gap has 0 and its gap shrinks in the loss counters.
+        seq_gap: U32,
+        /// D: a watched packet was dropped.
+        dropped: Bool,
+        /// Q: congested-queue association.
+        congested: Bool,
+        /// F: tracked flow.
+        tracked: Bool,
+        /// I: intermediate report (v2.0 only).
+        intermediate: Bool,
+        /// v2.0 RepType (0 inner only, 1 INT, 2 IOAM).
+        rep_type: U8,
+        /// v2.0 InType (0 none, 1 TLV, 2 DS extension, 3 Ethernet, 4 IPv4, 5 IPv6).
+        in_type: U8,
+        /// Report ingress timestamp (device ns: 32-bit in v0.5/v1.0, 64-bit in v2.0).
+        report_ingress_ts: U64,
+        /// Reporting switch's own metadata (v1.0/v2.0 RepMdBits, v0.5 switch-local header).
+        rep_ingress_port: U32,
+        rep_egress_port: U32,
+        rep_hop_latency: U32,
+        rep_queue_id: U8,
+        rep_queue_occupancy: U32,
+        rep_egress_ts: U64,
+        rep_drop_reason: U8,
+        rep_tx_util: U32,
+        rep_buffer_id: U8,
+        rep_buffer_occupancy: U32,
+        /// Outer 802.1Q/802.1ad VLAN id of the inner packet (AmLight's EVC key).
+        vlan: U16,
+        /// Second (customer) VLAN id with QinQ.
+        inner_vlan: U16,
+        /// 4 or 6.
+        ip_version: U8,
+        /// Inner packet addresses (IPv4 mapped into IPv6).
+        src_addr: Addr,
+        dst_addr: Addr,
+        ip_proto: U8,
+        src_port: U16,
+        dst_port: U16,
+        dscp: U8,
+        /// Hash of (VLAN, inner VLAN, addresses, protocol, ports): the flow, joinable with `int_hops`.
+        flow_key: U64,
+        /// INT header version: 0 (v0.5), 1 (v1.0), 2 (v2.x INT-MD).
+        int_version: U8,
+        /// Hops in the INT stack.
+        hop_count: U8,
+        /// Words of metadata per hop.
+        hop_ml: U8,
+        /// INT instruction bitmap.
+        instructions: U16,
+        /// INT Remaining Hop Count (v1.0/v2.x).
+        remaining_hop_count: U8,
+        /// Hash of the switch ids in path order.
+        path_id: U64,
+        /// The flow's path differs from its previous report's.
+        path_changed: Bool,
+        /// Sum of per-hop latencies (hop latency, or egress − ingress timestamp), ns; null when a
+        /// hop has neither.
+        latency_sum_ns: U64,
+        /// Last egress − first ingress timestamp, ns (only with `clocks_synchronized`).
+        latency_e2e_ns: U64,
+        /// The flow's latency is above `latency_threshold_ns`.
+        latency_over: Bool,
+        /// EVC the report belongs to (Kytos mef_eline id) and its name.
+        evc_id: EvcId,
+        evc_name: EvcNameCol,
+    }
+}
+
+table! {
+    /// `int_hops`: one row per hop of a report's INT stack, in path order.
+    Hops, HopRow, HopBit {
+        /// Report sequence number (joins with `int_reports` on switch_id, seq, ts).
+        seq: U32,
+        flow_key: U64,
+        vlan: U16,
+        /// 0 = the first switch of the path (the bottom of the stack).
+        hop_index: U8,
+        /// Switch id / Node ID of this hop.
+        node_id: U32,
+        /// L1 ingress/egress port (16 bits).
+        ingress_port: U32,
+        egress_port: U32,
+        /// L2 ingress/egress interface (32 bits, v1.0/v2.x bit 6).
+        l2_ingress_port: U32,
+        l2_egress_port: U32,
+        /// Hop latency as reported (raw units).
+        hop_latency: U32,
+        queue_id: U8,
+        queue_occupancy: U32,
+        /// v0.5: queue congestion status (24 bits).
+        queue_congestion: U32,
+        /// Device timestamps (32-bit in v0.5/v1.0, 64-bit in v2.x).
+        ingress_ts: U64,
+        egress_ts: U64,
+        tx_util: U32,
+        buffer_id: U8,
+        buffer_occupancy: U32,
+        /// Hop latency in ns: hop latency, else egress − ingress timestamp (wrap-aware).
+        latency_ns: U64,
+    }
+}
+
+table! {
+    /// `int_drops`: one row per report that says a packet was dropped.
+    Drops, DropRow, DropBit {
+        report_version: U8,
+        hw_id: U8,
+        seq: U32,
+        ingress_port: U32,
+        egress_port: U32,
+        queue_id: U8,
+        /// Drop reason code (e.g. p4lang/switch drop_reason_codes.h); null when only D was set.
+        drop_reason: U8,
+        vlan: U16,
+        src_addr: Addr,
+        dst_addr: Addr,
+        ip_proto: U8,
+        src_port: U16,
+        dst_port: U16,
+        flow_key: U64,
+        evc_id: EvcId,
+    }
+}
+
+/// One decoder batch of the three tables.
+#[derive(Debug, Default)]
+pub struct IntBatch {
+    pub reports: Reports,
+    pub hops: Hops,
+    pub drops: Drops,
+    /// The EVC names the rows' `evc_id`/`evc_name` indices refer to (shared, not copied).
+    pub evcs: Arc<[EvcName]>,
+}
+
+impl IntBatch {
+    /// Room for `reports` reports and `hops` hops without reallocating.
+    pub fn with_capacity(reports: usize, hops: usize) -> Self {
+        Self {
+            reports: Reports::with_capacity(reports),
+            hops: Hops::with_capacity(hops),
+            drops: Drops::with_capacity(reports / 16 + 1),
+            evcs: Arc::new([]),
+        }
+    }
+
+    /// Rows of all three tables.
+    pub fn rows(&self) -> usize {
+        self.reports.rows() + self.hops.rows() + self.drops.rows()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows() == 0
+    }
+
+    /// Bytes held (the sink's memory budget).
+    pub fn bytes(&self) -> usize {
+        self.reports.bytes() + self.hops.bytes() + self.drops.bytes()
+    }
+
+    /// The three tables as record batches (empty ones included), leaving `self` empty.
+    ///
+    /// # Errors
+    /// Arrow rejecting a column (a bug).
+    pub fn finish(&mut self) -> Result<[(Table, RecordBatch); 3], ArrowError> {
+        let evcs = Arc::clone(&self.evcs);
+        Ok([
+            (Table::Reports, self.reports.finish(&evcs)?),
+            (Table::Hops, self.hops.finish(&evcs)?),
+            (Table::Drops, self.drops.finish(&evcs)?),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::Array;
+
+    use super::*;
+
+    #[test]
+    fn rows_become_arrow_with_nulls() {
+        let mut b = IntBatch::with_capacity(4, 4);
+        b.evcs = Arc::new([EvcName {
+            id: "evc-1".into(),
+            name: "one".into(),
+        }]);
+        let mut r = ReportRow::new(5, 7);
+        r.report_version(Some(1))
+            .seq(Some(9))
+            .src_addr(Some([1; 16]))
+            .evc_id(Some(0))
+            .evc_name(Some(0))
+            .vlan(None);
+        b.reports.push(r);
+        let mut r = ReportRow::new(6, 7);
+        r.vlan(Some(42));
+        b.reports.push(r);
+        let [(t, rb), (_, hops), _] = b.finish().unwrap();
+        assert_eq!(t, Table::Reports);
+        assert_eq!(rb.num_rows(), 2);
+        assert_eq!(hops.num_rows(), 0);
+        assert_eq!(rb.schema(), Reports::schema());
+        assert_eq!(rb.column_by_name("vlan").unwrap().null_count(), 1);
+        assert_eq!(rb.column_by_name("seq").unwrap().null_count(), 1);
+        assert_eq!(rb.column_by_name("hop_ml").unwrap().null_count(), 2);
+        assert_eq!(rb.column_by_name("src_addr").unwrap().null_count(), 1);
+        let evc = rb.column_by_name("evc_name").unwrap();
+        let evc = evc.as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(evc.value(0), "one");
+        assert!(evc.is_null(1));
+        assert_eq!(b.reports.rows(), 0);
+    }
+}

@@ -1,0 +1,265 @@
+//! [`IntSink`]: the bounded queue in front of the INT table writer thread, and its counters.
+//!
+//! ```text
+//! INT decoders ──submit(IntBatch)──▶ bounded queue ──▶ stel-int-parquet thread
+//!  (never wait longer than block_timeout;   (queue_batches,   per (table, switch, hour): ArrowWriter
+//!   shed batches counted by reason)          memory budget)   → .part-….tmp → fsync → rename → fsync dir
+//! ```
+
+use std::{
+    fmt,
+    sync::{
+        atomic::{AtomicU64, Ordering::Relaxed},
+        Arc,
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender, TrySendError};
+use serde::Serialize;
+
+use super::{writer::Writer, IntBatch, IntSinkConfig};
+use crate::parquet::{Error, Result, ShedReason, WhenFull};
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $(pub(crate) $name: AtomicU64,)*
+        }
+
+        /// A snapshot of the INT sink's counters (cumulative since start unless noted).
+        ///
+        /// Accounting identity once the sink has shut down:
+        /// `rows_submitted = rows_written + shed_*_rows + lost_*_rows`.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+        pub struct IntSinkStats {
+            $($(#[doc = $doc])* pub $name: u64,)*
+        }
+
+        impl Counters {
+            fn snapshot(&self) -> IntSinkStats {
+                IntSinkStats { $($name: self.$name.load(Relaxed),)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Batches passed to `submit`.
+    batches_submitted,
+    /// Rows (all three tables) passed to `submit`.
+    rows_submitted,
+    /// Batches put on the queue (pushed).
+    batches_queued,
+    /// Batches taken off the queue by the writer (popped).
+    batches_dequeued,
+    /// Rows shed because the queue was full (`drop_newest`).
+    shed_queue_full_rows,
+    /// Rows shed because the queue stayed full for `block_timeout_ms` (`block`).
+    shed_queue_timeout_rows,
+    /// Rows shed because the sink would have gone over `memory_budget_bytes`.
+    shed_memory_budget_rows,
+    /// Rows shed because the writer thread was gone.
+    shed_closed_rows,
+    /// Rows in published files.
+    rows_written,
+    /// Files published.
+    files_published,
+    /// Bytes of published files.
+    bytes_published,
+    /// Rows not written because the disk was full.
+    lost_disk_full_rows,
+    /// Rows not written because of another I/O or encoding error.
+    lost_write_error_rows,
+    /// Failed open/write/publish operations.
+    write_errors,
+    /// Parts published because the next rows belonged to another hour.
+    rotations_hour,
+    /// Parts published at `max_file_bytes`.
+    rotations_size,
+    /// Parts published at `flush_interval_ms`.
+    rotations_age,
+    /// Row groups flushed early because buffered rows reached half the memory budget.
+    budget_row_group_flushes,
+    /// Bytes of batches waiting in the queue now (gauge).
+    queued_bytes,
+    /// Bytes buffered in unfinished row groups now (gauge).
+    writer_bytes,
+    /// Temporary parts of a killed writer removed at start.
+    stale_temp_files_removed,
+    /// Bytes of those.
+    stale_temp_bytes_removed,
+    /// Files deleted by retention.
+    retention_files_deleted,
+    /// Bytes deleted by retention.
+    retention_bytes_deleted,
+    /// Bytes of published INT history now (gauge).
+    history_bytes,
+}
+
+impl IntSinkStats {
+    /// Every shed row.
+    pub fn shed_rows(&self) -> u64 {
+        self.shed_queue_full_rows
+            + self.shed_queue_timeout_rows
+            + self.shed_memory_budget_rows
+            + self.shed_closed_rows
+    }
+
+    /// Every row accepted but not written.
+    pub fn lost_rows(&self) -> u64 {
+        self.lost_disk_full_rows + self.lost_write_error_rows
+    }
+}
+
+/// The INT table sink. Decoders call [`IntSink::submit`]; the `stel-int-parquet` thread writes.
+pub struct IntSink {
+    tx: Option<Sender<IntBatch>>,
+    thread: Option<JoinHandle<()>>,
+    c: Arc<Counters>,
+    when_full: WhenFull,
+    block_timeout: Duration,
+    budget: u64,
+}
+
+impl fmt::Debug for IntSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IntSink")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IntSink {
+    /// Validates `cfg`, creates the root, removes temporary parts a killed writer left (counted)
+    /// and indexes published INT files for retention, then starts the writer thread.
+    ///
+    /// # Errors
+    /// An invalid config (every problem listed), an uncreatable root, or no thread.
+    pub fn start(cfg: IntSinkConfig) -> Result<IntSink> {
+        cfg.validate()?;
+        std::fs::create_dir_all(&cfg.dir).map_err(|source| Error::CreateDir {
+            path: cfg.dir.clone(),
+            source,
+        })?;
+        let c = Arc::new(Counters::default());
+        let mut writer = Writer::new(cfg.clone(), Arc::clone(&c));
+        writer.recover();
+        let (tx, rx) = crossbeam_channel::bounded(cfg.queue_batches);
+        let wc = Arc::clone(&c);
+        let thread = std::thread::Builder::new()
+            .name("stel-int-parquet".into())
+            .spawn(move || run(writer, rx, wc))
+            .map_err(Error::Spawn)?;
+        Ok(IntSink {
+            tx: Some(tx),
+            thread: Some(thread),
+            c,
+            when_full: cfg.when_full,
+            block_timeout: Duration::from_millis(cfg.block_timeout_ms),
+            budget: cfg.memory_budget_bytes,
+        })
+    }
+
+    /// Hands a batch to the writer. Never waits longer than `block_timeout_ms` (`block`) and not
+    /// at all with `drop_newest`.
+    ///
+    /// # Errors
+    /// The reason the batch was shed (already counted).
+    pub fn submit(&self, batch: IntBatch) -> Result<(), ShedReason> {
+        let rows = batch.rows() as u64;
+        self.c.batches_submitted.fetch_add(1, Relaxed);
+        self.c.rows_submitted.fetch_add(rows, Relaxed);
+        if rows == 0 {
+            return Ok(());
+        }
+        let bytes = batch.bytes() as u64;
+        let queued = self.c.queued_bytes.fetch_add(bytes, Relaxed) + bytes;
+        let result = if queued + self.c.writer_bytes.load(Relaxed) > self.budget {
+            Err(ShedReason::MemoryBudget)
+        } else {
+            match (&self.tx, self.when_full) {
+                (None, _) => Err(ShedReason::Closed),
+                (Some(tx), WhenFull::DropNewest) => tx.try_send(batch).map_err(|e| match e {
+                    TrySendError::Full(_) => ShedReason::QueueFull,
+                    TrySendError::Disconnected(_) => ShedReason::Closed,
+                }),
+                (Some(tx), WhenFull::Block) => match tx.try_send(batch) {
+                    Ok(()) => Ok(()),
+                    Err(TrySendError::Disconnected(_)) => Err(ShedReason::Closed),
+                    Err(TrySendError::Full(b)) => {
+                        tx.send_timeout(b, self.block_timeout).map_err(|e| match e {
+                            SendTimeoutError::Timeout(_) => ShedReason::QueueTimeout,
+                            SendTimeoutError::Disconnected(_) => ShedReason::Closed,
+                        })
+                    }
+                },
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.c.batches_queued.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(reason) => {
+                self.c.queued_bytes.fetch_sub(bytes, Relaxed);
+                let counter = match reason {
+                    ShedReason::QueueFull => &self.c.shed_queue_full_rows,
+                    ShedReason::QueueTimeout => &self.c.shed_queue_timeout_rows,
+                    ShedReason::MemoryBudget => &self.c.shed_memory_budget_rows,
+                    ShedReason::Closed => &self.c.shed_closed_rows,
+                };
+                counter.fetch_add(rows, Relaxed);
+                Err(reason)
+            }
+        }
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> IntSinkStats {
+        self.c.snapshot()
+    }
+
+    /// Writes everything queued, publishes every open part, returns the final counters.
+    ///
+    /// # Errors
+    /// Only if the writer thread panicked (a bug).
+    pub fn shutdown(mut self) -> Result<IntSinkStats> {
+        self.stop()?;
+        Ok(self.stats())
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            t.join().map_err(|_| Error::WriterPanicked)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for IntSink {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            tracing::error!(error = %e, "INT sink did not stop cleanly.");
+        }
+    }
+}
+
+fn run(mut writer: Writer, rx: Receiver<IntBatch>, c: Arc<Counters>) {
+    loop {
+        match rx.recv_timeout(writer.next_deadline()) {
+            Ok(batch) => {
+                c.batches_dequeued.fetch_add(1, Relaxed);
+                c.queued_bytes.fetch_sub(batch.bytes() as u64, Relaxed);
+                writer.push(batch);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        writer.tick();
+    }
+    writer.close_all();
+}
