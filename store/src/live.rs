@@ -290,10 +290,7 @@ impl ServerCounters {
             clients: r.counter(Metric::InspectClients, labels!()),
             active: r.gauge(Metric::InspectActiveClients, labels!()),
             refused: r.counter(Metric::InspectRefusedClients, labels!()),
-            bad_requests: r.counter(
-                Metric::InspectBadRequests,
-                labels!(Reason = "bad_request"),
-            ),
+            bad_requests: r.counter(Metric::InspectBadRequests, labels!(Reason = "bad_request")),
             unknown_profiles: r.counter(
                 Metric::InspectBadRequests,
                 labels!(Reason = "unknown_profile"),
@@ -774,9 +771,16 @@ mod tests {
         }
         let stats = srv.stats();
         // Three bad lines; a client that said nothing and the in-use probe are not errors.
-        assert_eq!(stats.reason(Metric::InspectBadRequests, "bad_request"), 3, "{stats:?}");
+        assert_eq!(
+            stats.reason(Metric::InspectBadRequests, "bad_request"),
+            3,
+            "{stats:?}"
+        );
         assert_eq!(stats.get(Metric::InspectClients), 7, "{stats:?}");
-        assert_eq!(stats.reason(Metric::InspectBadRequests, "unknown_profile"), 1);
+        assert_eq!(
+            stats.reason(Metric::InspectBadRequests, "unknown_profile"),
+            1
+        );
         srv.shutdown();
         assert!(!path.exists());
     }

@@ -513,7 +513,12 @@ impl Registry {
 
     /// Finds the series' source or inserts `make()`'s (in the parent first, so a series
     /// registered twice shares one cell and never goes backwards in the outputs).
-    fn find_or_insert(&self, metric: Metric, labels: &LabelValues, make: &dyn Fn() -> Source) -> Source {
+    fn find_or_insert(
+        &self,
+        metric: Metric,
+        labels: &LabelValues,
+        make: &dyn Fn() -> Source,
+    ) -> Source {
         let src = match &self.parent {
             Some(p) => p.find_or_insert(metric, labels, make),
             None => {
@@ -576,7 +581,11 @@ impl Registry {
     /// # Panics
     /// As [`Registry::counter`], for histograms.
     pub fn histogram(&self, metric: Metric, labels: &[(Label, Cow<'static, str>)]) -> Histogram {
-        debug_assert_eq!(metric.kind(), Kind::Histogram, "{metric} is not a histogram");
+        debug_assert_eq!(
+            metric.kind(),
+            Kind::Histogram,
+            "{metric} is not a histogram"
+        );
         let labels = checked_labels(metric, labels);
         match self.find_or_insert(metric, &labels, &|| Source::Hist(Histogram::detached())) {
             Source::Hist(h) => h,
@@ -1309,7 +1318,10 @@ mod tests {
         // The status-file form reads back.
         let s = r.snapshot();
         assert_eq!(Snapshot::from_json(&s.to_json()), s);
-        assert!(s.to_json()["stel_decode_records_total"].as_array().unwrap().is_empty());
+        assert!(s.to_json()["stel_decode_records_total"]
+            .as_array()
+            .unwrap()
+            .is_empty());
         assert!(s.to_table(false).contains("stel_decode_records_total"));
     }
 
@@ -1318,8 +1330,10 @@ mod tests {
         let root = Registry::new();
         let a = root.child();
         let b = root.child();
-        a.counter(Metric::SinkReceivedBatches, labels!(Sink = "parquet")).add(3);
-        b.counter(Metric::SinkReceivedBatches, labels!(Sink = "counters_db")).add(4);
+        a.counter(Metric::SinkReceivedBatches, labels!(Sink = "parquet"))
+            .add(3);
+        b.counter(Metric::SinkReceivedBatches, labels!(Sink = "counters_db"))
+            .add(4);
         b.observe(Metric::CountersDbResolvedOids, labels!(), || 9);
         b.collect(|emit| emit(Metric::SequenceGaps, vec!["7".into()], 2));
         assert_eq!(a.snapshot().sum(Metric::SinkReceivedBatches), 3);
@@ -1346,8 +1360,16 @@ mod tests {
         for us in 0..1000 {
             h.record_us(us * 10); // 0 .. 9.99 ms uniform
         }
-        assert!((h.quantile_ms(0.5) - 5.0).abs() <= 0.1, "{}", h.quantile_ms(0.5));
-        assert!((h.quantile_ms(0.99) - 9.9).abs() <= 0.1, "{}", h.quantile_ms(0.99));
+        assert!(
+            (h.quantile_ms(0.5) - 5.0).abs() <= 0.1,
+            "{}",
+            h.quantile_ms(0.5)
+        );
+        assert!(
+            (h.quantile_ms(0.99) - 9.9).abs() <= 0.1,
+            "{}",
+            h.quantile_ms(0.99)
+        );
         h.record_us(500_000);
         assert_eq!(h.max_ms(), 500.0);
         assert_eq!(h.quantile_ms(1.0), 500.0);
@@ -1358,7 +1380,9 @@ mod tests {
         assert_eq!(v.buckets[0], (0.0001, 10));
         assert_eq!(v.buckets[5], (0.01, 1000));
         assert_eq!(v.buckets[9], (1.0, 1001));
-        assert!((v.sum_seconds - (0..1000).map(|u| u as f64 * 1e-5).sum::<f64>() - 0.5).abs() < 1e-9);
+        assert!(
+            (v.sum_seconds - (0..1000).map(|u| u as f64 * 1e-5).sum::<f64>() - 0.5).abs() < 1e-9
+        );
         h.reset();
         assert_eq!(h.count(), 0);
     }

@@ -373,7 +373,10 @@ print(json.dumps({"rows": t.num_rows, "profile": t.column("profile")[0].as_py(),
     assert_eq!(rep.sessions[0].last_durable_ns, Some(T0 + 499 * INTERVAL));
     assert_eq!(rep.sessions[0].lost_from_ns, Some(T0 + 1));
     assert!(temps(dir.path()).is_empty());
-    assert_eq!(parquet_stats(sink.shutdown().unwrap()).stale_temp_files_removed, 1);
+    assert_eq!(
+        parquet_stats(sink.shutdown().unwrap()).stale_temp_files_removed,
+        1
+    );
 }
 
 #[test]
@@ -810,7 +813,8 @@ fn disk_full_is_survived_counted_and_recovered_from() {
     assert!(st.write_errors >= 1, "{st:?}");
     // No half-written temp files are left behind by the failure.
     let deadline2 = Instant::now() + Duration::from_secs(60);
-    while parquet_stats(sink.stats()).batches_dequeued < parquet_stats(sink.stats()).batches_queued {
+    while parquet_stats(sink.stats()).batches_dequeued < parquet_stats(sink.stats()).batches_queued
+    {
         assert!(Instant::now() < deadline2);
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -821,7 +825,9 @@ fn disk_full_is_survived_counted_and_recovered_from() {
     }
     let before = parquet_stats(sink.stats()).files_published;
     let deadline = Instant::now() + Duration::from_secs(120);
-    while parquet_stats(sink.stats()).recoveries == 0 || parquet_stats(sink.stats()).files_published == before {
+    while parquet_stats(sink.stats()).recoveries == 0
+        || parquet_stats(sink.stats()).files_published == before
+    {
         assert!(
             Instant::now() < deadline,
             "never recovered: {:?}",

@@ -385,12 +385,8 @@ impl Writer {
             }
             report.sessions.push(s);
         }
-        self.c
-            .stale_temp_files_removed
-            .add(report.stale_temp_files);
-        self.c
-            .stale_temp_bytes_removed
-            .add(report.stale_temp_bytes);
+        self.c.stale_temp_files_removed.add(report.stale_temp_files);
+        self.c.stale_temp_bytes_removed.add(report.stale_temp_bytes);
         self.c.history_bytes.set(self.history_bytes);
         self.enforce_retention(true);
         report
@@ -892,9 +888,7 @@ impl Writer {
                 Ok(()) => {
                     self.history_bytes -= info.bytes;
                     self.c.retention_files_deleted.add(1);
-                    self.c
-                        .retention_bytes_deleted
-                        .add(info.bytes);
+                    self.c.retention_bytes_deleted.add(info.bytes);
                     // Drop the hour and date directories once empty; ignore "not empty".
                     let hour = k.1.parent();
                     if let Some(h) = hour {

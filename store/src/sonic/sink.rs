@@ -8,7 +8,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use super::{name_map_for, name_map_key, CountersDbConfig, Error, NAME_MAPS};
 use crate::{
     batch::CounterBatch,
@@ -20,6 +19,7 @@ use crate::{
     },
     schema::SessionSchema,
 };
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 
 /// Why [`CountersDbSink::submit`] did not take a batch. Every shed batch is counted by reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -756,9 +756,7 @@ impl Writer {
         }
         self.sessions = sessions;
         if changes > 0 {
-            self.shared
-                .oid_changes
-                .add(changes);
+            self.shared.oid_changes.add(changes);
             tracing::info!(
                 objects = changes,
                 "Name maps changed: objects re-resolved to new OIDs."
