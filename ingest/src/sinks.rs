@@ -9,10 +9,11 @@ use std::{path::Path, sync::Arc};
 use stel_store::{
     live::{LiveState, Server},
     metrics::Registry,
+    metrics::Snapshot,
     otlp::{OtlpConfig, OtlpSink, OtlpStats},
-    parquet::{ParquetSink, ParquetSinkConfig, ParquetStats},
-    sonic::{CountersDbConfig, CountersDbSink, CountersDbStats},
-    upload::{UploadConfig, UploadStats, Uploader},
+    parquet::{ParquetSink, ParquetSinkConfig},
+    sonic::{CountersDbConfig, CountersDbSink},
+    upload::{UploadConfig, Uploader},
     CounterBatch,
 };
 
@@ -67,7 +68,7 @@ impl InspectServer {
     /// # Errors
     /// The socket is in use by another daemon or cannot be created.
     pub fn start(path: &Path, live: &Live, max_clients: usize) -> Result<Arc<Self>, String> {
-        let server = Server::start(path, Arc::clone(live.state()), max_clients)
+        let server = Server::start(path, Arc::clone(live.state()), max_clients, None)
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(Self { server }))
     }
@@ -90,7 +91,7 @@ impl StatusSource for InspectServer {
         "inspect"
     }
     fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.server.stats()).unwrap_or_default()
+        self.server.stats().to_json()
     }
 }
 
@@ -118,17 +119,17 @@ impl Upload {
         tracing::info!(switch = %cfg.switch, source = ?from, "Lake switch name resolved.");
         let to = cfg.to.clone();
         let uploader =
-            Uploader::start(cfg, data_dir).map_err(|e| format!("upload to {to}: {e}"))?;
+            Uploader::start(cfg, data_dir, None).map_err(|e| format!("upload to {to}: {e}"))?;
         Ok(Arc::new(Self { uploader }))
     }
 
-    pub fn stats(&self) -> UploadStats {
+    pub fn stats(&self) -> Snapshot {
         self.uploader.stats()
     }
 
     /// Uploads what is pending (bounded by `shutdown_timeout_ms`) and stops. Call after the
     /// Parquet history has published its last files.
-    pub fn shutdown(self: Arc<Self>) -> Option<UploadStats> {
+    pub fn shutdown(self: Arc<Self>) -> Option<Snapshot> {
         match Arc::try_unwrap(self) {
             Ok(me) => Some(me.uploader.shutdown()),
             Err(_) => {
@@ -144,7 +145,7 @@ impl StatusSource for Upload {
         "upload"
     }
     fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.uploader.stats()).unwrap_or_default()
+        self.uploader.stats().to_json()
     }
 }
 
@@ -161,12 +162,12 @@ impl ParquetHistory {
     /// The directory cannot be created, or the configuration is invalid.
     pub fn start(cfg: ParquetSinkConfig) -> Result<Arc<Self>, String> {
         let dir = cfg.dir.display().to_string();
-        let s = ParquetSink::start(cfg).map_err(|e| format!("parquet sink ({dir}): {e}"))?;
+        let s = ParquetSink::start(cfg, None).map_err(|e| format!("parquet sink ({dir}): {e}"))?;
         Ok(Arc::new(Self { handle: s }))
     }
 
     /// Counters.
-    pub fn stats(&self) -> ParquetStats {
+    pub fn stats(&self) -> Snapshot {
         self.handle.stats()
     }
 
@@ -174,7 +175,7 @@ impl ParquetHistory {
     ///
     /// # Errors
     /// The final flush failed (what could not be written is counted in the stats).
-    pub fn shutdown(self: Arc<Self>) -> Result<ParquetStats, String> {
+    pub fn shutdown(self: Arc<Self>) -> Result<Snapshot, String> {
         let me = Arc::try_unwrap(self).map_err(|_| "parquet sink still in use at shutdown")?;
         me.handle.shutdown().map_err(|e| e.to_string())
     }
@@ -189,7 +190,7 @@ impl Sink for ParquetHistory {
         let _ = self.handle.submit(Arc::clone(batch));
     }
     fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.handle.stats()).unwrap_or_default()
+        self.handle.stats().to_json()
     }
 }
 
@@ -206,12 +207,13 @@ impl CountersDb {
     /// A bad URL or configuration.
     pub fn start(cfg: CountersDbConfig) -> Result<Arc<Self>, String> {
         let url = cfg.url.clone();
-        let sink = CountersDbSink::start(cfg).map_err(|e| format!("counters-db ({url}): {e}"))?;
+        let sink =
+            CountersDbSink::start(cfg, None).map_err(|e| format!("counters-db ({url}): {e}"))?;
         Ok(Arc::new(Self { sink }))
     }
 
     /// Counters (incl. the arrival → written lag histogram).
-    pub fn stats(&self) -> CountersDbStats {
+    pub fn stats(&self) -> Snapshot {
         self.sink.stats()
     }
 
@@ -232,7 +234,7 @@ impl Sink for CountersDb {
         let _ = self.sink.submit(Arc::clone(batch));
     }
     fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.sink.stats()).unwrap_or_default()
+        self.sink.stats().to_json()
     }
 }
 

@@ -28,6 +28,7 @@ use stel_ingest::{
     sources::state_db::StateDbWatcher,
     sys::{self, signal},
 };
+use stel_store::metrics::Metric;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -859,13 +860,11 @@ fn run(a: Args) -> Result<(), String> {
             Ok(s) => {
                 eprintln!(
                     "stel-ingestd: history: {} files published, {} samples written",
-                    s.files_published, s.samples_written
+                    s.get(Metric::ParquetPublishedFiles),
+                    stel_store::parquet::accounting::written(&s)
                 );
                 // The final counters (after the last publish) for the status file.
-                st.sinks.insert(
-                    "parquet".into(),
-                    serde_json::to_value(s).unwrap_or_default(),
-                );
+                st.sinks.insert("parquet".into(), s.to_json());
             }
             Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
         }
@@ -875,12 +874,13 @@ fn run(a: Args) -> Result<(), String> {
         if let Some(s) = u.shutdown() {
             eprintln!(
                 "stel-ingestd: upload: {} files ({} bytes) uploaded, {} pending, {} failed attempts, {} vanished before upload",
-                s.files_uploaded, s.bytes_uploaded, s.pending_files, s.failures, s.vanished_files
+                s.get(Metric::UploadFiles),
+                s.get(Metric::UploadBytes),
+                s.get(Metric::UploadPendingFiles),
+                s.get(Metric::UploadFailures),
+                s.get(Metric::UploadVanishedFiles)
             );
-            st.sinks.insert(
-                "upload".into(),
-                serde_json::to_value(&s).unwrap_or_default(),
-            );
+            st.sinks.insert("upload".into(), s.to_json());
         }
     }
     if let Some(s) = inspect {
