@@ -145,7 +145,11 @@ impl StatusSource for Upload {
         "upload"
     }
     fn stats_json(&self) -> serde_json::Value {
-        self.uploader.stats().to_json()
+        let mut j = self.uploader.stats().to_json();
+        // Not counters: what a reader of the status file needs next to them.
+        j["switch"] = self.uploader.switch().into();
+        j["last_error"] = self.uploader.last_error().into();
+        j
     }
 }
 

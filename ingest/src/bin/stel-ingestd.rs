@@ -871,6 +871,7 @@ fn run(a: Args) -> Result<(), String> {
     }
     if let Some(u) = upload {
         // After the history's last publish, so its final files go too.
+        let mut before = u.stats_json(); // switch and last_error, next to the final counters
         if let Some(s) = u.shutdown() {
             eprintln!(
                 "stel-ingestd: upload: {} files ({} bytes) uploaded, {} pending, {} failed attempts, {} vanished before upload",
@@ -880,7 +881,10 @@ fn run(a: Args) -> Result<(), String> {
                 s.get(Metric::UploadFailures),
                 s.get(Metric::UploadVanishedFiles)
             );
-            st.sinks.insert("upload".into(), s.to_json());
+            let mut j = s.to_json();
+            j["switch"] = before["switch"].take();
+            j["last_error"] = before["last_error"].take();
+            st.sinks.insert("upload".into(), j);
         }
     }
     if let Some(s) = inspect {
