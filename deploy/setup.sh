@@ -4,7 +4,8 @@
 #   deploy/setup.sh --test   plus what the tests use: redis-server, pyarrow + duckdb (independent
 #                            Parquet readers), moto (a local S3-compatible server), pysail (Sail,
 #                            a Spark Connect server), grpcio + opentelemetry-proto (a real OTLP
-#                            receiver), openssl (test certificates)
+#                            receiver), openssl (test certificates), prometheus (a real scraper)
+#                            and systemd (systemd-analyze verify of the unit)
 #
 # The eBPF toolchain follows the recipe measured on these machines (shared/DESIGN.md): Debian's
 # rustc-web + rust-web-src + llvm-22-dev, then bpf-linker 0.13.0 built against LLVM 22. When any
@@ -23,6 +24,18 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# A real Prometheus server scrapes the daemon in the tests (ingest/tests/prometheus.rs), and
+# systemd-analyze checks the unit, podman builds the runtime image; none needs its recommended
+# extras.
+if [ "$want_test" = 1 ]; then
+  test_missing=()
+  for p in prometheus systemd podman; do dpkg -s "$p" >/dev/null 2>&1 || test_missing+=("$p"); done
+  if [ "${#test_missing[@]}" -gt 0 ]; then
+    echo "setup: installing ${test_missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${test_missing[@]}" >/dev/null
+  fi
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found; install a Rust toolchain (rustup or Debian's rustc/cargo) first" >&2

@@ -28,11 +28,9 @@ use std::{
 use serde_json::json;
 use stel_ingest::{
     config::{DaemonConfig, SourceKind},
-    daemon::Daemon,
     emu::Pattern,
-    pipeline::Sink,
-    sinks::{CountersDb, ParquetHistory},
     sources::fixture,
+    topology::Topology,
 };
 use stel_store::{parquet::ParquetSinkConfig, sonic::testutil::TestRedis, sonic::CountersDbConfig};
 
@@ -52,30 +50,32 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
 
     let group = 29;
+    let delay_us = std::env::var("STEL_BENCH_PARQUET_DELAY_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // The daemon as stel-ingestd builds it (ingest::topology): usersock source, one decoder,
+    // Parquet history and COUNTERS_DB; no status file, inspect socket or metrics endpoint.
     let mut cfg = DaemonConfig::default();
     cfg.source.kind = SourceKind::Usersock;
     cfg.source.usersock_group = group;
     cfg.pipeline.decoders = 1;
     cfg.status.file = Default::default();
-    let mut d = Daemon::setup(cfg, None)?;
-    let delay_us = std::env::var("STEL_BENCH_PARQUET_DELAY_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let history = ParquetHistory::start(ParquetSinkConfig {
+    cfg.inspect.enabled = false;
+    cfg.parquet = Some(ParquetSinkConfig {
         dir: dir.path().to_path_buf(),
         test_write_delay_us: delay_us,
         ..ParquetSinkConfig::default()
-    })?;
-    let counters = CountersDb::start(CountersDbConfig {
+    });
+    cfg.counters_db = Some(CountersDbConfig {
         url: redis.url().to_string(),
         ..CountersDbConfig::default()
-    })?;
-    d.start(vec![
-        Arc::clone(&history) as Arc<dyn Sink>,
-        Arc::clone(&counters) as Arc<dyn Sink>,
-    ]);
-    d.register(w.emu.session_spec(), w.emu.session_config())?;
+    });
+    let mut topo = Topology::build(cfg, None)?;
+    topo.daemon
+        .register(w.emu.session_spec(), w.emu.session_config())?;
+    let history = Arc::clone(topo.history().ok_or("no Parquet history")?);
+    let counters = Arc::clone(topo.counters_db().ok_or("no COUNTERS_DB writer")?);
 
     let period = w.message_period().div_f64(rate);
     let count = (secs / period.as_secs_f64()) as u64;
@@ -108,12 +108,12 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         };
         let mut last = Instant::now();
         while !h.is_finished() {
-            if let Err(e) = d.step() {
+            if let Err(e) = topo.daemon.step() {
                 stop.store(true, Ordering::Relaxed);
                 return (Err(e), None);
             }
             if last.elapsed() >= Duration::from_secs(1) {
-                let st = d.status();
+                let st = topo.daemon.status();
                 eprintln!(
                     "e2e: {:.1} s: {} M counters decoded, parquet {} M written, lag p99 {:.1} ms",
                     t0.elapsed().as_secs_f64(),
@@ -128,14 +128,21 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         let sent = h.join().unwrap_or_else(|_| Err("sender panicked".into()));
         let n = *sent.as_ref().unwrap_or(&0);
         let drained = move |r: &stel_ingest::sys::uring::RecvStats| r.datagrams > n;
-        (sent, Some(d.finish(Some(&drained), Duration::from_secs(5))))
+        // The lag before the writer stops; the clones go so the topology owns its sinks alone.
+        let lag = counters.stats();
+        drop((history, counters));
+        let fin = topo.finish(Some(&drained), Duration::from_secs(5));
+        (sent, Some((fin, lag)))
     });
     let sent = sent?;
-    let st = st.ok_or("daemon failed")?;
-    let lag = counters.stats();
+    let (fin, lag) = st.ok_or("daemon failed")?;
+    let st = fin.status;
     let cdb_lag_p99 = lag_p99_ms(&lag);
-    counters.shutdown();
-    let p = crate::parquet::ParquetStats::of(&history.shutdown()?);
+    let p = crate::parquet::ParquetStats::of(
+        fin.parquet
+            .as_ref()
+            .ok_or("the Parquet history's final flush failed")?,
+    );
     let elapsed = t0.elapsed().as_secs_f64();
     let process_cpu = crate::parquet::process_cpu_s() - cpu0;
     let emu_cpu = emu_cpu.into_inner().unwrap_or(0.0);

@@ -241,7 +241,7 @@ impl ParquetStats {
             samples_written: accounting::written(s),
             shed: accounting::shed(s),
             lost: accounting::lost(s),
-            files_published: s.sum(Metric::ParquetPublishedFiles),
+            files_published: s.sum(Metric::SinkPublishedFiles),
             bytes_published: s.sum(Metric::ParquetPublishedBytes),
             budget_row_group_flushes: s.sum(Metric::ParquetBudgetFlushes),
             writer_bytes_peak: s.sum(Metric::ParquetBufferedBytesPeak),

@@ -250,6 +250,8 @@ pub struct DaemonConfig {
     pub int: Option<crate::int::source::IntConfig>,
     /// Live inspect socket.
     pub inspect: InspectConfig,
+    /// Prometheus `/metrics` and `/health` (`stel_store::prometheus`).
+    pub metrics: MetricsConfig,
     /// OTLP export (`stel_store::otlp`); off unless this section is present (or
     /// `--otlp-endpoint`).
     pub otlp: Option<stel_store::otlp::OtlpConfig>,
@@ -267,6 +269,16 @@ impl Default for HistoryConfig {
     fn default() -> Self {
         Self { enabled: true }
     }
+}
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Address for `/metrics` and `/health`, e.g. "127.0.0.1:9464". Off (unset) by default: a
+    /// switch daemon opens no TCP port unless asked (SONiC hosts expose services through their
+    /// management VRF on purpose, and two daemons on one host would fight for one default port).
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// A config file that could not be used.
@@ -305,39 +317,163 @@ impl DaemonConfig {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
-        if cfg.upload.is_some() && !cfg.history.enabled {
+        let problems = cfg.problems();
+        if !problems.is_empty() {
             return Err(ConfigError::Parse {
                 path: path.to_owned(),
-                message: "[upload] copies the Parquet history: it needs [history] enabled = true"
-                    .into(),
+                message: problems.join("; "),
             });
-        }
-        if cfg.source.kind == SourceKind::File && cfg.source.files.is_empty() {
-            return Err(ConfigError::Parse {
-                path: path.to_owned(),
-                message: "source.kind = \"file\" needs source.files (or stel-ingestd --input FILE)"
-                    .into(),
-            });
-        }
-        if !(1..=32).contains(&cfg.source.usersock_group) {
-            return Err(ConfigError::Parse {
-                path: path.to_owned(),
-                message: format!(
-                    "source.usersock_group = {}: must be 1..=32",
-                    cfg.source.usersock_group
-                ),
-            });
-        }
-        if let Some(problems) = cfg.int.as_ref().map(|i| i.problems()) {
-            if !problems.is_empty() {
-                return Err(ConfigError::Parse {
-                    path: path.to_owned(),
-                    message: problems.join("; "),
-                });
-            }
         }
         Ok(cfg)
     }
+
+    /// Every problem across sections once the file parsed: values out of range, settings that
+    /// need each other, resources two components would both claim. Each names the key and value.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.upload.is_some() && !self.history.enabled {
+            p.push("[upload] copies the Parquet history: it needs [history] enabled = true".into());
+        }
+        if self.source.kind == SourceKind::File && self.source.files.is_empty() {
+            p.push(
+                "source.kind = \"file\" needs source.files (or stel-ingestd --input FILE)".into(),
+            );
+        }
+        if !(1..=32).contains(&self.source.usersock_group) {
+            p.push(format!(
+                "source.usersock_group = {}: must be 1..=32",
+                self.source.usersock_group
+            ));
+        }
+        if self.source.kind == SourceKind::None && self.int.is_none() {
+            p.push("source.kind = \"none\" collects nothing without [int]: add [int] listen = [\"0.0.0.0:5900\"]".into());
+        }
+        if let Some(i) = &self.int {
+            p.extend(i.problems());
+        }
+        if let Some(pq) = self.parquet.as_ref().filter(|_| self.history.enabled) {
+            if let Err(e) = pq.validate() {
+                p.extend(e.problems.iter().map(|x| format!("parquet.{x}")));
+            }
+            // Resources two components would both claim.
+            if let Some(u) = &self.upload {
+                let to = u.to.strip_prefix("file://").unwrap_or(&u.to);
+                if !to.is_empty() && !to.contains("://") && Path::new(to) == pq.dir {
+                    p.push(format!(
+                        "upload.to = {:?} is the history's own directory (parquet.dir): the lake must be elsewhere",
+                        u.to
+                    ));
+                }
+            }
+        }
+        if self.inspect.enabled
+            && !self.status.file.as_os_str().is_empty()
+            && self.inspect.socket_path(&self.status.file) == self.status.file
+        {
+            p.push(format!(
+                "inspect.socket = {:?} is also status.file: choose another path",
+                self.inspect.socket
+            ));
+        }
+        p
+    }
+
+    /// `stel-ingestd --check-config`: every problem in `text`, not only the first. A TOML syntax
+    /// error stops there (nothing after it can be read reliably); otherwise every key is tried
+    /// on its own, so each unknown key or wrong type is reported, then the whole file's
+    /// cross-section checks ([`Self::problems`]) run on what parsed.
+    pub fn check(text: &str) -> Vec<String> {
+        let mut table: toml::Table = match text.parse() {
+            Ok(t) => t,
+            Err(e) => return vec![format!("not valid TOML: {e}")],
+        };
+        let mut problems = Vec::new();
+        let mut bad = Vec::new();
+        for (k, v) in &table {
+            check_key(&mut Vec::new(), k, v, &mut problems, &mut bad);
+        }
+        // The cross-section checks run on what is left once the refused keys are taken out
+        // (their defaults stand in), so one bad key does not hide the others' problems.
+        for path in &bad {
+            remove_path(&mut table, path);
+        }
+        match toml::Value::Table(table).try_into::<Self>() {
+            Ok(cfg) => problems.extend(cfg.problems()),
+            Err(e) => problems.push(one_line(e.message())),
+        }
+        problems
+    }
+}
+
+/// Tries `path.key = value` alone in an otherwise empty config, so each refused key is
+/// reported; recurses into tables (an unknown section is reported once, by its name). Arrays of
+/// tables are checked whole. Refused paths go to `bad`.
+fn check_key(
+    path: &mut Vec<String>,
+    key: &str,
+    value: &toml::Value,
+    out: &mut Vec<String>,
+    bad: &mut Vec<Vec<String>>,
+) {
+    let full = |path: &[String]| -> Vec<String> {
+        path.iter().cloned().chain([key.to_string()]).collect()
+    };
+    if let toml::Value::Table(t) = value {
+        // The section itself must exist.
+        if let Err(e) = try_alone(path, key, toml::Value::Table(toml::Table::new())) {
+            out.push(format!(
+                "{}: {}",
+                full(path).join("."),
+                one_line(e.message())
+            ));
+            bad.push(full(path));
+            return;
+        }
+        path.push(key.to_string());
+        for (k, v) in t {
+            check_key(path, k, v, out, bad);
+        }
+        path.pop();
+        return;
+    }
+    if let Err(e) = try_alone(path, key, value.clone()) {
+        out.push(format!(
+            "{}: {}",
+            full(path).join("."),
+            one_line(e.message())
+        ));
+        bad.push(full(path));
+    }
+}
+
+/// Deserialises a config holding only `path.key = value`.
+fn try_alone(path: &[String], key: &str, value: toml::Value) -> Result<(), toml::de::Error> {
+    let mut doc = toml::Table::new();
+    doc.insert(key.to_string(), value);
+    for p in path.iter().rev() {
+        let mut outer = toml::Table::new();
+        outer.insert(p.clone(), toml::Value::Table(doc));
+        doc = outer;
+    }
+    toml::Value::Table(doc).try_into::<DaemonConfig>().map(drop)
+}
+
+fn remove_path(t: &mut toml::Table, path: &[String]) {
+    match path {
+        [] => {}
+        [k] => {
+            t.remove(k);
+        }
+        [k, rest @ ..] => {
+            if let Some(toml::Value::Table(inner)) = t.get_mut(k) {
+                remove_path(inner, rest);
+            }
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

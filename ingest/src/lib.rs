@@ -24,4 +24,6 @@ pub mod reader;
 pub mod sessions;
 pub mod sinks;
 pub mod sources;
+pub mod status;
 pub mod sys;
+pub mod topology;

@@ -67,8 +67,13 @@ impl InspectServer {
     ///
     /// # Errors
     /// The socket is in use by another daemon or cannot be created.
-    pub fn start(path: &Path, live: &Live, max_clients: usize) -> Result<Arc<Self>, String> {
-        let server = Server::start(path, Arc::clone(live.state()), max_clients, None)
+    pub fn start(
+        path: &Path,
+        live: &Live,
+        max_clients: usize,
+        registry: &Arc<Registry>,
+    ) -> Result<Arc<Self>, String> {
+        let server = Server::start(path, Arc::clone(live.state()), max_clients, Some(registry))
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(Self { server }))
     }
@@ -114,12 +119,13 @@ impl Upload {
         data_dir: &Path,
         parquet_switch: Option<&str>,
         redis_url: Option<&str>,
+        registry: &Arc<Registry>,
     ) -> Result<Arc<Self>, String> {
         let from = stel_store::upload::resolve_switch(&mut cfg, parquet_switch, redis_url);
         tracing::info!(switch = %cfg.switch, source = ?from, "Lake switch name resolved.");
         let to = cfg.to.clone();
         let uploader =
-            Uploader::start(cfg, data_dir, None).map_err(|e| format!("upload to {to}: {e}"))?;
+            Uploader::start(cfg, data_dir, Some(registry)).map_err(|e| format!("upload to {to}: {e}"))?;
         Ok(Arc::new(Self { uploader }))
     }
 
@@ -164,9 +170,9 @@ impl ParquetHistory {
     ///
     /// # Errors
     /// The directory cannot be created, or the configuration is invalid.
-    pub fn start(cfg: ParquetSinkConfig) -> Result<Arc<Self>, String> {
+    pub fn start(cfg: ParquetSinkConfig, registry: &Arc<Registry>) -> Result<Arc<Self>, String> {
         let dir = cfg.dir.display().to_string();
-        let s = ParquetSink::start(cfg, None).map_err(|e| format!("parquet sink ({dir}): {e}"))?;
+        let s = ParquetSink::start(cfg, Some(registry)).map_err(|e| format!("parquet sink ({dir}): {e}"))?;
         Ok(Arc::new(Self { handle: s }))
     }
 
@@ -209,10 +215,10 @@ impl CountersDb {
     ///
     /// # Errors
     /// A bad URL or configuration.
-    pub fn start(cfg: CountersDbConfig) -> Result<Arc<Self>, String> {
+    pub fn start(cfg: CountersDbConfig, registry: &Arc<Registry>) -> Result<Arc<Self>, String> {
         let url = cfg.url.clone();
         let sink =
-            CountersDbSink::start(cfg, None).map_err(|e| format!("counters-db ({url}): {e}"))?;
+            CountersDbSink::start(cfg, Some(registry)).map_err(|e| format!("counters-db ({url}): {e}"))?;
         Ok(Arc::new(Self { sink }))
     }
 

@@ -193,3 +193,124 @@ print(json.dumps(out))
     assert_eq!(got["latency_sum"], truth["latency_sum_ns"]);
     assert_eq!(got["evc_null"], 0);
 }
+
+/// Reference §6.3, AmLight's one-hop test packet, written byte by byte from the spec tables (not
+/// by our generator), through `stel-ingestd --int-only` with no config file (the defaults a new
+/// user gets): every field lands in the tables as the reference gives it; all-ones hop latency
+/// is a null, the latency comes from the timestamps.
+#[test]
+fn reference_amlight_vector_through_the_daemon_with_defaults() {
+    let be = |ws: &[u32]| -> Vec<u8> { ws.iter().flat_map(|w| w.to_be_bytes()).collect() };
+    // INT shim (Type 1, Length 9, DSCP 0x02) + INT v1.0 header (Hop ML 6, RHC 9, bitmap 0xFC00)
+    // + one hop: switch id, in/out port, hop latency (all ones), queue id/occupancy, ingress
+    // and egress timestamps.
+    let int = [
+        &[0x01, 0x00, 9, 0x02 << 2][..],
+        &[0x10, 0x00, 6, 9, 0xFC, 0x00, 0x00, 0x00],
+        &be(&[
+            0xFB65_D675,
+            (23 << 16) | 11,
+            0xFFFF_FFFF,
+            (2 << 24) | 111,
+            980_325_604,
+            980_327_060,
+        ]),
+    ]
+    .concat();
+    let udp_len = (8 + int.len()) as u16;
+    let packet = [
+        // Telemetry Report v1.0: Ver 1, Length 4, NProt 0, F; switch id, sequence, ingress ts.
+        &[0x14, 0x00, 0x00, 0x40][..],
+        &be(&[0xFB65_D675, 1_408_972_298, 980_327_565]),
+        // Inner Ethernet with 802.1Q VLAN 42, IPv4 (DSCP 0x17 signals INT), UDP.
+        &[
+            2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x81, 0x00, 0, 42, 0x08, 0x00,
+        ],
+        &[0x45, 0x17 << 2],
+        &(20 + udp_len).to_be_bytes(),
+        &[0, 1, 0, 0, 64, 17, 0, 0, 9, 9, 9, 9, 8, 8, 8, 8],
+        &50000u16.to_be_bytes(),
+        &50001u16.to_be_bytes(),
+        &udp_len.to_be_bytes(),
+        &[0, 0],
+        &int,
+    ]
+    .concat();
+
+    let dir = tempfile::tempdir().unwrap();
+    let status_file = dir.path().join("status.json");
+    let data = dir.path().join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .arg("--status-file")
+        .arg(&status_file)
+        .args(["--no-inspect", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
+        v["sinks"]["int"]["listen"][0].is_string()
+    });
+    let addr = st["sinks"]["int"]["listen"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(&packet, &addr)
+        .unwrap();
+    wait_status(&status_file, &mut child, "the report", |v| {
+        v["sinks"]["int"]["recv"]["datagrams"] == 1
+    });
+    kill(&child, "-TERM");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let s = &fin["sinks"]["int"]["decode"];
+    assert_eq!(s["reports_decoded"], 1, "{s}");
+    assert_eq!(s["reports_malformed"], 0, "{s}");
+
+    let script = format!(
+        r#"
+import ipaddress, json, pyarrow.dataset as ds
+root = {root:?}
+keys = ["switch_id", "seq", "report_ingress_ts", "vlan", "dscp", "src_port", "dst_port", "hop_count",
+        "instructions", "remaining_hop_count", "latency_sum_ns"]
+hkeys = ["node_id", "ingress_port", "egress_port", "hop_latency", "queue_id", "queue_occupancy",
+         "ingress_ts", "egress_ts", "latency_ns"]
+r = ds.dataset(root + "/table=int_reports", format="parquet", partitioning="hive").to_table(columns=keys + ["src_addr"]).to_pylist()
+h = ds.dataset(root + "/table=int_hops", format="parquet", partitioning="hive").to_table(columns=hkeys).to_pylist()
+print(json.dumps({{"reports": len(r), "hops": len(h), "r": {{k: r[0][k] for k in keys}},
+                  "src": str(ipaddress.IPv6Address(r[0]["src_addr"]).ipv4_mapped), "h": {{k: h[0][k] for k in hkeys}}}}))
+"#,
+        root = data.to_str().unwrap()
+    );
+    let o = python3(&script).output().unwrap();
+    assert!(
+        o.status.success(),
+        "pyarrow: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(got["reports"], 1);
+    assert_eq!(got["hops"], 1);
+    let want_r = serde_json::json!({
+        "switch_id": 0xFB65_D675u32, "seq": 1_408_972_298u32, "report_ingress_ts": 980_327_565u32,
+        "vlan": 42, "dscp": 0x17, "src_port": 50000, "dst_port": 50001, "hop_count": 1,
+        "instructions": 0xFC00, "remaining_hop_count": 9, "latency_sum_ns": 1456
+    });
+    assert_eq!(got["r"], want_r, "{got}");
+    assert_eq!(got["src"], "9.9.9.9");
+    let want_h = serde_json::json!({
+        "node_id": 0xFB65_D675u32, "ingress_port": 23, "egress_port": 11, "hop_latency": null,
+        "queue_id": 2, "queue_occupancy": 111, "ingress_ts": 980_325_604u32,
+        "egress_ts": 980_327_060u32, "latency_ns": 1456
+    });
+    assert_eq!(got["h"], want_h, "{got}");
+}

@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod batch;
+mod durable;
 pub mod int;
 pub mod live;
 pub mod metrics;
@@ -26,6 +27,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod parquet;
 pub mod paths;
+pub mod prometheus;
 pub mod rate;
 pub mod sai;
 pub mod schema;

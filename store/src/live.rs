@@ -706,7 +706,10 @@ mod tests {
         let st = Arc::new(LiveState::default());
         let s = schema("p", "PORT", 2);
         st.update(&batch(&s, &[10], 0));
-        let srv = Server::start(&path, Arc::clone(&st), 4, None).unwrap();
+        // Room for every client below at once: the earlier (bad) clients' threads may still
+        // count as active when the next one connects on a loaded box (the limit itself is not
+        // what this test is about; CI saw a refusal here with 4).
+        let srv = Server::start(&path, Arc::clone(&st), 16, None).unwrap();
         // A second server on the same socket is refused.
         assert!(matches!(
             Server::start(&path, Arc::clone(&st), 4, None),

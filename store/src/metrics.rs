@@ -397,7 +397,7 @@ impl Histogram {
 }
 
 /// A histogram at one moment.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct HistogramValue {
     pub count: u64,
     pub sum_seconds: f64,
@@ -930,11 +930,15 @@ macro_rules! labels {
 }
 
 metrics! {
-    // ── reader: the receive loop (netlink / local socket / capture files) ──────────────────────
-    /// Bytes of whole datagrams received (netlink headers included; file input: unit bytes).
+    // ── reader: the receive loop (counter socket, capture files; INT: source="int") ───────────
+    /// Datagrams received whole by the reader.
+    ReaderDatagrams: Counter "stel_reader_datagrams_total" [Source];
+    /// Bytes of those datagrams (netlink headers included; file input: unit bytes).
     ReaderBytes: Counter "stel_reader_bytes_total" [Source];
-    /// Datagrams longer than a receive slot (MSG_TRUNC): counted and dropped, never spliced.
+    /// Datagrams longer than a receive slot (MSG_TRUNC): dropped, counted, never spliced.
     ReaderTruncatedDatagrams: Counter "stel_reader_truncated_datagrams_total" [Source];
+    /// Datagrams the kernel dropped on the socket for want of buffer (SO_MEMINFO): true loss.
+    ReaderKernelDroppedDatagrams: Counter "stel_reader_kernel_dropped_datagrams_total" [Source];
     /// Re-arms of the multishot receive: `no_buffers` (the buffer ring ran dry; not loss) or `kernel` (ended by the kernel).
     ReaderRearms: Counter "stel_reader_rearms_total" [Source, Reason];
     /// Receive errors other than timeouts, interrupts and ENOBUFS (counted; the loop continues).
@@ -943,18 +947,12 @@ metrics! {
     ReaderSlotWaits: Counter "stel_reader_slot_waits_total" [Source];
     /// Receive calls (io_uring_enter / recv batches): datagrams ÷ polls is the batching.
     ReaderPolls: Counter "stel_reader_polls_total" [Source];
-    /// Datagrams the kernel dropped on the socket because its buffer was full (SO_MEMINFO SK_MEMINFO_DROPS): true loss.
-    ReaderKernelDroppedDatagrams: Counter "stel_reader_kernel_dropped_datagrams_total" [Source];
     /// Longest time the reader spent between two receive waits (dispatching, session changes, status output), µs.
     ReaderReceiveGapMaxMicroseconds: Gauge "stel_reader_receive_gap_max_microseconds" [Source];
     /// Times the socket went unread for longer than 10 ms between two receive waits.
     ReaderReceiveGapsOver10ms: Counter "stel_reader_receive_gaps_over_10ms_total" [Source];
-    /// Seconds since the reader last returned from a receive wait (the data path's heartbeat).
-    ReaderPollAgeSeconds: Gauge "stel_reader_poll_age_seconds" [Source];
-    /// Datagrams received whole by the reader.
-    ReaderDatagrams: Counter "stel_reader_datagrams_total" [Source];
 
-    // ── input: capture files (`--input`) ─────────────────────────────────────────────────────
+    // ── input: capture files (`--input`; only with file input) ───────────────────────────────
     /// Capture files opened.
     InputFiles: Counter "stel_input_files_total" [];
     /// Capture files that could not be opened or recognised (logged).
@@ -963,6 +961,10 @@ metrics! {
     InputReadBytes: Counter "stel_input_read_bytes_total" [];
     /// Units handed to the pipeline (IPFIX messages, netlink datagrams, UDP payloads).
     InputUnits: Counter "stel_input_units_total" [];
+    /// Capture records that could not be read (truncated or corrupt; the rest of the file is skipped or resynchronised).
+    InputUnreadableRecords: Counter "stel_input_unreadable_records_total" [];
+    /// Bytes of capture files skipped because they could not be trusted.
+    InputDiscardedBytes: Counter "stel_input_discarded_bytes_total" [];
     /// Capture packets that are not UDP/IP or netlink (ARP, TCP, …): skipped, not malformed.
     InputSkippedPackets: Counter "stel_input_skipped_packets_total" [];
     /// UDP payloads that do not start with IPFIX version 10 (other protocols on the wire).
@@ -977,9 +979,9 @@ metrics! {
     // ── filter: the template filter (eBPF socket filter, or user space) ──────────────────────
     /// Messages the template filter examined (kernel: datagrams; user space: IPFIX payloads).
     FilterSeenMessages: Counter "stel_filter_seen_messages_total" [];
-    /// Messages the filter kept.
+    /// IPFIX messages the template filter kept.
     FilterKeptMessages: Counter "stel_filter_kept_messages_total" [];
-    /// Messages the filter dropped: data of templates not registered (or not yet learned). Not loss.
+    /// IPFIX messages the template filter dropped: data of templates not registered (or not yet learned). Not loss.
     FilterDroppedMessages: Counter "stel_filter_dropped_messages_total" [];
     /// Kept messages too short to classify (a subset of the kept ones).
     FilterTooShortMessages: Counter "stel_filter_too_short_messages_total" [];
@@ -987,12 +989,12 @@ metrics! {
     FilterLearnedTemplates: Counter "stel_filter_learned_templates_total" [];
     /// Learned template IDs the filter map had no room for.
     FilterLearnFailedTemplates: Counter "stel_filter_learn_failed_templates_total" [];
-    /// Template IDs in the filter now (registered by sessions, plus learned ones in user space).
+    /// Template IDs in the filter now.
     FilterTemplates: Gauge "stel_filter_templates" [];
     /// Most template IDs the filter map holds.
     FilterMaxTemplates: Gauge "stel_filter_max_templates" [];
     /// 1 when the filter runs in the kernel (eBPF), 0 in user space.
-    FilterKernel: Gauge "stel_filter_kernel" [];
+    FilterKernelState: Gauge "stel_filter_kernel_state" [];
 
     // ── dispatch: reader → decoder rings ─────────────────────────────────────────────────────
     /// IPFIX payloads (netlink messages or IPFIX messages) handed to decoders.
@@ -1008,82 +1010,76 @@ metrics! {
     /// Control requests queued behind a full decoder ring (pushed later, in order).
     DispatchDeferredControls: Counter "stel_dispatch_deferred_controls_total" [];
 
-    // ── decode: per-core IPFIX decoders ──────────────────────────────────────────────────────
-    /// IPFIX messages whose header was valid.
-    DecodeMessages: Counter "stel_decode_messages_total" [Core];
+    // ── decode: the per-core IPFIX decoders (summed; values also per core) ───────────────────
+    /// IPFIX messages with a valid header.
+    DecodeMessages: Counter "stel_decode_messages_total" [];
     /// Bytes of those messages.
-    DecodeBytes: Counter "stel_decode_bytes_total" [Core];
+    DecodeBytes: Counter "stel_decode_bytes_total" [];
     /// Data records (snapshots or snapshot parts) decoded.
-    DecodeRecords: Counter "stel_decode_records_total" [Core];
-    /// Counter values decoded.
-    DecodeCounters: Counter "stel_decode_counters_total" [Core];
+    DecodeRecords: Counter "stel_decode_records_total" [];
+    /// Counter values decoded, per decoder (shows the sharding).
+    DecodeValues: Counter "stel_decode_values_total" [Core];
     /// Counter batches handed to the sinks.
-    DecodeBatches: Counter "stel_decode_batches_total" [Core];
+    DecodeBatches: Counter "stel_decode_batches_total" [];
     /// Template sets (set ID 2) read.
-    DecodeTemplateSets: Counter "stel_decode_template_sets_total" [Core];
+    DecodeTemplateSets: Counter "stel_decode_template_sets_total" [];
     /// Options template sets (set ID 3) read.
-    DecodeOptionsTemplateSets: Counter "stel_decode_options_template_sets_total" [Core];
+    DecodeOptionsTemplateSets: Counter "stel_decode_options_template_sets_total" [];
     /// Templates compiled, by what happened: `registered` (new), `refreshed` (the periodic resend), `replaced` (different definition), `withdrawn`, `options` (recognised and skipped).
-    DecodeTemplates: Counter "stel_decode_templates_total" [Core, Reason];
+    DecodeTemplates: Counter "stel_decode_templates_total" [Reason];
     /// Records of options templates, recognised and skipped.
-    DecodeOptionsRecords: Counter "stel_decode_options_records_total" [Core];
+    DecodeOptionsRecords: Counter "stel_decode_options_records_total" [];
     /// Sessions the decoders applied.
-    DecodeSessions: Counter "stel_decode_sessions_total" [Core];
+    DecodeAppliedSessions: Counter "stel_decode_applied_sessions_total" [];
     /// Bytes of data sets whose template was unknown.
-    DecodeUnknownTemplateBytes: Counter "stel_decode_unknown_template_bytes_total" [Core];
+    DecodeUnknownTemplateBytes: Counter "stel_decode_unknown_template_bytes_total" [];
     /// Trailing bytes of data sets shorter than a record (RFC 7011 padding).
-    DecodePaddingBytes: Counter "stel_decode_padding_bytes_total" [Core];
+    DecodePaddingBytes: Counter "stel_decode_padding_bytes_total" [];
+    /// Bytes skipped because they could not be trusted (see `stel_decode_malformed_total`).
+    DecodeDiscardedBytes: Counter "stel_decode_discarded_bytes_total" [];
     /// Values that are null because part of a split snapshot never arrived.
-    DecodeMissingSamples: Counter "stel_decode_missing_samples_total" [Core];
-    /// Inline templates that replaced a registered session's template with a different one (columns named by label where the object type changed; logged).
-    DecodeSessionOverrides: Counter "stel_decode_session_overrides_total" [Core];
-    /// Malformed input, by where it was found (`stage`: input, dispatch, decode) and reason; none stops the daemon.
-    DecodeMalformed: Counter "stel_decode_malformed_total" [Stage, Reason];
-    /// Bytes skipped because they could not be trusted, by stage (see `stel_decode_malformed_total`).
-    DecodeDiscardedBytes: Counter "stel_decode_discarded_bytes_total" [Stage];
-
-    // ── sequence: per observation domain (one exporter), from the IPFIX sequence numbers ────
-    /// Messages whose sequence number was checked, per observation domain.
-    SequenceMessages: Counter "stel_sequence_messages_total" [Domain];
-    /// Messages the user-space template filter dropped before decode: they advance the sequence, never counted as lost.
-    SequenceFilteredMessages: Counter "stel_sequence_filtered_messages_total" [Domain];
-    /// Messages missing per the sequence numbers (per-message numbering, the HFT HLD's).
-    SequenceLostMessages: Counter "stel_sequence_lost_messages_total" [Domain];
+    DecodeMissingSamples: Counter "stel_decode_missing_samples_total" [];
+    /// Inline templates that replaced a registered session's template with a different one (logged).
+    DecodeSessionOverrides: Counter "stel_decode_session_overrides_total" [];
+    /// Malformed input, by reason (framing, headers, sets, templates); none stops the daemon.
+    DecodeMalformed: Counter "stel_decode_malformed_total" [Reason];
+    /// IPFIX messages missing per the sequence numbers (per-message numbering, the HFT HLD's).
+    DecodeSeqLostMessages: Counter "stel_decode_seq_lost_messages_total" [];
     /// Records missing per the sequence numbers (RFC 7011 numbering).
-    SequenceLostRecords: Counter "stel_sequence_lost_records_total" [Domain];
+    DecodeSeqLostRecords: Counter "stel_decode_seq_lost_records_total" [];
     /// Jumps ahead of the sequence number: one per outage, however long.
-    SequenceGaps: Counter "stel_sequence_gaps_total" [Domain];
-    /// Largest single jump seen (messages or records, per the numbering).
-    SequenceLargestGap: Gauge "stel_sequence_largest_gap_numbers" [Domain];
+    DecodeSeqGaps: Counter "stel_decode_seq_gaps_total" [];
     /// Messages whose sequence number was behind the expected one.
-    SequenceOutOfOrderMessages: Counter "stel_sequence_out_of_order_messages_total" [Domain];
-    /// Messages of domains beyond the tracked ones (4096 per decoder): decoded without sequence accounting.
-    SequenceUntrackedMessages: Counter "stel_sequence_untracked_messages_total" [];
+    DecodeSeqOutOfOrderMessages: Counter "stel_decode_seq_out_of_order_messages_total" [];
+    /// Messages the user-space template filter dropped before decode: they advance the sequence, never counted as lost.
+    DecodeSeqFilteredMessages: Counter "stel_decode_seq_filtered_messages_total" [];
+    /// Messages of observation domains beyond the tracked ones: decoded without sequence accounting.
+    DecodeSeqUntrackedMessages: Counter "stel_decode_seq_untracked_messages_total" [];
 
-    // ── sessions: the session registry ───────────────────────────────────────────────────────
+    // ── session: the session registry ────────────────────────────────────────────────────────
     /// Sessions registered now.
-    SessionsRegistered: Gauge "stel_sessions_registered" [];
+    SessionRegisteredSessions: Gauge "stel_session_registered_sessions" [];
     /// Registrations waiting for their decoder now.
-    SessionsApplying: Gauge "stel_sessions_applying" [];
+    SessionApplyingSessions: Gauge "stel_session_applying_sessions" [];
     /// Registrations accepted (filter updated, decoder asked).
-    SessionsRegistrations: Counter "stel_sessions_registrations_total" [];
+    SessionAcceptedRegistrations: Counter "stel_session_accepted_registrations_total" [];
     /// Registrations a decoder confirmed.
-    SessionsApplied: Counter "stel_sessions_applied_total" [];
-    /// Unregistrations of a known session.
-    SessionsUnregistrations: Counter "stel_sessions_unregistrations_total" [];
+    SessionAppliedRegistrations: Counter "stel_session_applied_registrations_total" [];
     /// Registrations refused (invalid, conflicting, filter full): nothing changed.
-    SessionsRejected: Counter "stel_sessions_rejected_total" [];
+    SessionRejectedRegistrations: Counter "stel_session_rejected_registrations_total" [];
+    /// Unregistrations of a known session.
+    SessionUnregistrations: Counter "stel_session_unregistrations_total" [];
     /// Filter inserts undone because a later insert of the same registration failed.
-    SessionsFilterRollbacks: Counter "stel_sessions_filter_rollbacks_total" [];
+    SessionFilterRollbacks: Counter "stel_session_filter_rollbacks_total" [];
     /// Filter removals that failed (the ID stays in the map: more data is kept, none lost).
-    SessionsFilterRemoveErrors: Counter "stel_sessions_filter_remove_errors_total" [];
+    SessionFilterRemoveErrors: Counter "stel_session_filter_remove_errors_total" [];
 
-    // ── state_db: the STATE_DB session watcher ───────────────────────────────────────────────
+    // ── state_db: the STATE_DB session watcher (with [state_db]) ─────────────────────────────
     /// Full scans of the session tables.
     StateDbScans: Counter "stel_state_db_scans_total" [];
     /// Keyspace notifications received.
     StateDbNotifications: Counter "stel_state_db_notifications_total" [];
-    /// Session changes passed on: `register` or `unregister`.
+    /// Session changes passed on, by kind: `register` or `unregister`.
     StateDbEvents: Counter "stel_state_db_events_total" [Reason];
     /// Entries ignored: `malformed`, or `unsupported_type` (session_type is not ipfix).
     StateDbIgnoredEntries: Counter "stel_state_db_ignored_entries_total" [Reason];
@@ -1098,9 +1094,9 @@ metrics! {
     /// Times the watcher enabled keyspace notifications itself.
     StateDbNotificationEnables: Counter "stel_state_db_notification_enables_total" [];
     /// 1 while the watcher holds a working connection.
-    StateDbConnected: Gauge "stel_state_db_connected" [];
+    StateDbConnectedState: Gauge "stel_state_db_connected_state" [];
 
-    // ── sink: what every sink counts (parquet, counters_db, live, otlp, …) ───────────────────
+    // ── sink: what every sink counts (parquet, counters_db, otlp, int) ───────────────────────
     /// Bytes of batches waiting in a sink's queue now.
     SinkQueuedBytes: Gauge "stel_sink_queued_bytes" [Sink];
     /// Highest `stel_sink_queued_bytes` seen.
@@ -1115,12 +1111,14 @@ metrics! {
     SinkDequeuedBatches: Counter "stel_sink_dequeued_batches_total" [Sink];
     /// Batches a sink dropped before working on them, by reason.
     SinkDroppedBatches: Counter "stel_sink_dropped_batches_total" [Sink, Reason];
-    /// Counter values a sink dropped, by reason.
+    /// Counter values a sink dropped, by reason (shed before its worker took them, or lost to write errors).
     SinkDroppedSamples: Counter "stel_sink_dropped_samples_total" [Sink, Reason];
     /// Counter values a sink left out on purpose (OTLP `resolution_ms`).
     SinkDownsampledSamples: Counter "stel_sink_downsampled_samples_total" [Sink];
-    /// Counter values a sink's destination acknowledged.
+    /// Samples that reached a sink's destination (Parquet and INT: in published files; OTLP: acknowledged).
     SinkDeliveredSamples: Counter "stel_sink_delivered_samples_total" [Sink];
+    /// Files a sink published (renamed into place).
+    SinkPublishedFiles: Counter "stel_sink_published_files_total" [Sink];
     /// Export requests a sink's destination acknowledged.
     SinkRequests: Counter "stel_sink_requests_total" [Sink];
     /// Bytes of acknowledged export requests (protobuf, before transport framing).
@@ -1141,8 +1139,6 @@ metrics! {
     ParquetWrittenRows: Counter "stel_parquet_written_rows_total" [];
     /// Of the values in published files, those that are null (a split snapshot's part never arrived).
     ParquetMissingSamples: Counter "stel_parquet_missing_samples_total" [];
-    /// Files published (renamed into place).
-    ParquetPublishedFiles: Counter "stel_parquet_published_files_total" [];
     /// Bytes of published files.
     ParquetPublishedBytes: Counter "stel_parquet_published_bytes_total" [];
     /// Failed open/write/flush/publish operations: `disk_full` (ENOSPC/EDQUOT) or `io`.
@@ -1174,7 +1170,7 @@ metrics! {
     /// Bytes of published history under the data directory now.
     ParquetHistoryBytes: Gauge "stel_parquet_history_bytes" [];
 
-    // ── counters_db: COUNTERS_DB + RATES in SONiC's Redis ────────────────────────────────────
+    // ── counters_db: COUNTERS_DB + RATES in SONiC's Redis (with [counters_db]) ───────────────
     /// Write rounds acknowledged by Redis.
     CountersDbWriteRounds: Counter "stel_counters_db_write_rounds_total" [];
     /// `COUNTERS:<oid>` fields written (changed values only).
@@ -1200,7 +1196,7 @@ metrics! {
     /// A batch's arrival at the writer → its values acknowledged by Redis.
     CountersDbLag: Histogram "stel_counters_db_lag_seconds" [];
 
-    // ── upload: the data-lake uploader ───────────────────────────────────────────────────────
+    // ── upload: the data-lake uploader (with [upload]) ───────────────────────────────────────
     /// Files uploaded and confirmed (size checked at the destination).
     UploadFiles: Counter "stel_upload_files_total" [];
     /// Bytes of those files.
@@ -1230,7 +1226,11 @@ metrics! {
     /// 1 while the destination is failing and uploads wait for the backoff.
     UploadBackingOff: Gauge "stel_upload_backing_off" [];
 
-    // ── inspect: the live inspect socket, and the live snapshot behind it ────────────────────
+    // ── inspect: the live snapshot and the inspect socket ────────────────────────────────────
+    /// Snapshots (rows) the live view has taken from the decoders.
+    LiveRows: Counter "stel_live_rows_total" [];
+    /// Profiles with a live snapshot now.
+    LiveProfiles: Gauge "stel_live_profiles" [];
     /// Inspect connections accepted.
     InspectClients: Counter "stel_inspect_clients_total" [];
     /// Inspect connections being served now.
@@ -1243,19 +1243,27 @@ metrics! {
     InspectSnapshots: Counter "stel_inspect_snapshots_total" [];
     /// Clients dropped because they did not read for 5 s.
     InspectSlowClients: Counter "stel_inspect_slow_clients_total" [];
-    /// Snapshots (rows) the live view has taken from the decoders.
-    LiveRows: Counter "stel_live_rows_total" [];
-    /// Profiles with a live snapshot now.
-    LiveProfiles: Gauge "stel_live_profiles" [];
+
+    // ── int: in-band network telemetry reports over UDP (with [int]) ─────────────────────────
+    /// INT reports decoded into rows.
+    IntDecodedReports: Counter "stel_int_decoded_reports_total" [];
+    /// INT hop records decoded.
+    IntDecodedHops: Counter "stel_int_decoded_hops_total" [];
+    /// INT reports refused, by reason.
+    IntMalformedReports: Counter "stel_int_malformed_reports_total" [Reason];
+    /// INT reports missing per their sequence numbers (final, per switch and hw_id).
+    IntSeqLostReports: Counter "stel_int_seq_lost_reports_total" [];
 
     // ── daemon ───────────────────────────────────────────────────────────────────────────────
+    /// 1 while the data path is live (what /health answers 200 for), 0 otherwise.
+    DaemonHealthyState: Gauge "stel_daemon_healthy_state" [];
     /// 1 once every capability was dropped after the privileged set-up.
-    DaemonCapabilitiesDropped: Gauge "stel_daemon_capabilities_dropped" [];
+    DaemonCapabilitiesDroppedState: Gauge "stel_daemon_capabilities_dropped_state" [];
     /// Start time, seconds since the Unix epoch.
     DaemonStartTimeSeconds: Gauge "stel_daemon_start_time_seconds" [];
     /// Decoder threads running.
-    DaemonDecoders: Gauge "stel_daemon_decoders" [];
-    /// Scrapes of `/metrics` served.
+    DaemonDecoderThreads: Gauge "stel_daemon_decoder_threads" [];
+    /// Scrapes of `/metrics` served (with `--metrics`).
     DaemonScrapes: Counter "stel_daemon_scrapes_total" [];
 }
 

@@ -105,8 +105,25 @@ pub fn switch_segment(name: &str) -> String {
 
 /// The lake key of a part, given its path relative to the data dir (`profile=…/…/part-….parquet`,
 /// as [`published_parts`] lists it): `switch=<escaped name>/<rel>`.
+/// A published file's path inside one switch's part of the lake: the counters' `rel` as it is;
+/// an INT table's `table=<t>/switch=<reporting switch>/…` becomes `table=<t>/reporter=<…>/…`,
+/// because the lake already has `switch=<collector>` above it and Hive partitioning cannot hold
+/// one key twice (store/LAKE.md).
+pub fn lake_rel(rel: &str) -> std::borrow::Cow<'_, str> {
+    match rel.split_once('/') {
+        Some((t, rest)) if t.starts_with("table=") && rest.starts_with("switch=") => {
+            std::borrow::Cow::Owned(format!("{t}/reporter={}", &rest["switch=".len()..]))
+        }
+        _ => std::borrow::Cow::Borrowed(rel),
+    }
+}
+
 pub fn lake_key(switch: &str, rel: &str) -> String {
-    format!("{}/{}", switch_segment(switch), rel.trim_start_matches('/'))
+    format!(
+        "{}/{}",
+        switch_segment(switch),
+        lake_rel(rel.trim_start_matches('/'))
+    )
 }
 
 /// A UTC civil hour: the `date=`/`hour=` partition of a timestamp.
@@ -632,6 +649,20 @@ mod tests {
         assert_eq!(
             classify(root, Path::new("/elsewhere/x.parquet")),
             LayoutEntry::Other
+        );
+    }
+
+    #[test]
+    fn int_tables_get_a_reporter_partition_in_the_lake() {
+        assert_eq!(
+            lake_rel("table=int_hops/switch=7/date=2026-01-01/hour=00/part-1-2.parquet"),
+            "table=int_hops/reporter=7/date=2026-01-01/hour=00/part-1-2.parquet"
+        );
+        let c = "profile=p/group=PORT/date=2026-01-01/hour=00/part-1-2.parquet";
+        assert_eq!(lake_rel(c), c);
+        assert_eq!(
+            lake_key("sw1", "table=int_reports/switch=9/x.parquet"),
+            "switch=sw1/table=int_reports/reporter=9/x.parquet"
         );
     }
 }

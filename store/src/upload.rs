@@ -42,6 +42,7 @@
 //! uploader backs off the same way. A file deleted locally before it was uploaded (retention
 //! outran a destination outage) is counted in `vanished_files`/`vanished_bytes` and logged as an
 //! error: that data never reaches the lake.
+use crate::durable::fsync_dir;
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fs,
@@ -561,16 +562,12 @@ fn backoff(initial_ms: u64, max_ms: u64, failures: u32) -> Duration {
     Duration::from_millis(initial_ms.saturating_mul(1 << shift).min(max_ms))
 }
 
-fn fsync_dir(d: &Path) -> io::Result<()> {
-    fs::File::open(d)?.sync_all()
-}
-
 async fn upload_one(dest: Dest, src: PathBuf, rel: String, multipart: u64) -> Outcome {
     let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     match dest {
         Dest::Local(root) => {
             // On the uploader's own thread: blocking file I/O stalls nothing else.
-            let dst = root.join(&rel);
+            let dst = root.join(&*crate::paths::lake_rel(&rel));
             let Some(parent) = dst.parent() else {
                 return Outcome::Failed(format!("{}: no parent directory", dst.display()));
             };
@@ -605,8 +602,9 @@ async fn upload_one(dest: Dest, src: PathBuf, rel: String, multipart: u64) -> Ou
             }
         }
         Dest::Store(store, prefix) => {
+            let rel = crate::paths::lake_rel(&rel);
             let key = if prefix.is_empty() {
-                rel.clone()
+                rel.to_string()
             } else {
                 format!("{prefix}/{rel}")
             };

@@ -142,7 +142,7 @@ fn parquet_stats(s: stel_store::metrics::Snapshot) -> ParquetStats {
         batches_dequeued: sink(M::SinkDequeuedBatches),
         rows_written: s.sum(M::ParquetWrittenRows),
         missing_samples_written: s.sum(M::ParquetMissingSamples),
-        files_published: s.sum(M::ParquetPublishedFiles),
+        files_published: s.sum(M::SinkPublishedFiles),
         bytes_published: s.sum(M::ParquetPublishedBytes),
         write_errors: s.sum(M::ParquetWriteErrors),
         disk_full_errors: why(M::ParquetWriteErrors, "disk_full"),

@@ -22,11 +22,10 @@ use stel_ingest::{
     input::InputFormat,
     ipfix::SeqMode,
     netlink,
-    pipeline::Sink,
     reader::ReaderKind,
-    sinks::{CountersDb, InspectServer, Live, Otlp, ParquetHistory, StatusSource, Upload},
-    sources::state_db::StateDbWatcher,
+    sinks::Live,
     sys::{self, signal},
+    topology::Topology,
 };
 use stel_store::metrics::Metric;
 
@@ -63,6 +62,11 @@ struct Args {
     /// Configuration file (TOML; see deploy/stel-ingestd.toml). Flags override it.
     #[arg(long, short = 'c', env = "STEL_CONFIG")]
     config: Option<PathBuf>,
+    /// Check a configuration file and exit: every problem on its own line (unknown keys, wrong
+    /// types, values out of range, settings that need each other, paths two components would
+    /// share) and exit status 2, or "ok" and 0. Nothing is opened or started.
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    check_config: Option<PathBuf>,
     /// Run the switch emulator in-process (no root, no SONiC needed).
     #[arg(long, conflicts_with_all = ["usersock_group", "input"])]
     demo: bool,
@@ -133,6 +137,10 @@ struct Args {
     /// write COUNTERS_DB + RATES.
     #[arg(long)]
     redis: Option<String>,
+    /// Serve Prometheus /metrics and /health on this address, e.g. 127.0.0.1:9464 (off by
+    /// default; [metrics] listen in the config file).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// Also send every counter to this OpenTelemetry collector (OTLP/gRPC, e.g.
     /// http://127.0.0.1:4317; other settings: [otlp] in the config file).
     #[arg(long, value_name = "URL")]
@@ -544,6 +552,9 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
             return Err(problems.join("; "));
         }
     }
+    if let Some(m) = a.metrics {
+        cfg.metrics.listen = Some(m);
+    }
     if let Some(e) = &a.otlp_endpoint {
         cfg.otlp.get_or_insert_with(Default::default).endpoint = e.clone();
     }
@@ -587,153 +598,20 @@ fn run(a: Args) -> Result<(), String> {
     };
     let status_file = cfg.status.file.clone();
     let interval = Duration::from_millis(cfg.status.interval_ms.max(100));
-    let sessions = cfg.sessions.clone();
-    let parquet_cfg = cfg.parquet.clone().filter(|_| cfg.history.enabled);
-    let counters_cfg = cfg.counters_db.clone();
-    let state_db_cfg = cfg.state_db.clone();
-    let upload_cfg = cfg.upload.clone();
-    let otlp_cfg = cfg.otlp.clone();
-    let inspect_cfg = cfg.inspect.clone();
-    let int_cfg = cfg.int.clone();
     let int_only = cfg.source.kind == SourceKind::None;
-    // INT sockets first: SO_RCVBUFFORCE is privileged.
-    let int_sockets = match &int_cfg {
-        Some(c) => Some(stel_ingest::int::source::bind(c).map_err(|e| e.to_string())?),
-        None => None,
-    };
-    let history_dir = cfg
-        .parquet
-        .as_ref()
-        .filter(|_| cfg.history.enabled)
-        .map(|p| p.dir.clone())
-        .unwrap_or_else(|| PathBuf::from("stel-data"));
-
-    // Privileged set-up, then drop every capability before any thread exists.
-    let mut daemon = Daemon::setup(cfg, local_rx)?;
-    daemon
-        .drop_privileges()
-        .map_err(|e| format!("dropping capabilities: {e}"))?;
-
-    let live = Live::new();
-    let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&live) as Arc<dyn Sink>];
-    let mut status_sources: Vec<Arc<dyn StatusSource>> = Vec::new();
-    let mut upload = None;
-    let history = match parquet_cfg {
-        Some(c) => {
-            let (dir, c_switch) = (c.dir.clone(), c.switch_name.clone());
-            let h = ParquetHistory::start(c)?;
-            eprintln!(
-                "stel-ingestd: writing Parquet history under {}",
-                dir.display()
-            );
-            sinks.push(Arc::clone(&h) as Arc<dyn Sink>);
-            if let Some(u) = upload_cfg {
-                let to = u.to.clone();
-                let redis = state_db_cfg.as_ref().map(|c| c.url.as_str());
-                let up = Upload::start(u, &dir, c_switch.as_deref(), redis)?;
-                eprintln!(
-                    "stel-ingestd: uploading every published file to {to} (progress in {})",
-                    dir.join(stel_store::upload::STATE_FILE).display()
-                );
-                status_sources.push(Arc::clone(&up) as Arc<dyn StatusSource>);
-                upload = Some(up);
-            }
-            Some(h)
-        }
-        None => None,
-    };
-    let inspect = if inspect_cfg.enabled {
-        let path = inspect_cfg.socket_path(&status_file);
-        match InspectServer::start(&path, &live, inspect_cfg.max_clients) {
-            Ok(s) => {
-                eprintln!(
-                    "stel-ingestd: live inspect on {} (stel-query inspect <profile>)",
-                    path.display()
-                );
-                status_sources.push(Arc::clone(&s) as Arc<dyn StatusSource>);
-                Some(s)
-            }
-            // A socket the operator chose must work; the default one is a convenience, and
-            // ingesting matters more (e.g. a second demo started in the same directory).
-            Err(e) if inspect_cfg.socket.as_os_str().is_empty() => {
-                tracing::warn!(error = %e, "Live inspect is off (set [inspect] socket or --inspect-socket).");
-                None
-            }
-            Err(e) => {
-                return Err(format!(
-                    "{e} (choose another path with --inspect-socket, or --no-inspect)"
-                ))
-            }
-        }
-    } else {
-        None
-    };
-    for s in status_sources {
-        daemon.add_status_source(s);
-    }
-    let counters = match counters_cfg {
-        Some(c) => {
-            let url = c.url.clone();
-            let s = CountersDb::start(c)?;
-            eprintln!("stel-ingestd: writing COUNTERS_DB and RATES to {url}");
-            sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
-            Some(s)
-        }
-        None => None,
-    };
-    let otlp = match otlp_cfg {
-        Some(c) => {
-            let ep = c.endpoint.clone();
-            let s = Otlp::start(c, Some(stel_store::metrics::Registry::new()))?;
-            eprintln!("stel-ingestd: exporting counters over OTLP to {ep}");
-            sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
-            Some(s)
-        }
-        None => None,
-    };
-    daemon.start(sinks);
-    let mut int = match (int_cfg, int_sockets) {
-        (Some(c), Some(socks)) => {
-            let src = stel_ingest::int::source::IntSource::start(&c, socks, &history_dir)
-                .map_err(|e| e.to_string())?;
-            eprintln!(
-                "stel-ingestd: INT reports on {} (reader {}) into {} (stel-query int …); SIGHUP re-reads EVC names",
-                src.local_addrs
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                src.stats().reader,
-                src.dir.display()
-            );
-            Some(src)
-        }
-        _ => None,
-    };
+    // The whole daemon in one pass: config checked, privileged set-up, privileges dropped,
+    // sinks, decoders, INT, metrics, STATE_DB, sessions.
+    let mut topo = Topology::build(cfg, local_rx)?;
+    let mut int_prev = topo.int.as_ref().map(|i| i.stats()).unwrap_or_default();
     let hup = signal::hup_flag();
-    let mut int_prev = int.as_ref().map(|i| i.stats()).unwrap_or_default();
-    let state_db = match state_db_cfg {
-        Some(c) => {
-            let url = c.url.clone();
-            let (w, rx) = StateDbWatcher::start(c).map_err(|e| format!("STATE_DB ({url}): {e}"))?;
-            eprintln!("stel-ingestd: watching STATE_DB sessions at {url}");
-            Some((w, rx))
-        }
-        None => None,
-    };
-    for s in &sessions {
-        let (spec, config) = s.load()?;
-        daemon
-            .register(spec, config)
-            .map_err(|e| format!("{}: {e}", s.path.display()))?;
-    }
     let halt = Arc::new(AtomicBool::new(false));
     let mut producer = None;
     let mut asked_rate: Option<f64> = None;
     if let Some(tx) = local_tx {
         let emu = demo_emulator(&a)?;
         // Registered before the first message leaves: the filter keeps only registered data.
-        daemon.register(emu.session_spec(), emu.session_config())?;
+        topo.daemon
+            .register(emu.session_spec(), emu.session_config())?;
         let h = spawn_demo(demo_emulator(&a)?, tx, Arc::clone(&halt))?;
         asked_rate = Some(emu.cfg.counters_per_s());
         eprintln!(
@@ -742,45 +620,58 @@ fn run(a: Args) -> Result<(), String> {
         );
         producer = Some(h);
     }
-    if let Some(g) = daemon.genl_status() {
+    if let Some(g) = topo.daemon.genl_status() {
         eprintln!("stel-ingestd: {g}");
     }
 
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_nanos(d));
     let mut rates = Rates::default();
-    let mut prev = daemon.status();
+    let mut prev = topo.daemon.status();
     let mut last_tick = Instant::now();
     let mut last_warn: Option<Instant> = None;
-    let files = is_file_input(&daemon);
+    let files = is_file_input(&topo.daemon);
     let show_status_line = a.status_line.enabled();
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        daemon.step()?;
-        if files && daemon.input_done() {
+        topo.daemon.step()?;
+        if files && topo.daemon.input_done() {
             break;
         }
-        if let Some((w, rx)) = &state_db {
+        if let Some((w, rx)) = &topo.state_db {
             let acker = w.acker();
             while let Ok(ev) = rx.try_recv() {
-                daemon.apply_state_db(ev, &acker);
+                topo.daemon.apply_state_db(ev, &acker);
             }
         }
         if hup.swap(false, Ordering::Relaxed) {
-            if let Some(i) = int.as_mut() {
+            if let Some(i) = topo.int.as_mut() {
                 i.reload_evcs();
             }
         }
         if last_tick.elapsed() >= interval {
-            let mut st = daemon.status();
+            let mut st = topo.daemon.status();
             let dt = last_tick.elapsed().as_secs_f64();
-            let mut line = status_line(&st, &prev, dt, &rates.line(&live));
-            if let Some(i) = &int {
-                let s = i.stats();
+            let mut line = status_line(&st, &prev, dt, &rates.line(&topo.live));
+            let int_now = topo.int.as_ref().map(|i| i.stats());
+            if let Some(s) = &int_now {
                 line.push_str(&format!(" | {}", s.line(&int_prev, dt)));
                 st.sinks
-                    .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
+                    .insert("int".into(), serde_json::to_value(s).unwrap_or_default());
+            }
+            let verdict = match st.nothing_decoded() {
+                Some(w) => Err(format!("nothing decoded: {w}")),
+                None => Ok(()),
+            };
+            topo.status_metrics
+                .publish(&st, int_now.as_ref(), verdict.is_ok());
+            topo.health.set(verdict);
+            if let Some(s) = int_now {
                 int_prev = s;
             }
-            if let Some(g) = daemon.genl_status().filter(|g| g.starts_with("waiting")) {
+            if let Some(g) = topo
+                .daemon
+                .genl_status()
+                .filter(|g| g.starts_with("waiting"))
+            {
                 line.push_str(&format!(" | {g}"));
             }
             let nothing = st.nothing_decoded();
@@ -808,7 +699,7 @@ fn run(a: Args) -> Result<(), String> {
     // The emulator may be blocked sending into a full socket: keep reading until it has stopped.
     if let Some(h) = &producer {
         while !h.is_finished() {
-            daemon.step()?;
+            topo.daemon.step()?;
         }
     }
     let (truth, sent, pace) = match producer.take() {
@@ -819,89 +710,14 @@ fn run(a: Args) -> Result<(), String> {
         None => (None, 0, None),
     };
     let drained = move |r: &sys::uring::RecvStats| r.datagrams + r.truncated >= sent;
-    let mut st = daemon.finish(
-        truth
-            .as_ref()
-            .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
-        Duration::from_secs(5),
-    );
-    if let Some((w, _)) = state_db {
-        w.shutdown();
-    }
-    if let Some(i) = int.take() {
-        let s = i.shutdown();
-        eprintln!(
-            "stel-ingestd: int: {} datagrams, {} reports ({} decoded, {} malformed), {} hops, {} drop reports; {} lost by sequence; {} kernel drops, {} truncated; tables: {} rows written, {} shed, {} lost",
-            s.recv.datagrams,
-            s.decode.reports,
-            s.decode.reports_decoded,
-            s.decode.reports_malformed,
-            s.decode.hops,
-            s.decode.drops,
-            s.decode.seq_lost,
-            s.kernel_drops,
-            s.recv.truncated,
-            s.sink.rows_written,
-            s.sink.shed_rows(),
-            s.sink.lost_rows()
-        );
-        if s.recv.datagrams > 0 && s.decode.reports_decoded == 0 {
-            tracing::warn!(
-                "INT: {} datagrams received and NOTHING DECODED (malformed: {}); check the report format and [int.decode]",
-                s.recv.datagrams,
-                serde_json::to_string(&s.decode.malformed).unwrap_or_default()
-            );
-        }
-        st.sinks
-            .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
-    }
-    if let Some(h) = history {
-        match h.shutdown() {
-            Ok(s) => {
-                eprintln!(
-                    "stel-ingestd: history: {} files published, {} samples written",
-                    s.get(Metric::ParquetPublishedFiles),
-                    stel_store::parquet::accounting::written(&s)
-                );
-                // The final counters (after the last publish) for the status file.
-                st.sinks.insert("parquet".into(), s.to_json());
-            }
-            Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
-        }
-    }
-    if let Some(u) = upload {
-        // After the history's last publish, so its final files go too.
-        let mut before = u.stats_json(); // switch and last_error, next to the final counters
-        if let Some(s) = u.shutdown() {
-            eprintln!(
-                "stel-ingestd: upload: {} files ({} bytes) uploaded, {} pending, {} failed attempts, {} vanished before upload",
-                s.get(Metric::UploadFiles),
-                s.get(Metric::UploadBytes),
-                s.get(Metric::UploadPendingFiles),
-                s.get(Metric::UploadFailures),
-                s.get(Metric::UploadVanishedFiles)
-            );
-            let mut j = s.to_json();
-            j["switch"] = before["switch"].take();
-            j["last_error"] = before["last_error"].take();
-            st.sinks.insert("upload".into(), j);
-        }
-    }
-    if let Some(s) = inspect {
-        s.shutdown();
-    }
-    if let Some(c) = counters {
-        c.shutdown();
-    }
-    if let Some(o) = otlp.and_then(Otlp::shutdown) {
-        eprintln!(
-            "stel-ingestd: otlp: {} points delivered, {} dropped",
-            o.samples_delivered,
-            o.dropped_samples.total()
-        );
-        st.sinks
-            .insert("otlp".into(), serde_json::to_value(o).unwrap_or_default());
-    }
+    let st = topo
+        .finish(
+            truth
+                .as_ref()
+                .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
+            Duration::from_secs(5),
+        )
+        .status;
     write_status(&status_file, &st);
     if let Some(t) = truth {
         eprintln!(
@@ -943,8 +759,32 @@ fn run(a: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// `--check-config FILE`: prints every problem and returns 2, or "ok" and 0.
+fn check_config(f: &Path) -> ExitCode {
+    let problems = match std::fs::read_to_string(f) {
+        Ok(text) => DaemonConfig::check(&text),
+        Err(e) => vec![format!("cannot read it: {e}")],
+    };
+    if problems.is_empty() {
+        println!("ok");
+        return ExitCode::SUCCESS;
+    }
+    for p in &problems {
+        println!("{}: {p}", f.display());
+    }
+    eprintln!(
+        "stel-ingestd: {} problem(s) in {} (every key is documented in deploy/stel-ingestd.toml)",
+        problems.len(),
+        f.display()
+    );
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
+    if let Some(f) = &a.check_config {
+        return check_config(f);
+    }
     init_logs(a.log_format);
     // Before any thread or big allocation: the Parquet writer otherwise faults in a 2 MiB huge
     // page per column per row group (see the function).

@@ -2,11 +2,12 @@
 //! publish (temp file → fsync → rename → fsync dir), recovery of a killed writer's temp files,
 //! retention over the `table=` tree. Lives entirely on the sink's thread.
 
+use crate::durable::{fsync_dir, is_disk_full};
 use std::{
     collections::{BTreeMap, HashMap},
     fs::{self, File},
     io::{self, BufWriter},
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::{atomic::Ordering::Relaxed, Arc},
     time::{Duration, Instant, SystemTime},
 };
@@ -63,24 +64,6 @@ impl std::fmt::Debug for Writer {
             .field("open_parts", &self.parts.len())
             .finish_non_exhaustive()
     }
-}
-
-fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-fn is_disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<io::Error>() {
-            return matches!(
-                io.kind(),
-                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-            );
-        }
-        cur = e.source();
-    }
-    e.to_string().contains("No space left on device")
 }
 
 /// Row ranges of `batch` by (switch, hour): for each key, a mask (None = every row).

@@ -185,7 +185,7 @@ impl ParquetSinkConfig {
     }
 
     /// Every problem with this config, in one go.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Vec::new();
         if self.dir.as_os_str().is_empty() {
             problems.push("dir is empty".to_string());

@@ -70,7 +70,7 @@ counters! {
     batches_written: Counter ParquetWrittenBatches [],
     rows_written: Counter ParquetWrittenRows [],
     missing_samples_written: Counter ParquetMissingSamples [],
-    files_published: Counter ParquetPublishedFiles [],
+    files_published: Counter SinkPublishedFiles [Sink = "parquet"],
     bytes_published: Counter ParquetPublishedBytes [],
     disk_full_errors: Counter ParquetWriteErrors [Reason = "disk_full"],
     io_errors: Counter ParquetWriteErrors [Reason = "io"],

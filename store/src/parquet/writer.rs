@@ -2,6 +2,7 @@
 //!
 //! Lives entirely on the sink's thread; nothing here is shared except the counters.
 
+use crate::durable::{fsync_dir, is_disk_full};
 use std::{
     collections::{BTreeMap, HashMap},
     fs::{self, File},
@@ -179,24 +180,6 @@ pub(crate) struct Writer {
     log_drop: LogLimiter,
 }
 
-/// The io::Error inside a parquet/arrow error chain, if any.
-fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
-    let mut cur = Some(e);
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<io::Error>() {
-            return Some(io.kind());
-        }
-        cur = e.source();
-    }
-    None
-}
-
-fn is_disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
-    io_kind(e) == Some(io::ErrorKind::StorageFull)
-        || io_kind(e) == Some(io::ErrorKind::QuotaExceeded)
-        || e.to_string().contains("No space left on device")
-}
-
 /// Host name for the `stel.switch` key when the config does not name the switch.
 pub(crate) fn host_name() -> String {
     ["/proc/sys/kernel/hostname", "/etc/hostname"]
@@ -205,10 +188,6 @@ pub(crate) fn host_name() -> String {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".to_string())
-}
-
-fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Footer key-value metadata that does not change while a part is open.

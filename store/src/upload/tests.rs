@@ -81,7 +81,7 @@ fn publish(dir: &Path, t: i64, rows: usize) {
     }))
     .unwrap();
     let st = sink.shutdown().unwrap();
-    assert_eq!(st.sum(Metric::ParquetPublishedFiles), 1);
+    assert_eq!(st.sum(Metric::SinkPublishedFiles), 1);
 }
 
 fn published(dir: &Path) -> Vec<(String, PathBuf, u64)> {

@@ -1,0 +1,365 @@
+//! The running daemon built from its config in one pass, and stopped in one place.
+//!
+//! ```text
+//!  build:  check the whole config (every problem at once)
+//!          → privileged set-up: INT sockets, the counter socket, filter, reader (Daemon::setup)
+//!          → drop every capability
+//!          → sinks, in dependency order: live → Parquet history → uploader (needs the history's
+//!            directory) → inspect socket (needs live) → COUNTERS_DB → OTLP
+//!          → decoders start with those sinks → INT source → Prometheus endpoint → STATE_DB watcher
+//!          → sessions from files
+//!  stop:   (the caller drains the decoders with Daemon::finish) → STATE_DB watcher → INT source
+//!          → history (final publish) → uploader (after it, so the last files go) → inspect
+//!          → COUNTERS_DB → OTLP → metrics endpoint
+//! ```
+//!
+//! Ownership: the topology owns every component; the main loop borrows `daemon` (the reader
+//! thread's state), `state_db` (session events) and `int` (reload, figures). Nothing here is on
+//! the data path.
+use std::{os::fd::OwnedFd, path::PathBuf, sync::Arc};
+
+use stel_store::{
+    metrics::{Metric, Registry},
+    prometheus::MetricsServer,
+};
+
+use crate::{
+    config::{DaemonConfig, SessionFile},
+    daemon::{Daemon, DaemonStatus},
+    int::source::{self as int_source, IntSource},
+    pipeline::Sink,
+    sinks::{CountersDb, InspectServer, Live, Otlp, ParquetHistory, StatusSource, Upload},
+    sources::state_db::{SessionEvent, StateDbWatcher},
+    status::{Health, StatusMetrics},
+};
+
+/// Every component of a running daemon.
+pub struct Topology {
+    pub daemon: Daemon,
+    pub live: Arc<Live>,
+    pub int: Option<IntSource>,
+    pub state_db: Option<(StateDbWatcher, std::sync::mpsc::Receiver<SessionEvent>)>,
+    /// The one registry `/metrics` and OTLP read.
+    pub registry: Arc<Registry>,
+    /// What `/health` answers; the main loop sets it each tick.
+    pub health: Arc<Health>,
+    /// Publishes the main loop's status into `registry`.
+    pub status_metrics: StatusMetrics,
+    history: Option<Arc<ParquetHistory>>,
+    upload: Option<Arc<Upload>>,
+    inspect: Option<Arc<InspectServer>>,
+    counters: Option<Arc<CountersDb>>,
+    otlp: Option<Arc<Otlp>>,
+    metrics: Option<MetricsServer>,
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topology")
+            .field("history", &self.history.is_some())
+            .field("upload", &self.upload.is_some())
+            .field("counters_db", &self.counters.is_some())
+            .field("otlp", &self.otlp.is_some())
+            .field("int", &self.int.is_some())
+            .field("metrics", &self.metrics.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Topology {
+    /// Builds and starts everything `cfg` asks for (`local`: the demo's socket-pair end).
+    ///
+    /// # Errors
+    /// Every problem of the config at once (before anything privileged happens), or the first
+    /// component that cannot start, with what to do about it.
+    pub fn build(cfg: DaemonConfig, local: Option<OwnedFd>) -> Result<Self, String> {
+        let problems = cfg.problems();
+        if !problems.is_empty() {
+            return Err(format!("invalid configuration: {}", problems.join("; ")));
+        }
+        let status_file = cfg.status.file.clone();
+        let sessions: Vec<SessionFile> = cfg.sessions.clone();
+        let parquet_cfg = cfg.parquet.clone().filter(|_| cfg.history.enabled);
+        let counters_cfg = cfg.counters_db.clone();
+        let state_db_cfg = cfg.state_db.clone();
+        let upload_cfg = cfg.upload.clone();
+        let otlp_cfg = cfg.otlp.clone();
+        let inspect_cfg = cfg.inspect.clone();
+        let int_cfg = cfg.int.clone();
+        let metrics_listen = cfg.metrics.listen;
+        let registry = Registry::new();
+        let health = Health::new(5);
+        let status_metrics = StatusMetrics::new(Arc::clone(&registry), cfg.source.kind);
+        let history_dir = parquet_cfg
+            .as_ref()
+            .map(|p| p.dir.clone())
+            .unwrap_or_else(|| PathBuf::from("stel-data"));
+
+        // Privileged set-up: INT sockets (SO_RCVBUFFORCE), then the counter path.
+        let int_sockets = match &int_cfg {
+            Some(c) => Some(int_source::bind(c).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let mut daemon = Daemon::setup(cfg, local)?;
+        // Then drop every capability before any thread exists.
+        daemon
+            .drop_privileges()
+            .map_err(|e| format!("dropping capabilities: {e}"))?;
+
+        let live = Live::new();
+        let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&live) as Arc<dyn Sink>];
+        let mut status_sources: Vec<Arc<dyn StatusSource>> = Vec::new();
+        let mut upload = None;
+        let history = match parquet_cfg {
+            Some(c) => {
+                let (dir, c_switch) = (c.dir.clone(), c.switch_name.clone());
+                let h = ParquetHistory::start(c, &registry)?;
+                eprintln!(
+                    "stel-ingestd: writing Parquet history under {}",
+                    dir.display()
+                );
+                sinks.push(Arc::clone(&h) as Arc<dyn Sink>);
+                if let Some(u) = upload_cfg {
+                    let to = u.to.clone();
+                    let redis = state_db_cfg.as_ref().map(|c| c.url.as_str());
+                    let up = Upload::start(u, &dir, c_switch.as_deref(), redis, &registry)?;
+                    eprintln!(
+                        "stel-ingestd: uploading every published file to {to} (progress in {})",
+                        dir.join(stel_store::upload::STATE_FILE).display()
+                    );
+                    status_sources.push(Arc::clone(&up) as Arc<dyn StatusSource>);
+                    upload = Some(up);
+                }
+                Some(h)
+            }
+            None => None,
+        };
+        let inspect = if inspect_cfg.enabled {
+            let path = inspect_cfg.socket_path(&status_file);
+            match InspectServer::start(&path, &live, inspect_cfg.max_clients, &registry) {
+                Ok(s) => {
+                    eprintln!(
+                        "stel-ingestd: live inspect on {} (stel-query inspect <profile>)",
+                        path.display()
+                    );
+                    status_sources.push(Arc::clone(&s) as Arc<dyn StatusSource>);
+                    Some(s)
+                }
+                // A socket the operator chose must work; the default one is a convenience, and
+                // ingesting matters more (e.g. a second demo started in the same directory).
+                Err(e) if inspect_cfg.socket.as_os_str().is_empty() => {
+                    tracing::warn!(error = %e, "Live inspect is off (set [inspect] socket or --inspect-socket).");
+                    None
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "{e} (choose another path with --inspect-socket, or --no-inspect)"
+                    ))
+                }
+            }
+        } else {
+            None
+        };
+        for s in status_sources {
+            daemon.add_status_source(s);
+        }
+        let counters = match counters_cfg {
+            Some(c) => {
+                let url = c.url.clone();
+                let s = CountersDb::start(c, &registry)?;
+                eprintln!("stel-ingestd: writing COUNTERS_DB and RATES to {url}");
+                sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
+                Some(s)
+            }
+            None => None,
+        };
+        let otlp = match otlp_cfg {
+            Some(c) => {
+                let ep = c.endpoint.clone();
+                let s = Otlp::start(c, Some(Arc::clone(&registry)))?;
+                eprintln!("stel-ingestd: exporting counters over OTLP to {ep}");
+                sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
+                Some(s)
+            }
+            None => None,
+        };
+        daemon.start(sinks);
+        let int = match (int_cfg, int_sockets) {
+            (Some(c), Some(socks)) => {
+                let src = IntSource::start(&c, socks, &history_dir).map_err(|e| e.to_string())?;
+                eprintln!(
+                    "stel-ingestd: INT reports on {} (reader {}) into {} (stel-query int …); SIGHUP re-reads EVC names",
+                    src.local_addrs
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    src.stats().reader,
+                    src.dir.display()
+                );
+                Some(src)
+            }
+            _ => None,
+        };
+        let metrics = match metrics_listen {
+            Some(addr) => {
+                let h = Arc::clone(&health);
+                let s =
+                    MetricsServer::start(addr, Arc::clone(&registry), Arc::new(move || h.check()))
+                        .map_err(|e| e.to_string())?;
+                eprintln!(
+                    "stel-ingestd: Prometheus metrics on http://{}/metrics, health on /health",
+                    s.addr
+                );
+                Some(s)
+            }
+            None => None,
+        };
+        let state_db = match state_db_cfg {
+            Some(c) => {
+                let url = c.url.clone();
+                let (w, rx) =
+                    StateDbWatcher::start(c).map_err(|e| format!("STATE_DB ({url}): {e}"))?;
+                eprintln!("stel-ingestd: watching STATE_DB sessions at {url}");
+                Some((w, rx))
+            }
+            None => None,
+        };
+        for s in &sessions {
+            let (spec, config) = s.load()?;
+            daemon
+                .register(spec, config)
+                .map_err(|e| format!("{}: {e}", s.path.display()))?;
+        }
+        Ok(Self {
+            daemon,
+            live,
+            int,
+            state_db,
+            registry,
+            health,
+            status_metrics,
+            history,
+            upload,
+            inspect,
+            counters,
+            otlp,
+            metrics,
+        })
+    }
+
+    /// Drains the decoders (`drained`/`timeout` as [`Daemon::finish`]), then stops every other
+    /// component in reverse dependency order; returns the final status with the sinks' last
+    /// figures, one summary line each on stderr.
+    pub fn finish(
+        self,
+        drained: Option<&dyn Fn(&crate::sys::uring::RecvStats) -> bool>,
+        timeout: std::time::Duration,
+    ) -> Finished {
+        let mut st = self.daemon.finish(drained, timeout);
+        let mut parquet = None;
+        if let Some((w, _)) = self.state_db {
+            w.shutdown();
+        }
+        if let Some(i) = self.int {
+            let s = i.shutdown();
+            eprintln!(
+                "stel-ingestd: int: {} datagrams, {} reports ({} decoded, {} malformed), {} hops, {} drop reports; {} lost by sequence; {} kernel drops, {} truncated; tables: {} rows written, {} shed, {} lost",
+                s.recv.datagrams,
+                s.decode.reports,
+                s.decode.reports_decoded,
+                s.decode.reports_malformed,
+                s.decode.hops,
+                s.decode.drops,
+                s.decode.seq_lost,
+                s.kernel_drops,
+                s.recv.truncated,
+                s.sink.rows_written,
+                s.sink.shed_rows(),
+                s.sink.lost_rows()
+            );
+            if s.recv.datagrams > 0 && s.decode.reports_decoded == 0 {
+                tracing::warn!(
+                    "INT: {} datagrams received and NOTHING DECODED (malformed: {}); check the report format and [int.decode]",
+                    s.recv.datagrams,
+                    serde_json::to_string(&s.decode.malformed).unwrap_or_default()
+                );
+            }
+            st.sinks
+                .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
+        }
+        if let Some(h) = self.history {
+            match h.shutdown() {
+                Ok(s) => {
+                    eprintln!(
+                        "stel-ingestd: history: {} files published, {} samples written",
+                        s.get(Metric::SinkPublishedFiles),
+                        stel_store::parquet::accounting::written(&s)
+                    );
+                    // The final counters (after the last publish) for the status file.
+                    st.sinks.insert("parquet".into(), s.to_json());
+                    parquet = Some(s);
+                }
+                Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
+            }
+        }
+        if let Some(u) = self.upload {
+            // After the history's last publish, so its final files go too.
+            let mut before = u.stats_json(); // switch and last_error, next to the final counters
+            if let Some(s) = u.shutdown() {
+                eprintln!(
+                    "stel-ingestd: upload: {} files ({} bytes) uploaded, {} pending, {} failed attempts, {} vanished before upload",
+                    s.get(Metric::UploadFiles),
+                    s.get(Metric::UploadBytes),
+                    s.get(Metric::UploadPendingFiles),
+                    s.get(Metric::UploadFailures),
+                    s.get(Metric::UploadVanishedFiles)
+                );
+                let mut j = s.to_json();
+                j["switch"] = before["switch"].take();
+                j["last_error"] = before["last_error"].take();
+                st.sinks.insert("upload".into(), j);
+            }
+        }
+        if let Some(s) = self.inspect {
+            s.shutdown();
+        }
+        if let Some(c) = self.counters {
+            c.shutdown();
+        }
+        if let Some(o) = self.otlp.and_then(Otlp::shutdown) {
+            eprintln!(
+                "stel-ingestd: otlp: {} points delivered, {} dropped",
+                o.samples_delivered,
+                o.dropped_samples.total()
+            );
+            st.sinks
+                .insert("otlp".into(), serde_json::to_value(o).unwrap_or_default());
+        }
+        if let Some(m) = self.metrics {
+            m.shutdown();
+        }
+        Finished {
+            status: st,
+            parquet,
+        }
+    }
+
+    /// The Parquet history, when configured (its counters while running).
+    pub fn history(&self) -> Option<&Arc<ParquetHistory>> {
+        self.history.as_ref()
+    }
+
+    /// The COUNTERS_DB writer, when configured (its counters while running).
+    pub fn counters_db(&self) -> Option<&Arc<CountersDb>> {
+        self.counters.as_ref()
+    }
+}
+
+/// What a stopped topology leaves: the final status (sinks' last figures in `status.sinks`)
+/// and the Parquet history's final counters, typed.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: DaemonStatus,
+    pub parquet: Option<stel_store::metrics::Snapshot>,
+}

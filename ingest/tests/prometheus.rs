@@ -1,0 +1,191 @@
+//! The daemon's registry through a real Prometheus server: `stel-ingestd --demo --metrics ADDR`
+//! is scraped by `prometheus` (Debian's package, started here with a one-job config), and the
+//! server's HTTP API returns our series with the values the daemon counted. Also: `/health`,
+//! and every metric the registry defines is in the README's counter table.
+
+use std::{
+    collections::BTreeSet,
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use stel_store::metrics::Metric;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.0 GET (no chunking): (status line, body), or None if nothing listens yet.
+fn get(addr: SocketAddr, path: &str) -> Option<(String, String)> {
+    let mut c = TcpStream::connect(addr).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut s = String::new();
+    c.read_to_string(&mut s).ok()?;
+    let (head, body) = s.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_string(), body.to_string()))
+}
+
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"_-.".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Polls until `f` returns Some (each attempt is a real request; no fixed sleep decides).
+fn wait<T>(what: &str, child: &mut Child, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "exited while waiting for {what}"
+        );
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let maddr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut daemon = Killed(
+        Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .args(["--demo", "--duration", "120s", "--no-inspect", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .arg("--status-file")
+            .arg(dir.path().join("status.json"))
+            .args(["--metrics", &maddr.to_string(), "--status-line", "off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Live and counting: /health says ok and the first tick has published.
+    let ours = wait("the daemon's /metrics", &mut daemon.0, || {
+        let (st, body) = get(maddr, "/metrics")?;
+        (st.contains("200") && body.contains("stel_decode_records_total")).then_some(body)
+    });
+    let (hs, hb) = get(maddr, "/health").unwrap();
+    assert!(hs.contains("200"), "{hs} {hb}");
+    assert!(get(maddr, "/nothing").unwrap().0.contains("404"));
+
+    let paddr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: stel\n    static_configs:\n      - targets: ['{maddr}']\n"
+        ),
+    )
+    .unwrap();
+    let mut prom = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={paddr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (Debian package prometheus; deploy/setup.sh --test installs it)"),
+    );
+    let query = |q: &str| -> Option<Vec<Value>> {
+        let (st, body) = get(paddr, &format!("/api/v1/query?query={}", encode(q)))?;
+        if !st.contains("200") {
+            return None;
+        }
+        let v: Value = serde_json::from_str(&body).ok()?;
+        let r = v["data"]["result"].as_array()?.clone();
+        (!r.is_empty()).then_some(r)
+    };
+    // The scrape worked and the decode counter has a value above zero in Prometheus.
+    let up = wait("Prometheus to scrape the daemon", &mut prom.0, || {
+        query("up{job=\"stel\"} == 1")
+    });
+    assert_eq!(up.len(), 1);
+    let records = wait(
+        "stel_decode_records_total in Prometheus",
+        &mut prom.0,
+        || query("stel_decode_records_total > 0"),
+    );
+    let v: f64 = records[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(v > 0.0);
+
+    // Every series name the daemon exposes is stored by Prometheus.
+    let exposed: BTreeSet<String> = ours
+        .lines()
+        .filter(|l| l.starts_with("stel_"))
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+        .collect();
+    assert!(exposed.len() >= 15, "{exposed:?}");
+    let stored = wait("every stel_ series in Prometheus", &mut prom.0, || {
+        let r = query("count by (__name__) ({__name__=~\"stel_.*\"})")?;
+        let names: BTreeSet<String> = r
+            .iter()
+            .filter_map(|x| x["metric"]["__name__"].as_str().map(String::from))
+            .collect();
+        names.is_superset(&exposed).then_some(names)
+    });
+    assert!(stored.contains("stel_daemon_healthy_state"), "{stored:?}");
+
+    // SIGTERM: the daemon still stops cleanly with the endpoint running.
+    let rc = Command::new("kill")
+        .args(["-TERM", &daemon.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success());
+    assert!(daemon.0.wait().unwrap().success());
+}
+
+/// The README's counter table lists every metric the registry defines (name, type, labels).
+#[test]
+fn the_readme_counter_table_lists_every_metric() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+    )
+    .unwrap();
+    for m in Metric::ALL {
+        let labels: Vec<&str> = m.labels().iter().map(|l| l.key()).collect();
+        let row = format!(
+            "| `{}` | {} | {} |",
+            m.name(),
+            m.kind().as_str(),
+            if labels.is_empty() {
+                "—".to_string()
+            } else {
+                labels.join(", ")
+            }
+        );
+        assert!(
+            readme.contains(&row),
+            "README lacks the row starting {row:?}"
+        );
+    }
+}

@@ -1,0 +1,371 @@
+//! The registry ([`crate::metrics`]) in the Prometheus text exposition format, and a small HTTP
+//! endpoint serving it: `/metrics` (every series of the registry at scrape time) and `/health`
+//! (200 while the caller's check says the data path is live, 503 with its reason otherwise).
+//!
+//! The format (OpenMetrics text, which Prometheus scrapes natively) is written by `prometheus-client` (the Prometheus project's Rust client library)
+//! through a [`Collector`] that reads one registry [`Snapshot`] per scrape: nothing is copied
+//! into a second set of metric objects, and nothing runs between scrapes.
+//!
+//! The server is one thread with a blocking listener; each request is read (up to 8 KiB, 2 s),
+//! answered and closed. A scrape costs one snapshot (one short lock over the series list, no
+//! lock on the data path: the hot paths write their own atomic cells).
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{counter::ConstCounter, gauge::ConstGauge},
+    registry::Registry as PromRegistry,
+};
+
+use crate::metrics::{Kind, Registry, Sample, Snapshot};
+
+/// Reads the registry on each scrape.
+#[derive(Debug)]
+struct Snap(Arc<Registry>);
+
+impl Collector for Snap {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        encode_snapshot(&self.0.snapshot(), &mut encoder)
+    }
+}
+
+fn encode_snapshot(s: &Snapshot, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let mut i = 0;
+    while i < s.samples.len() {
+        let metric = s.samples[i].metric;
+        let end = i + s.samples[i..]
+            .iter()
+            .take_while(|x| x.metric == metric)
+            .count();
+        // prometheus-client appends `_total` to counters itself.
+        let name = match metric.kind() {
+            Kind::Counter => metric.name().trim_end_matches("_total"),
+            Kind::Gauge | Kind::Histogram => metric.name(),
+        };
+        let kind = match metric.kind() {
+            Kind::Counter => prometheus_client::metrics::MetricType::Counter,
+            Kind::Gauge => prometheus_client::metrics::MetricType::Gauge,
+            Kind::Histogram => prometheus_client::metrics::MetricType::Histogram,
+        };
+        let mut family = encoder.encode_descriptor(name, metric.help(), None, kind)?;
+        if metric.labels().is_empty() {
+            // One series, no label set (`name 3`, not `name{} 3`).
+            encode_value(&s.samples[i], family)?;
+        } else {
+            for sample in &s.samples[i..end] {
+                let labels: Vec<(&str, &str)> = sample.label_pairs().collect();
+                encode_value(sample, family.encode_family(&labels)?)?;
+            }
+        }
+        i = end;
+    }
+    Ok(())
+}
+
+fn encode_value(
+    s: &Sample,
+    mut m: prometheus_client::encoding::MetricEncoder,
+) -> Result<(), std::fmt::Error> {
+    let v = s.value;
+    match s.metric.kind() {
+        Kind::Counter => ConstCounter::new(v).encode(m),
+        Kind::Gauge => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
+        Kind::Histogram => {
+            // prometheus-client takes per-bucket counts and accumulates them itself; the
+            // registry's are cumulative, and `+Inf` holds the rest.
+            let h = s.histogram.as_deref().cloned().unwrap_or_default();
+            let mut prev = 0;
+            let mut buckets: Vec<(f64, u64)> = h
+                .buckets
+                .iter()
+                .map(|&(le, cum)| {
+                    let n = cum.saturating_sub(prev);
+                    prev = prev.max(cum);
+                    (le, n)
+                })
+                .collect();
+            buckets.push((f64::INFINITY, h.count.saturating_sub(prev)));
+            m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                h.sum_seconds,
+                h.count,
+                &buckets,
+                None,
+            )
+        }
+    }
+}
+
+/// The registry now, as Prometheus text (what `/metrics` answers).
+pub fn render(registry: &Arc<Registry>) -> String {
+    let mut r = PromRegistry::default();
+    r.register_collector(Box::new(Snap(Arc::clone(registry))));
+    let mut out = String::new();
+    // Writing into a String cannot fail; the encoder refusing a series can.
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &r) {
+        tracing::warn!(error = %e, "metrics endpoint: a series could not be encoded");
+    }
+    out
+}
+
+/// What `/health` asks: `Ok` while the data path is live, else why not.
+pub type HealthCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Why the endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("metrics endpoint on {addr}: {source} (choose another address with --metrics, or drop [metrics] listen)")]
+pub struct ServeError {
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The running `/metrics` + `/health` endpoint.
+#[derive(Debug)]
+pub struct MetricsServer {
+    /// The bound address (the real port when 0 was asked).
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    /// Requests answered (any path).
+    pub requests: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Binds `addr` and serves from a thread.
+    ///
+    /// # Errors
+    /// The address cannot be bound (in use, not local, privileged port).
+    pub fn start(
+        addr: SocketAddr,
+        registry: Arc<Registry>,
+        health: HealthCheck,
+    ) -> Result<Self, ServeError> {
+        let l = TcpListener::bind(addr).map_err(|source| ServeError { addr, source })?;
+        let bound = l
+            .local_addr()
+            .map_err(|source| ServeError { addr, source })?;
+        l.set_nonblocking(true)
+            .map_err(|source| ServeError { addr, source })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicU64::new(0));
+        let (s, n) = (Arc::clone(&stop), Arc::clone(&requests));
+        let thread = std::thread::Builder::new()
+            .name("stel-metrics".into())
+            .spawn(move || serve(l, &registry, &health, &s, &n))
+            .map_err(|source| ServeError { addr, source })?;
+        Ok(Self {
+            addr: bound,
+            stop,
+            requests,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops serving.
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(
+    l: TcpListener,
+    registry: &Arc<Registry>,
+    health: &HealthCheck,
+    stop: &AtomicBool,
+    n: &AtomicU64,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        match l.accept() {
+            Ok((c, _)) => {
+                if let Err(e) = answer(c, registry, health) {
+                    tracing::debug!(error = %e, "metrics endpoint: request failed");
+                }
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+            // Non-blocking accept: poll for new connections and the stop flag every 50 ms.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn answer(mut c: TcpStream, registry: &Arc<Registry>, health: &HealthCheck) -> std::io::Result<()> {
+    c.set_nonblocking(false)?;
+    c.set_read_timeout(Some(Duration::from_secs(2)))?;
+    c.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut buf = [0u8; 8192];
+    let mut len = 0;
+    // The request line and headers end with an empty line; the body (none for GET) is ignored.
+    while len < buf.len() {
+        let k = c.read(&mut buf[len..])?;
+        if k == 0 {
+            break;
+        }
+        len += k;
+        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let req = String::from_utf8_lossy(&buf[..len]);
+    let mut parts = req.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, ctype, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => (
+            "200 OK",
+            // prometheus-client writes OpenMetrics text (Prometheus ≥ 2.5 reads it).
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            render(registry),
+        ),
+        ("GET" | "HEAD", "/health") => match health() {
+            Ok(()) => ("200 OK", "text/plain", "ok\n".to_string()),
+            Err(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),
+        },
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain",
+            "stel-ingestd serves /metrics and /health\n".to_string(),
+        ),
+        _ => ("405 Method Not Allowed", "text/plain", String::new()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes())?;
+    if method != "HEAD" {
+        c.write_all(body.as_bytes())?;
+    }
+    c.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{labels, metrics::Metric};
+
+    #[test]
+    fn every_series_is_rendered_with_help_type_and_labels() {
+        let r = Registry::new();
+        r.counter(Metric::ReaderDatagrams, labels!(Source = "demo"))
+            .add(7);
+        r.counter(Metric::DecodeMalformed, labels!(Reason = "bad_length"))
+            .add(2);
+        r.gauge(Metric::SessionRegisteredSessions, labels!()).set(3);
+        let t = render(&r);
+        assert!(t.contains("# TYPE stel_reader_datagrams counter"), "{t}");
+        assert!(
+            t.contains("stel_reader_datagrams_total{source=\"demo\"} 7"),
+            "{t}"
+        );
+        assert!(
+            t.contains("stel_decode_malformed_total{reason=\"bad_length\"} 2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# TYPE stel_session_registered_sessions gauge"),
+            "{t}"
+        );
+        assert!(t.contains("stel_session_registered_sessions 3"), "{t}");
+        assert!(
+            t.contains("# HELP stel_reader_datagrams Datagrams received whole"),
+            "{t}"
+        );
+        assert!(t.ends_with("# EOF\n"), "{t}");
+    }
+}
+
+#[cfg(test)]
+mod more {
+    use super::*;
+    use crate::{labels, metrics::Metric};
+
+    #[test]
+    fn zero_and_many_series() {
+        let r = Registry::new();
+        r.counter(Metric::ReaderDatagrams, labels!(Source = "demo"))
+            .set_total(0);
+        r.counter(Metric::DecodeRecords, labels!()).set_total(5);
+        r.counter(
+            Metric::SinkDroppedSamples,
+            labels!(Sink = "parquet", Reason = "queue_full"),
+        )
+        .set_total(1);
+        r.gauge(Metric::DaemonHealthyState, labels!()).set(1);
+        let t = render(&r);
+        assert!(t.contains("stel_decode_records_total 5"), "{t}");
+    }
+}
+
+#[cfg(test)]
+mod served {
+    use super::*;
+    use crate::{labels, metrics::Metric};
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut c = TcpStream::connect(addr).unwrap();
+        write!(c, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        s
+    }
+
+    #[test]
+    fn metrics_and_health_over_http() {
+        let r = Registry::new();
+        r.counter(Metric::DecodeRecords, labels!()).set_total(5);
+        let ok = Arc::new(AtomicBool::new(true));
+        let o = Arc::clone(&ok);
+        let s = MetricsServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::clone(&r),
+            Arc::new(move || {
+                if o.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err("decoders stopped".into())
+                }
+            }),
+        )
+        .unwrap();
+        let m = get(s.addr, "/metrics");
+        assert!(m.starts_with("HTTP/1.1 200 OK"), "{m}");
+        assert!(m.contains("stel_decode_records_total 5"), "{m}");
+        assert!(get(s.addr, "/health").starts_with("HTTP/1.1 200 OK"));
+        ok.store(false, Ordering::Relaxed);
+        let h = get(s.addr, "/health");
+        assert!(
+            h.starts_with("HTTP/1.1 503") && h.ends_with("decoders stopped\n"),
+            "{h}"
+        );
+        assert!(get(s.addr, "/nope").starts_with("HTTP/1.1 404"));
+        s.shutdown();
+    }
+}
