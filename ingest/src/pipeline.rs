@@ -65,9 +65,9 @@ pub trait Sink: Send + Sync {
     fn name(&self) -> &'static str;
     /// Takes one finished batch. Called on decoder threads.
     fn submit(&self, batch: &Arc<CounterBatch>);
-    /// The sink's counters for the status file.
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::Value::Null
+    /// The sink's own series of the daemon's registry (its section of the status file).
+    fn stats(&self) -> stel_store::metrics::Snapshot {
+        stel_store::metrics::Snapshot::default()
     }
 }
 

@@ -7,9 +7,9 @@
 use std::{path::Path, sync::Arc};
 
 use stel_store::{
+    labels,
     live::{LiveState, Server},
-    metrics::Registry,
-    metrics::Snapshot,
+    metrics::{Label, Metric, Registry, Snapshot},
     otlp::{OtlpConfig, OtlpSink, OtlpStats},
     parquet::{ParquetSink, ParquetSinkConfig},
     sonic::{CountersDbConfig, CountersDbSink},
@@ -23,19 +23,35 @@ use crate::pipeline::Sink;
 /// batches.
 pub trait StatusSource: Send + Sync {
     fn name(&self) -> &'static str;
-    fn stats_json(&self) -> serde_json::Value;
+    /// Its own series of the daemon's registry.
+    fn stats(&self) -> Snapshot;
+    /// What a reader of the status file needs next to the counters (not counters: names,
+    /// the last error), merged into its section.
+    fn info(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
 }
 
 /// The newest snapshot of every session (`stel_store::live`): feeds the status line and the
 /// inspect socket. Copies one row per batch, never per counter.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Live {
     state: Arc<LiveState>,
+    registry: Arc<Registry>,
 }
 
 impl Live {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+    /// The live view, its rows and profiles observed by `registry` (read at snapshot time).
+    pub fn new(registry: &Arc<Registry>) -> Arc<Self> {
+        let state = Arc::new(LiveState::default());
+        let r = Registry::child_of(Some(registry));
+        let st = Arc::clone(&state);
+        r.observe(Metric::LiveRows, labels!(), move || st.rows());
+        let st = Arc::clone(&state);
+        r.observe(Metric::LiveProfiles, labels!(), move || {
+            st.profiles().len() as u64
+        });
+        Arc::new(Self { state, registry: r })
     }
 
     /// The shared snapshot store (the inspect server reads it).
@@ -51,8 +67,8 @@ impl Sink for Live {
     fn submit(&self, batch: &Arc<CounterBatch>) {
         self.state.update(batch);
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::json!({ "rows": self.state.rows(), "profiles": self.state.profiles() })
+    fn stats(&self) -> Snapshot {
+        self.registry.snapshot()
     }
 }
 
@@ -95,8 +111,8 @@ impl StatusSource for InspectServer {
     fn name(&self) -> &'static str {
         "inspect"
     }
-    fn stats_json(&self) -> serde_json::Value {
-        self.server.stats().to_json()
+    fn stats(&self) -> Snapshot {
+        self.server.stats()
     }
 }
 
@@ -124,8 +140,8 @@ impl Upload {
         let from = stel_store::upload::resolve_switch(&mut cfg, parquet_switch, redis_url);
         tracing::info!(switch = %cfg.switch, source = ?from, "Lake switch name resolved.");
         let to = cfg.to.clone();
-        let uploader =
-            Uploader::start(cfg, data_dir, Some(registry)).map_err(|e| format!("upload to {to}: {e}"))?;
+        let uploader = Uploader::start(cfg, data_dir, Some(registry))
+            .map_err(|e| format!("upload to {to}: {e}"))?;
         Ok(Arc::new(Self { uploader }))
     }
 
@@ -150,12 +166,14 @@ impl StatusSource for Upload {
     fn name(&self) -> &'static str {
         "upload"
     }
-    fn stats_json(&self) -> serde_json::Value {
-        let mut j = self.uploader.stats().to_json();
-        // Not counters: what a reader of the status file needs next to them.
-        j["switch"] = self.uploader.switch().into();
-        j["last_error"] = self.uploader.last_error().into();
-        j
+    fn stats(&self) -> Snapshot {
+        self.uploader.stats()
+    }
+    fn info(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("switch".into(), self.uploader.switch().into());
+        m.insert("last_error".into(), self.uploader.last_error().into());
+        m
     }
 }
 
@@ -172,7 +190,8 @@ impl ParquetHistory {
     /// The directory cannot be created, or the configuration is invalid.
     pub fn start(cfg: ParquetSinkConfig, registry: &Arc<Registry>) -> Result<Arc<Self>, String> {
         let dir = cfg.dir.display().to_string();
-        let s = ParquetSink::start(cfg, Some(registry)).map_err(|e| format!("parquet sink ({dir}): {e}"))?;
+        let s = ParquetSink::start(cfg, Some(registry))
+            .map_err(|e| format!("parquet sink ({dir}): {e}"))?;
         Ok(Arc::new(Self { handle: s }))
     }
 
@@ -199,8 +218,8 @@ impl Sink for ParquetHistory {
         // A refusal is counted by the sink (by reason); nothing else to do on the decode thread.
         let _ = self.handle.submit(Arc::clone(batch));
     }
-    fn stats_json(&self) -> serde_json::Value {
-        self.handle.stats().to_json()
+    fn stats(&self) -> Snapshot {
+        self.handle.stats()
     }
 }
 
@@ -217,8 +236,8 @@ impl CountersDb {
     /// A bad URL or configuration.
     pub fn start(cfg: CountersDbConfig, registry: &Arc<Registry>) -> Result<Arc<Self>, String> {
         let url = cfg.url.clone();
-        let sink =
-            CountersDbSink::start(cfg, Some(registry)).map_err(|e| format!("counters-db ({url}): {e}"))?;
+        let sink = CountersDbSink::start(cfg, Some(registry))
+            .map_err(|e| format!("counters-db ({url}): {e}"))?;
         Ok(Arc::new(Self { sink }))
     }
 
@@ -243,8 +262,8 @@ impl Sink for CountersDb {
     fn submit(&self, batch: &Arc<CounterBatch>) {
         let _ = self.sink.submit(Arc::clone(batch));
     }
-    fn stats_json(&self) -> serde_json::Value {
-        self.sink.stats().to_json()
+    fn stats(&self) -> Snapshot {
+        self.sink.stats()
     }
 }
 
@@ -252,6 +271,7 @@ impl Sink for CountersDb {
 #[derive(Debug)]
 pub struct Otlp {
     sink: OtlpSink,
+    registry: Option<Arc<Registry>>,
 }
 
 impl Otlp {
@@ -263,8 +283,9 @@ impl Otlp {
     /// A bad config (every problem listed) or an unreadable TLS file.
     pub fn start(cfg: OtlpConfig, registry: Option<Arc<Registry>>) -> Result<Arc<Self>, String> {
         let ep = cfg.endpoint.clone();
-        let sink = OtlpSink::start(cfg, registry).map_err(|e| format!("otlp ({ep}): {e}"))?;
-        Ok(Arc::new(Self { sink }))
+        let sink =
+            OtlpSink::start(cfg, registry.clone()).map_err(|e| format!("otlp ({ep}): {e}"))?;
+        Ok(Arc::new(Self { sink, registry }))
     }
 
     pub fn stats(&self) -> OtlpStats {
@@ -291,7 +312,12 @@ impl Sink for Otlp {
         // A drop is counted by the sink (by reason); never waits.
         let _ = self.sink.submit(Arc::clone(batch));
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.sink.stats()).unwrap_or_default()
+    fn stats(&self) -> Snapshot {
+        // Its counters are registered in the daemon's registry itself (OTLP exports that
+        // registry): the `sink="otlp"` series.
+        match &self.registry {
+            Some(r) => r.snapshot().with_label(Label::Sink, "otlp"),
+            None => Snapshot::default(),
+        }
     }
 }

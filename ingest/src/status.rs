@@ -146,7 +146,11 @@ impl StatusMetrics {
         let r = &st.recv;
         self.total(M::ReaderDatagrams, labels!(Source = src), r.datagrams);
         self.total(M::ReaderBytes, labels!(Source = src), r.bytes);
-        self.total(M::ReaderTruncatedDatagrams, labels!(Source = src), r.truncated);
+        self.total(
+            M::ReaderTruncatedDatagrams,
+            labels!(Source = src),
+            r.truncated,
+        );
         self.total(
             M::ReaderKernelDroppedDatagrams,
             labels!(Source = src),
@@ -186,7 +190,11 @@ impl StatusMetrics {
             self.total(M::InputNonIpfixDatagrams, labels!(), i.non_ipfix_datagrams);
             self.total(M::InputIpFragments, labels!(), i.ip_fragments);
             self.total(M::InputReassembledDatagrams, labels!(), i.ip_reassembled);
-            self.total(M::InputDroppedIpFragments, labels!(), i.ip_fragments_dropped);
+            self.total(
+                M::InputDroppedIpFragments,
+                labels!(),
+                i.ip_fragments_dropped,
+            );
         }
         let f = &st.filter;
         self.total(M::FilterSeenMessages, labels!(), f.seen);
@@ -197,7 +205,11 @@ impl StatusMetrics {
         self.total(M::FilterLearnFailedTemplates, labels!(), f.learn_failed);
         self.level(M::FilterTemplates, labels!(), f.templates as u64);
         self.level(M::FilterMaxTemplates, labels!(), u64::from(f.max_templates));
-        self.level(M::FilterKernelState, labels!(), u64::from(f.kind == "kernel"));
+        self.level(
+            M::FilterKernelState,
+            labels!(),
+            u64::from(f.kind == "kernel"),
+        );
 
         let p = &st.pipeline.dispatch;
         self.total(M::DispatchMessages, labels!(), p.messages);
@@ -224,7 +236,11 @@ impl StatusMetrics {
         }
         self.total(M::DecodeBatches, labels!(), d.batches);
         self.total(M::DecodeTemplateSets, labels!(), d.template_sets);
-        self.total(M::DecodeOptionsTemplateSets, labels!(), d.options_template_sets);
+        self.total(
+            M::DecodeOptionsTemplateSets,
+            labels!(),
+            d.options_template_sets,
+        );
         for (reason, v) in [
             ("registered", d.templates_registered),
             ("refreshed", d.templates_refreshed),
@@ -236,7 +252,11 @@ impl StatusMetrics {
         }
         self.total(M::DecodeOptionsRecords, labels!(), d.options_records);
         self.total(M::DecodeAppliedSessions, labels!(), d.sessions_registered);
-        self.total(M::DecodeUnknownTemplateBytes, labels!(), d.unknown_template_bytes);
+        self.total(
+            M::DecodeUnknownTemplateBytes,
+            labels!(),
+            d.unknown_template_bytes,
+        );
         self.total(M::DecodePaddingBytes, labels!(), d.padding_bytes);
         self.total(M::DecodeDiscardedBytes, labels!(), d.discarded_bytes);
         self.total(M::DecodeMissingSamples, labels!(), d.missing_samples);
@@ -246,12 +266,20 @@ impl StatusMetrics {
             d.templates_overriding_session,
         );
         for r in Malformed::ALL {
-            self.total(M::DecodeMalformed, labels!(Reason = r.name()), d.malformed(r));
+            self.total(
+                M::DecodeMalformed,
+                labels!(Reason = r.name()),
+                d.malformed(r),
+            );
         }
         self.total(M::DecodeSeqLostMessages, labels!(), d.seq_lost_messages);
         self.total(M::DecodeSeqLostRecords, labels!(), d.seq_lost_records);
         self.total(M::DecodeSeqGaps, labels!(), d.seq_gap_events);
-        self.total(M::DecodeSeqOutOfOrderMessages, labels!(), d.seq_out_of_order);
+        self.total(
+            M::DecodeSeqOutOfOrderMessages,
+            labels!(),
+            d.seq_out_of_order,
+        );
         self.total(M::DecodeSeqFilteredMessages, labels!(), d.filtered_messages);
         self.total(
             M::DecodeSeqUntrackedMessages,
@@ -269,8 +297,16 @@ impl StatusMetrics {
         );
         self.total(M::SessionAppliedRegistrations, labels!(), s.applied_total);
         self.total(M::SessionRejectedRegistrations, labels!(), s.rejected_total);
-        self.total(M::SessionUnregistrations, labels!(), s.unregistrations_total);
-        self.total(M::SessionFilterRollbacks, labels!(), s.filter_rollbacks_total);
+        self.total(
+            M::SessionUnregistrations,
+            labels!(),
+            s.unregistrations_total,
+        );
+        self.total(
+            M::SessionFilterRollbacks,
+            labels!(),
+            s.filter_rollbacks_total,
+        );
         self.total(
             M::SessionFilterRemoveErrors,
             labels!(),
@@ -281,10 +317,18 @@ impl StatusMetrics {
             labels!(),
             u64::from(st.capabilities_dropped),
         );
-        self.level(M::DaemonDecoderThreads, labels!(), st.pipeline.per_decoder_counters.len() as u64);
+        self.level(
+            M::DaemonDecoderThreads,
+            labels!(),
+            st.pipeline.per_decoder_counters.len() as u64,
+        );
 
         if let Some(i) = int {
-            self.total(M::ReaderDatagrams, labels!(Source = "int"), i.recv.datagrams);
+            self.total(
+                M::ReaderDatagrams,
+                labels!(Source = "int"),
+                i.recv.datagrams,
+            );
             self.total(M::ReaderBytes, labels!(Source = "int"), i.recv.bytes);
             self.total(
                 M::ReaderTruncatedDatagrams,
@@ -326,7 +370,11 @@ impl StatusMetrics {
         self.total(M::StateDbScans, labels!(), s.full_scans);
         self.total(M::StateDbNotifications, labels!(), s.notifications);
         self.total(M::StateDbEvents, labels!(Reason = "register"), s.registers);
-        self.total(M::StateDbEvents, labels!(Reason = "unregister"), s.unregisters);
+        self.total(
+            M::StateDbEvents,
+            labels!(Reason = "unregister"),
+            s.unregisters,
+        );
         self.total(
             M::StateDbIgnoredEntries,
             labels!(Reason = "malformed"),

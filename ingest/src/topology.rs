@@ -88,6 +88,13 @@ impl Topology {
         let int_cfg = cfg.int.clone();
         let metrics_listen = cfg.metrics.listen;
         let registry = Registry::new();
+        registry
+            .gauge(Metric::DaemonStartTimeSeconds, stel_store::labels!())
+            .set(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            );
         let health = Health::new(5);
         let status_metrics = StatusMetrics::new(Arc::clone(&registry), cfg.source.kind);
         let history_dir = parquet_cfg
@@ -106,7 +113,7 @@ impl Topology {
             .drop_privileges()
             .map_err(|e| format!("dropping capabilities: {e}"))?;
 
-        let live = Live::new();
+        let live = Live::new(&registry);
         let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&live) as Arc<dyn Sink>];
         let mut status_sources: Vec<Arc<dyn StatusSource>> = Vec::new();
         let mut upload = None;
@@ -258,11 +265,14 @@ impl Topology {
     ) -> Finished {
         let mut st = self.daemon.finish(drained, timeout);
         let mut parquet = None;
+        let mut int_final = None;
         if let Some((w, _)) = self.state_db {
+            self.status_metrics.publish_state_db(&w.stats());
             w.shutdown();
         }
         if let Some(i) = self.int {
             let s = i.shutdown();
+            int_final = Some(s.clone());
             eprintln!(
                 "stel-ingestd: int: {} datagrams, {} reports ({} decoded, {} malformed), {} hops, {} drop reports; {} lost by sequence; {} kernel drops, {} truncated; tables: {} rows written, {} shed, {} lost",
                 s.recv.datagrams,
@@ -305,7 +315,7 @@ impl Topology {
         }
         if let Some(u) = self.upload {
             // After the history's last publish, so its final files go too.
-            let mut before = u.stats_json(); // switch and last_error, next to the final counters
+            let info = u.info(); // switch and last_error, next to the final counters
             if let Some(s) = u.shutdown() {
                 eprintln!(
                     "stel-ingestd: upload: {} files ({} bytes) uploaded, {} pending, {} failed attempts, {} vanished before upload",
@@ -316,8 +326,9 @@ impl Topology {
                     s.get(Metric::UploadVanishedFiles)
                 );
                 let mut j = s.to_json();
-                j["switch"] = before["switch"].take();
-                j["last_error"] = before["last_error"].take();
+                if let serde_json::Value::Object(m) = &mut j {
+                    m.extend(info);
+                }
                 st.sinks.insert("upload".into(), j);
             }
         }
@@ -339,9 +350,13 @@ impl Topology {
         if let Some(m) = self.metrics {
             m.shutdown();
         }
+        // The final figures into the registry (the sinks' are final now too).
+        self.status_metrics
+            .publish(&st, int_final.as_ref(), st.nothing_decoded().is_none());
         Finished {
             status: st,
             parquet,
+            metrics: self.registry.snapshot(),
         }
     }
 
@@ -362,4 +377,6 @@ impl Topology {
 pub struct Finished {
     pub status: DaemonStatus,
     pub parquet: Option<stel_store::metrics::Snapshot>,
+    /// Every series of the daemon's registry, final.
+    pub metrics: stel_store::metrics::Snapshot,
 }

@@ -154,14 +154,41 @@ impl Metric {
         rest.split('_').next().unwrap_or(rest)
     }
 
-    /// The README's counter table (Markdown): name, type, labels, help — one row per metric,
-    /// in definition order. A test keeps the README's copy equal to this.
+    /// What a daemon must run for this metric to be registered; `None`: every daemon that
+    /// reads counters registers it (the demo does). A test runs the demo and checks that every
+    /// metric without a condition is in its status file, `/metrics` and `stel-ingestd status`.
+    pub fn condition(self) -> Option<&'static str> {
+        use Metric as M;
+        match self {
+            M::SinkDownsampledSamples
+            | M::SinkRequests
+            | M::SinkRequestBytes
+            | M::SinkRequestErrors
+            | M::SinkRetries
+            | M::SinkProfileEndpoints
+            | M::SinkConfigDbErrors => Some("[otlp]"),
+            M::DaemonScrapes => Some("--metrics"),
+            _ => match self.stage() {
+                "input" => Some("--input"),
+                "state_db" => Some("[state_db]"),
+                "counters_db" => Some("[counters_db]"),
+                "upload" => Some("[upload]"),
+                "int" => Some("[int]"),
+                _ => None,
+            },
+        }
+    }
+
+    /// The README's counter table (Markdown): name, type, labels, when it is registered, help
+    /// — one row per metric, in definition order. A test keeps the README's copy equal to this.
     pub fn markdown_table() -> String {
-        let mut s = String::from("| name | type | labels | help |\n|---|---|---|---|\n");
+        let mut s = String::from(
+            "| name | type | labels | registered with | what it counts |\n|---|---|---|---|---|\n",
+        );
         for m in Metric::ALL {
             let labels: Vec<&str> = m.labels().iter().map(|l| l.key()).collect();
             s.push_str(&format!(
-                "| `{}` | {} | {} | {} |\n",
+                "| `{}` | {} | {} | {} | {} |\n",
                 m.name(),
                 m.kind().as_str(),
                 if labels.is_empty() {
@@ -169,6 +196,8 @@ impl Metric {
                 } else {
                     labels.join(", ")
                 },
+                m.condition()
+                    .map_or("always".to_string(), |c| format!("`{c}`")),
                 m.help().replace('|', "\\|")
             ));
         }
@@ -768,15 +797,27 @@ impl Snapshot {
         self.series(metric).next().is_some()
     }
 
+    /// The series that carry label `l` = `value` (e.g. one sink's).
+    pub fn with_label(&self, l: Label, value: &str) -> Snapshot {
+        Snapshot {
+            samples: self
+                .samples
+                .iter()
+                .filter(|s| s.metric.labels().contains(&l) && s.label(l) == value)
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// The first histogram series of `metric`.
     pub fn histogram(&self, metric: Metric) -> Option<&HistogramValue> {
         self.series(metric).find_map(|s| s.histogram.as_deref())
     }
 
-    /// The status-file form: every metric of [`Metric::ALL`] by name (a daemon that does not
-    /// run the component has `null` for it): `value` for a metric without labels, `[{"labels":
-    /// {…}, "value": n}, …]` otherwise; a histogram's value is `{"count", "sum_seconds",
-    /// "buckets": [[le_seconds, cumulative], …], "p50_ms", "p99_ms", "max_ms"}`.
+    /// The status-file form: every registered metric by name: `value` for a metric without
+    /// labels, `[{"labels": {…}, "value": n}, …]` otherwise; a histogram's value is `{"count",
+    /// "sum_seconds", "buckets": [[le_seconds, cumulative], …], "p50_ms", "p99_ms", "max_ms"}`.
+    /// [`Snapshot::from_json`] reads it back.
     pub fn to_json(&self) -> serde_json::Value {
         let hist = |h: &HistogramValue| {
             serde_json::json!({
@@ -790,23 +831,22 @@ impl Snapshot {
             None => s.value.into(),
         };
         let mut out = serde_json::Map::new();
-        for &m in Metric::ALL {
-            let v = if m.labels().is_empty() {
-                self.series(m).next().map_or(serde_json::Value::Null, value)
-            } else {
-                serde_json::Value::Array(
-                    self.series(m)
-                        .map(|s| {
-                            let labels: serde_json::Map<String, serde_json::Value> = s
-                                .label_pairs()
-                                .map(|(k, v)| (k.to_string(), v.into()))
-                                .collect();
-                            serde_json::json!({ "labels": labels, "value": value(s) })
-                        })
-                        .collect(),
-                )
-            };
-            out.insert(m.name().to_string(), v);
+        for s in &self.samples {
+            let m = s.metric;
+            if m.labels().is_empty() {
+                out.insert(m.name().to_string(), value(s));
+                continue;
+            }
+            let labels: serde_json::Map<String, serde_json::Value> = s
+                .label_pairs()
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect();
+            let e = out
+                .entry(m.name().to_string())
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+            if let serde_json::Value::Array(a) = e {
+                a.push(serde_json::json!({ "labels": labels, "value": value(s) }));
+            }
         }
         serde_json::Value::Object(out)
     }
@@ -1326,10 +1366,7 @@ mod tests {
         // The status-file form reads back.
         let s = r.snapshot();
         assert_eq!(Snapshot::from_json(&s.to_json()), s);
-        assert!(s.to_json()["stel_decode_records_total"]
-            .as_array()
-            .unwrap()
-            .is_empty());
+        assert!(s.to_json().get("stel_decode_records_total").is_none());
         assert!(s.to_table(false).contains("stel_decode_records_total"));
     }
 

@@ -27,7 +27,7 @@ use prometheus_client::{
     registry::Registry as PromRegistry,
 };
 
-use crate::metrics::{Kind, Registry, Sample, Snapshot};
+use crate::metrics::{Counter, Kind, Metric, Registry, Sample, Snapshot};
 
 /// Reads the registry on each scrape.
 #[derive(Debug)]
@@ -159,9 +159,10 @@ impl MetricsServer {
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicU64::new(0));
         let (s, n) = (Arc::clone(&stop), Arc::clone(&requests));
+        let scrapes = registry.counter(Metric::DaemonScrapes, crate::labels!());
         let thread = std::thread::Builder::new()
             .name("stel-metrics".into())
-            .spawn(move || serve(l, &registry, &health, &s, &n))
+            .spawn(move || serve(l, &registry, &health, &s, &n, &scrapes))
             .map_err(|source| ServeError { addr, source })?;
         Ok(Self {
             addr: bound,
@@ -195,11 +196,12 @@ fn serve(
     health: &HealthCheck,
     stop: &AtomicBool,
     n: &AtomicU64,
+    scrapes: &Counter,
 ) {
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
             Ok((c, _)) => {
-                if let Err(e) = answer(c, registry, health) {
+                if let Err(e) = answer(c, registry, health, scrapes) {
                     tracing::debug!(error = %e, "metrics endpoint: request failed");
                 }
                 n.fetch_add(1, Ordering::Relaxed);
@@ -216,7 +218,12 @@ fn serve(
     }
 }
 
-fn answer(mut c: TcpStream, registry: &Arc<Registry>, health: &HealthCheck) -> std::io::Result<()> {
+fn answer(
+    mut c: TcpStream,
+    registry: &Arc<Registry>,
+    health: &HealthCheck,
+    scrapes: &Counter,
+) -> std::io::Result<()> {
     c.set_nonblocking(false)?;
     c.set_read_timeout(Some(Duration::from_secs(2)))?;
     c.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -238,12 +245,16 @@ fn answer(mut c: TcpStream, registry: &Arc<Registry>, health: &HealthCheck) -> s
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     let (status, ctype, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => (
-            "200 OK",
-            // prometheus-client writes OpenMetrics text (Prometheus ≥ 2.5 reads it).
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            render(registry),
-        ),
+        ("GET" | "HEAD", "/metrics") => {
+            // Counted before the snapshot, so a scrape shows itself.
+            scrapes.add(1);
+            (
+                "200 OK",
+                // prometheus-client writes OpenMetrics text (Prometheus ≥ 2.5 reads it).
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                render(registry),
+            )
+        }
         ("GET" | "HEAD", "/health") => match health() {
             Ok(()) => ("200 OK", "text/plain", "ok\n".to_string()),
             Err(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),

@@ -621,7 +621,15 @@ pub(crate) fn write_snapshot(
         let mut metric = Vec::new();
         put_len(&mut metric, 1, m.name().as_bytes());
         put_len(&mut metric, 2, m.help().as_bytes());
-        put_len(&mut metric, 3, if kind == Kind::Histogram { b"s" as &[u8] } else { b"1" });
+        put_len(
+            &mut metric,
+            3,
+            if kind == Kind::Histogram {
+                b"s" as &[u8]
+            } else {
+                b"1"
+            },
+        );
         let data_field = match kind {
             Kind::Counter => 7,
             Kind::Gauge => 5,
