@@ -51,10 +51,6 @@ pub enum Label {
     Core,
     /// A session's profile name (bounded by configuration).
     Session,
-    /// Observation domain as configured (bounded by configuration).
-    Domain,
-    /// Table kind (`counters`, `int_reports`, …).
-    Table,
 }
 
 impl Label {
@@ -67,8 +63,6 @@ impl Label {
             Label::Reason => "reason",
             Label::Core => "core",
             Label::Session => "session",
-            Label::Domain => "domain",
-            Label::Table => "table",
         }
     }
 }
@@ -443,10 +437,6 @@ pub type LabelValues = Vec<Cow<'static, str>>;
 
 type Observer = Arc<dyn Fn() -> u64 + Send + Sync>;
 
-/// Emits samples of a dynamic set of series: `(metric, label values, value)`.
-pub type Emit<'a> = &'a mut dyn FnMut(Metric, LabelValues, u64);
-type Collector = Arc<dyn Fn(Emit<'_>) + Send + Sync>;
-
 #[derive(Clone)]
 enum Source {
     Cell(Arc<Cell>),
@@ -474,7 +464,6 @@ struct Series {
 #[derive(Default)]
 struct Inner {
     series: Vec<Series>,
-    collectors: Vec<Collector>,
 }
 
 /// The registry. Registration and snapshots take a lock; updates through handles never do.
@@ -494,7 +483,6 @@ impl fmt::Debug for Registry {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         f.debug_struct("Registry")
             .field("series", &g.series.len())
-            .field("collectors", &g.collectors.len())
             .field("child", &self.parent.is_some())
             .finish()
     }
@@ -647,27 +635,10 @@ impl Registry {
         });
     }
 
-    /// Registers a collector: at snapshot time it emits the samples of series whose label
-    /// values are only known then (observation domains, …). Each series' labels must follow
-    /// [`Metric::labels`] and stay bounded.
-    pub fn collect(&self, f: impl Fn(Emit<'_>) + Send + Sync + 'static) {
-        self.collect_arc(Arc::new(f));
-    }
-
-    fn collect_arc(&self, f: Collector) {
-        if let Some(p) = &self.parent {
-            p.collect_arc(Arc::clone(&f));
-        }
-        self.lock().collectors.push(f);
-    }
-
     /// Every series' value now, sorted by metric (definition order) then labels.
     pub fn snapshot(&self) -> Snapshot {
-        // Observers and collectors run outside the lock: one may take a lock of its own.
-        let (series, collectors) = {
-            let g = self.lock();
-            (g.series.clone(), g.collectors.clone())
-        };
+        // Observers run outside the lock: one may take a lock of its own.
+        let series = self.lock().series.clone();
         let mut samples: Vec<Sample> = series
             .into_iter()
             .map(|s| {
@@ -687,17 +658,6 @@ impl Registry {
                 }
             })
             .collect();
-        for c in collectors {
-            c(&mut |metric, labels, value| {
-                debug_assert_eq!(labels.len(), metric.labels().len(), "{metric}: labels");
-                samples.push(Sample {
-                    metric,
-                    labels,
-                    value,
-                    histogram: None,
-                })
-            });
-        }
         samples.sort_by(|a, b| (a.metric, &a.labels).cmp(&(b.metric, &b.labels)));
         Snapshot { samples }
     }
@@ -1380,13 +1340,11 @@ mod tests {
         b.counter(Metric::SinkReceivedBatches, labels!(Sink = "counters_db"))
             .add(4);
         b.observe(Metric::CountersDbResolvedOids, labels!(), || 9);
-        b.collect(|emit| emit(Metric::SequenceGaps, vec!["7".into()], 2));
         assert_eq!(a.snapshot().sum(Metric::SinkReceivedBatches), 3);
         assert_eq!(b.snapshot().sum(Metric::SinkReceivedBatches), 4);
         let all = root.snapshot();
         assert_eq!(all.sum(Metric::SinkReceivedBatches), 7);
         assert_eq!(all.get(Metric::CountersDbResolvedOids), 9);
-        assert_eq!(all.sum_where(Metric::SequenceGaps, Label::Domain, "7"), 2);
         // The same series again shares its cell.
         let again = root.child();
         assert_eq!(
