@@ -96,8 +96,11 @@ impl Health {
 pub struct StatusMetrics {
     registry: Arc<Registry>,
     source: &'static str,
-    handles: Mutex<HashMap<(Metric, Vec<Cow<'static, str>>), Handle>>,
+    handles: Mutex<HashMap<SeriesKey, Handle>>,
 }
+
+/// A series: its metric and label values.
+type SeriesKey = (Metric, Vec<Cow<'static, str>>);
 
 #[derive(Debug, Clone)]
 enum Handle {
