@@ -149,7 +149,8 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let daemon_cpu = (process_cpu - emu_cpu).max(0.0);
 
     let sent_counters = sent * w.counters_per_message;
-    let lost_msgs = st.kernel_drops + st.recv.truncated + st.pipeline.dispatch.shed_decoder_full;
+    let lost_msgs =
+        st.kernel_drops + st.recv.truncated + st.pipeline.dispatch.shed_decoder_full_messages;
     let lost = lost_msgs * w.counters_per_message + p.shed_samples() + p.lost_samples();
     let persisted = p.samples_written;
     let unaccounted = sent_counters as i64 - persisted as i64 - lost as i64;

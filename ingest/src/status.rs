@@ -220,7 +220,7 @@ impl StatusMetrics {
         self.total(
             M::DispatchShedMessages,
             labels!(Reason = "decoder_full"),
-            p.shed_decoder_full,
+            p.shed_decoder_full_messages,
         );
         self.total(
             M::DispatchShedBytes,

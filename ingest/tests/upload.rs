@@ -138,7 +138,7 @@ fn daemon_uploads_every_published_file_to_a_directory() {
     assert_eq!(metric(up, "stel_upload_vanished_files_total"), 0, "{up}");
     assert_eq!(
         metric(up, "stel_upload_files_total"),
-        metric(pq, "stel_parquet_published_files_total"),
+        metric(pq, "stel_sink_published_files_total"),
         "{up}\n{pq}"
     );
     assert_eq!(
@@ -147,7 +147,7 @@ fn daemon_uploads_every_published_file_to_a_directory() {
         "{up}\n{pq}"
     );
     let (files, rows) = compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
-    assert_eq!(files, metric(pq, "stel_parquet_published_files_total"));
+    assert_eq!(files, metric(pq, "stel_sink_published_files_total"));
     assert_eq!(rows, metric(pq, "stel_parquet_written_rows_total"));
     // A restart uploads only what is new.
     let st = run_daemon(dir.path(), &extra, 2, &[]);
@@ -155,10 +155,7 @@ fn daemon_uploads_every_published_file_to_a_directory() {
     assert_eq!(metric(up, "stel_upload_resumed_files"), files, "{up}");
     assert_eq!(
         metric(up, "stel_upload_files_total"),
-        metric(
-            &st["sinks"]["parquet"],
-            "stel_parquet_published_files_total"
-        )
+        metric(&st["sinks"]["parquet"], "stel_sink_published_files_total")
     );
     compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
 }
@@ -204,11 +201,11 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
     assert_eq!(metric(up, "stel_upload_vanished_files_total"), 0, "{up}");
     assert_eq!(
         metric(up, "stel_upload_files_total"),
-        metric(pq, "stel_parquet_published_files_total"),
+        metric(pq, "stel_sink_published_files_total"),
         "{up}\n{pq}"
     );
     let (files, rows) = compare(&dir.path().join("data"), "s3://lake/stel", &env);
-    assert_eq!(files, metric(pq, "stel_parquet_published_files_total"));
+    assert_eq!(files, metric(pq, "stel_sink_published_files_total"));
     assert_eq!(rows, metric(pq, "stel_parquet_written_rows_total"));
 }
 

@@ -24,8 +24,8 @@ const RATE_STATS: [&str; 4] = [
 #[derive(Debug)]
 struct DbStats {
     batches_submitted: u64,
-    batches_shed_queue_full: u64,
-    batches_shed_shutdown: u64,
+    shed_queue_full_batches: u64,
+    shed_shutdown_batches: u64,
     connected: bool,
     connects: u64,
     fields_written: u64,
@@ -55,8 +55,8 @@ fn db_stats(s: stel_store::metrics::Snapshot) -> DbStats {
         .expect("the lag histogram is registered");
     DbStats {
         batches_submitted: s.sum_where(M::SinkQueuedBatches, Label::Sink, "counters_db"),
-        batches_shed_queue_full: shed("queue_full"),
-        batches_shed_shutdown: shed("shutdown"),
+        shed_queue_full_batches: shed("queue_full"),
+        shed_shutdown_batches: shed("shutdown"),
         connected: s.get(M::CountersDbConnected) == 1,
         connects: s.get(M::CountersDbConnects),
         fields_written: s.get(M::CountersDbWrittenFields),
@@ -268,7 +268,7 @@ fn counters_through_every_name_map_and_late_oid() {
         h.submit(batch(&pgs, &[(3, vec![8])])),
         Err(Shed::ShuttingDown)
     );
-    assert_eq!(db_stats(h.stats()).batches_shed_shutdown, 1);
+    assert_eq!(db_stats(h.stats()).shed_shutdown_batches, 1);
 }
 
 #[test]
@@ -528,7 +528,7 @@ fn redis_killed_and_restarted_mid_stream_converges() {
     assert!(st.connects >= 2, "{st:?}");
     assert!(st.connected);
     assert_eq!(
-        st.batches_submitted + st.batches_shed_queue_full,
+        st.batches_submitted + st.shed_queue_full_batches,
         225 / 5,
         "every batch is accepted or counted as shed: {st:?}"
     );
@@ -599,7 +599,7 @@ fn measure_lag_and_throughput_at_design_rate() {
             "flush_interval {flush_us} us: lag p50 {:.2} ms p99 {:.2} ms max {:.2} ms ({} batches); \
              {:.0} fields/s written, {} rounds, shed {}",
             st.lag_p50_ms, st.lag_p99_ms, st.lag_max_ms, st.lag_samples,
-            st.fields_written as f64 / el, st.write_rounds, st.batches_shed_queue_full
+            st.fields_written as f64 / el, st.write_rounds, st.shed_queue_full_batches
         );
         sink.shutdown();
     }
