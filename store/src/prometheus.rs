@@ -311,6 +311,35 @@ mod tests {
         );
         assert!(t.ends_with("# EOF\n"), "{t}");
     }
+
+    #[test]
+    fn a_histogram_has_cumulative_buckets_sum_and_count() {
+        let r = Registry::new();
+        let h = r.histogram(Metric::CountersDbLag, labels!());
+        for us in [50, 150, 2_500, 2_000_000] {
+            h.record_us(us);
+        }
+        let t = render(&r);
+        assert!(
+            t.contains("# TYPE stel_counters_db_lag_seconds histogram"),
+            "{t}"
+        );
+        assert!(t.contains("stel_counters_db_lag_seconds_count 4"), "{t}");
+        assert!(t.contains("stel_counters_db_lag_seconds_sum 2.0027"), "{t}");
+        // 50 µs ≤ 0.1 ms; 150 µs ≤ 0.5 ms; 2.5 ms ≤ 5 ms; 2 s only in +Inf.
+        for (le, n) in [
+            ("0.0001", 1),
+            ("0.0005", 2),
+            ("0.002", 2),
+            ("0.005", 3),
+            ("1.0", 3),
+            ("10.0", 4),
+            ("+Inf", 4),
+        ] {
+            let line = format!("stel_counters_db_lag_seconds_bucket{{le=\"{le}\"}} {n}");
+            assert!(t.contains(&line), "{line} in {t}");
+        }
+    }
 }
 
 #[cfg(test)]
