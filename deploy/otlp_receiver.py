@@ -12,7 +12,7 @@ stel-ingestd's OTLP sink sends:
 stel's tests start it too (stel_testkit::otlp). Once listening it prints one JSON line on
 stdout: {"ready": true, "grpc": <port or null>, "http": <port or null>}.
 
-Dump line: {"metric", "kind" (sum|gauge), "monotonic", "temporality", "unit", "description",
+Dump line: {"metric", "kind" (sum|gauge|histogram; a histogram's value is its count), "monotonic", "temporality", "unit", "description",
 "attrs": {..}, "start", "time", "value", "resource": {..}, "scope"}.
 """
 import argparse
@@ -59,7 +59,7 @@ class Store:
             for sm in rm.scope_metrics:
                 for m in sm.metrics:
                     kind = m.WhichOneof("data")
-                    if kind not in ("sum", "gauge"):
+                    if kind not in ("sum", "gauge", "histogram"):
                         continue
                     d = getattr(m, kind)
                     n += len(d.data_points)
@@ -76,7 +76,8 @@ class Store:
                             "attrs": {kv.key: any_value(kv.value) for kv in p.attributes},
                             "start": p.start_time_unix_nano,
                             "time": p.time_unix_nano,
-                            "value": getattr(p, p.WhichOneof("value")),
+                            # A histogram's value is its count.
+                            "value": p.count if kind == "histogram" else getattr(p, p.WhichOneof("value")),
                             "resource": res,
                             "scope": sm.scope.name,
                         }))

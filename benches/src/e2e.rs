@@ -119,8 +119,8 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
                     "e2e: {:.1} s: {} M counters decoded, parquet {} M written, lag p99 {:.1} ms",
                     t0.elapsed().as_secs_f64(),
                     st.pipeline.decode.counters / 1_000_000,
-                    history.stats().samples_written / 1_000_000,
-                    counters.stats().lag_p99_ms
+                    stel_store::parquet::accounting::written(&history.stats()) / 1_000_000,
+                    lag_p99_ms(&counters.stats())
                 );
                 received.store(st.recv.datagrams, Ordering::Relaxed);
                 last = Instant::now();
@@ -138,17 +138,20 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let sent = sent?;
     let (fin, lag) = st.ok_or("daemon failed")?;
     let st = fin.status;
-    let cdb_lag_p99 = lag.lag_p99_ms;
-    let p = fin
-        .parquet
-        .ok_or("the Parquet history's final flush failed")?;
+    let cdb_lag_p99 = lag_p99_ms(&lag);
+    let p = crate::parquet::ParquetStats::of(
+        fin.parquet
+            .as_ref()
+            .ok_or("the Parquet history's final flush failed")?,
+    );
     let elapsed = t0.elapsed().as_secs_f64();
     let process_cpu = crate::parquet::process_cpu_s() - cpu0;
     let emu_cpu = emu_cpu.into_inner().unwrap_or(0.0);
     let daemon_cpu = (process_cpu - emu_cpu).max(0.0);
 
     let sent_counters = sent * w.counters_per_message;
-    let lost_msgs = st.kernel_drops + st.recv.truncated + st.pipeline.dispatch.shed_decoder_full;
+    let lost_msgs =
+        st.kernel_drops + st.recv.truncated + st.pipeline.dispatch.shed_decoder_full_messages;
     let lost = lost_msgs * w.counters_per_message + p.shed_samples() + p.lost_samples();
     let persisted = p.samples_written;
     let unaccounted = sent_counters as i64 - persisted as i64 - lost as i64;
@@ -178,7 +181,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "emulator_cpu_share": (emu_share * 100.0).round() / 100.0,
         "daemon_cpu_s": (daemon_cpu * 100.0).round() / 100.0,
         "emulator_cpu_s": (emu_cpu * 100.0).round() / 100.0,
-        "parquet_shed_batches": p.shed_queue_full_batches + p.shed_queue_timeout_batches + p.shed_memory_budget_batches + p.shed_closed_batches,
+        "parquet_shed_batches": p.shed_batches,
         "parquet_shed_samples": p.shed_samples(),
         "parquet_write_delay_us": delay_us,
         "sent_counters": sent_counters,
@@ -186,7 +189,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "files": p.files_published,
         "target_rate": rate,
         "seconds": elapsed,
-        "counters_db_fields_written": lag.fields_written,
+        "counters_db_fields_written": lag.get(stel_store::metrics::Metric::CountersDbWrittenFields),
     }))
 }
 
@@ -199,4 +202,10 @@ fn thread_stat_cpu_s() -> f64 {
     let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     (ut + st) / 100.0
+}
+
+/// COUNTERS_DB write lag p99 from the sink's registry snapshot (`stel_counters_db_lag_seconds`).
+fn lag_p99_ms(s: &stel_store::metrics::Snapshot) -> f64 {
+    s.histogram(stel_store::metrics::Metric::CountersDbLag)
+        .map_or(0.0, |h| h.p99_ms)
 }

@@ -291,7 +291,7 @@ fn paced_run(
     let lost = sent_counters.saturating_sub(got);
     let counted_msgs = st.kernel_drops
         + st.recv.truncated
-        + st.pipeline.dispatch.shed_decoder_full
+        + st.pipeline.dispatch.shed_decoder_full_messages
         + st.filter.dropped;
     let unaccounted = lost as i64 - (counted_msgs * w.counters_per_message) as i64;
     let bytes = st.recv.bytes as f64;

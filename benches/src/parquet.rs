@@ -17,7 +17,10 @@ use stel_ingest::{
     decode::CounterBatch,
     emu::{EmuConfig, Emulator, Pattern},
 };
-use stel_store::parquet::{Codec, CounterEncoding, ParquetSink, ParquetSinkConfig, ParquetStats};
+use stel_store::{
+    metrics::{Label, Metric, Snapshot},
+    parquet::{accounting, Codec, CounterEncoding, ParquetSink, ParquetSinkConfig},
+};
 
 /// About `snapshots` design-rate snapshots (64 ports × 30 stats every 10 µs) of `pattern`,
 /// decoded into batches as the daemon's decoder cuts them.
@@ -216,6 +219,48 @@ pub fn measure(
         .collect()
 }
 
+/// The Parquet sink's counters one run reports, read from its registry snapshot.
+#[derive(Debug, Clone, Copy)]
+pub struct ParquetStats {
+    pub samples_submitted: u64,
+    pub samples_written: u64,
+    pub shed: u64,
+    pub lost: u64,
+    pub files_published: u64,
+    pub bytes_published: u64,
+    pub budget_row_group_flushes: u64,
+    pub writer_bytes_peak: u64,
+    pub queued_bytes_peak: u64,
+    pub shed_batches: u64,
+}
+
+impl ParquetStats {
+    pub fn of(s: &Snapshot) -> Self {
+        Self {
+            samples_submitted: accounting::submitted(s),
+            samples_written: accounting::written(s),
+            shed: accounting::shed(s),
+            lost: accounting::lost(s),
+            files_published: s.sum(Metric::SinkPublishedFiles),
+            bytes_published: s.sum(Metric::ParquetPublishedBytes),
+            budget_row_group_flushes: s.sum(Metric::ParquetBudgetFlushes),
+            writer_bytes_peak: s.sum(Metric::ParquetBufferedBytesPeak),
+            queued_bytes_peak: s.sum_where(Metric::SinkQueuedBytesPeak, Label::Sink, "parquet"),
+            shed_batches: s
+                .series(Metric::SinkDroppedBatches)
+                .filter(|x| x.label(Label::Sink) == "parquet")
+                .map(|x| x.value)
+                .sum(),
+        }
+    }
+    pub fn lost_samples(&self) -> u64 {
+        self.lost
+    }
+    pub fn shed_samples(&self) -> u64 {
+        self.shed
+    }
+}
+
 /// What one run of the sink did.
 #[derive(Debug, Clone, Copy)]
 pub struct SinkRun {
@@ -258,7 +303,7 @@ pub fn sink_run(
         dir: dir.to_path_buf(),
         ..cfg
     };
-    let sink = ParquetSink::start(cfg).map_err(|e| e.to_string())?;
+    let sink = ParquetSink::start(cfg, None).map_err(|e| e.to_string())?;
     let cpu0 = process_cpu_s();
     let t = Instant::now();
     for l in 0..loops {
@@ -267,7 +312,7 @@ pub fn sink_run(
                 .map_err(|e| e.to_string())?;
         }
     }
-    let stats = sink.shutdown().map_err(|e| e.to_string())?;
+    let stats = ParquetStats::of(&sink.shutdown().map_err(|e| e.to_string())?);
     let secs = t.elapsed().as_secs_f64();
     let cpu_s = process_cpu_s() - cpu0;
     if stats.lost_samples() + stats.shed_samples() != 0

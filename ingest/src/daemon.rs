@@ -335,10 +335,14 @@ impl Daemon {
     fn sink_stats(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut sinks = serde_json::Map::new();
         for s in &self.sinks {
-            sinks.insert(s.name().to_string(), s.stats_json());
+            sinks.insert(s.name().to_string(), s.stats().to_json());
         }
         for s in &self.status_sources {
-            sinks.insert(s.name().to_string(), s.stats_json());
+            let mut j = s.stats().to_json();
+            if let serde_json::Value::Object(m) = &mut j {
+                m.extend(s.info());
+            }
+            sinks.insert(s.name().to_string(), j);
         }
         sinks
     }

@@ -37,9 +37,10 @@
 //!
 //! # Back-pressure
 //! When a decoder's ring is full the dispatcher waits, collecting returned leases, for at most
-//! `max_stall`; then it sheds that message and counts it (`shed_decoder_full`). While it waits
-//! the reader does not receive, so the socket buffer absorbs the burst; if that overflows, the
-//! kernel's own drop counter (SO_MEMINFO) reports it. Nothing is lost silently.
+//! `max_stall`; then it sheds that message and counts it (`shed_decoder_full_messages`, exported
+//! as `stel_dispatch_shed_messages_total{reason="decoder_full"}`). While it waits the reader does
+//! not receive, so the socket buffer absorbs the burst; if that overflows, the kernel's own drop
+//! counter (SO_MEMINFO) reports it. Nothing is lost silently.
 use std::{
     collections::VecDeque,
     sync::{
@@ -65,9 +66,9 @@ pub trait Sink: Send + Sync {
     fn name(&self) -> &'static str;
     /// Takes one finished batch. Called on decoder threads.
     fn submit(&self, batch: &Arc<CounterBatch>);
-    /// The sink's counters for the status file.
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::Value::Null
+    /// The sink's own series of the daemon's registry (its section of the status file).
+    fn stats(&self) -> stel_store::metrics::Snapshot {
+        stel_store::metrics::Snapshot::default()
     }
 }
 
@@ -159,7 +160,7 @@ pub struct DispatchStats {
     /// Netlink control messages (NOOP, ERROR, DONE, OVERRUN) skipped.
     pub control_frames: u64,
     /// Messages shed because a decoder stayed full longer than `max_stall`.
-    pub shed_decoder_full: u64,
+    pub shed_decoder_full_messages: u64,
     pub shed_decoder_full_bytes: u64,
     /// Times the dispatcher had to wait for a decoder.
     pub stalls: u64,
@@ -474,7 +475,7 @@ impl Pipeline {
             });
             self.collect_returns(reader);
             if start.elapsed() >= self.max_stall {
-                self.stats.shed_decoder_full += 1;
+                self.stats.shed_decoder_full_messages += 1;
                 if let Job::Decode(lease) = job {
                     self.stats.shed_decoder_full_bytes += lease.len() as u64;
                     reader.retire(lease);

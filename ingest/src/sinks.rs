@@ -7,12 +7,13 @@
 use std::{path::Path, sync::Arc};
 
 use stel_store::{
+    labels,
     live::{LiveState, Server},
-    metrics::Registry,
+    metrics::{Label, Metric, Registry, Snapshot},
     otlp::{OtlpConfig, OtlpSink, OtlpStats},
-    parquet::{ParquetSink, ParquetSinkConfig, ParquetStats},
-    sonic::{CountersDbConfig, CountersDbSink, CountersDbStats},
-    upload::{UploadConfig, UploadStats, Uploader},
+    parquet::{ParquetSink, ParquetSinkConfig},
+    sonic::{CountersDbConfig, CountersDbSink},
+    upload::{UploadConfig, Uploader},
     CounterBatch,
 };
 
@@ -22,19 +23,35 @@ use crate::pipeline::Sink;
 /// batches.
 pub trait StatusSource: Send + Sync {
     fn name(&self) -> &'static str;
-    fn stats_json(&self) -> serde_json::Value;
+    /// Its own series of the daemon's registry.
+    fn stats(&self) -> Snapshot;
+    /// What a reader of the status file needs next to the counters (not counters: names,
+    /// the last error), merged into its section.
+    fn info(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
 }
 
 /// The newest snapshot of every session (`stel_store::live`): feeds the status line and the
 /// inspect socket. Copies one row per batch, never per counter.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Live {
     state: Arc<LiveState>,
+    registry: Arc<Registry>,
 }
 
 impl Live {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+    /// The live view, its rows and profiles observed by `registry` (read at snapshot time).
+    pub fn new(registry: &Arc<Registry>) -> Arc<Self> {
+        let state = Arc::new(LiveState::default());
+        let r = Registry::child_of(Some(registry));
+        let st = Arc::clone(&state);
+        r.observe(Metric::LiveRows, labels!(), move || st.rows());
+        let st = Arc::clone(&state);
+        r.observe(Metric::LiveProfiles, labels!(), move || {
+            st.profiles().len() as u64
+        });
+        Arc::new(Self { state, registry: r })
     }
 
     /// The shared snapshot store (the inspect server reads it).
@@ -50,8 +67,8 @@ impl Sink for Live {
     fn submit(&self, batch: &Arc<CounterBatch>) {
         self.state.update(batch);
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::json!({ "rows": self.state.rows(), "profiles": self.state.profiles() })
+    fn stats(&self) -> Snapshot {
+        self.registry.snapshot()
     }
 }
 
@@ -66,8 +83,13 @@ impl InspectServer {
     ///
     /// # Errors
     /// The socket is in use by another daemon or cannot be created.
-    pub fn start(path: &Path, live: &Live, max_clients: usize) -> Result<Arc<Self>, String> {
-        let server = Server::start(path, Arc::clone(live.state()), max_clients)
+    pub fn start(
+        path: &Path,
+        live: &Live,
+        max_clients: usize,
+        registry: &Arc<Registry>,
+    ) -> Result<Arc<Self>, String> {
+        let server = Server::start(path, Arc::clone(live.state()), max_clients, Some(registry))
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(Self { server }))
     }
@@ -89,8 +111,8 @@ impl StatusSource for InspectServer {
     fn name(&self) -> &'static str {
         "inspect"
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.server.stats()).unwrap_or_default()
+    fn stats(&self) -> Snapshot {
+        self.server.stats()
     }
 }
 
@@ -113,22 +135,23 @@ impl Upload {
         data_dir: &Path,
         parquet_switch: Option<&str>,
         redis_url: Option<&str>,
+        registry: &Arc<Registry>,
     ) -> Result<Arc<Self>, String> {
         let from = stel_store::upload::resolve_switch(&mut cfg, parquet_switch, redis_url);
         tracing::info!(switch = %cfg.switch, source = ?from, "Lake switch name resolved.");
         let to = cfg.to.clone();
-        let uploader =
-            Uploader::start(cfg, data_dir).map_err(|e| format!("upload to {to}: {e}"))?;
+        let uploader = Uploader::start(cfg, data_dir, Some(registry))
+            .map_err(|e| format!("upload to {to}: {e}"))?;
         Ok(Arc::new(Self { uploader }))
     }
 
-    pub fn stats(&self) -> UploadStats {
+    pub fn stats(&self) -> Snapshot {
         self.uploader.stats()
     }
 
     /// Uploads what is pending (bounded by `shutdown_timeout_ms`) and stops. Call after the
     /// Parquet history has published its last files.
-    pub fn shutdown(self: Arc<Self>) -> Option<UploadStats> {
+    pub fn shutdown(self: Arc<Self>) -> Option<Snapshot> {
         match Arc::try_unwrap(self) {
             Ok(me) => Some(me.uploader.shutdown()),
             Err(_) => {
@@ -143,8 +166,14 @@ impl StatusSource for Upload {
     fn name(&self) -> &'static str {
         "upload"
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.uploader.stats()).unwrap_or_default()
+    fn stats(&self) -> Snapshot {
+        self.uploader.stats()
+    }
+    fn info(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("switch".into(), self.uploader.switch().into());
+        m.insert("last_error".into(), self.uploader.last_error().into());
+        m
     }
 }
 
@@ -159,14 +188,15 @@ impl ParquetHistory {
     ///
     /// # Errors
     /// The directory cannot be created, or the configuration is invalid.
-    pub fn start(cfg: ParquetSinkConfig) -> Result<Arc<Self>, String> {
+    pub fn start(cfg: ParquetSinkConfig, registry: &Arc<Registry>) -> Result<Arc<Self>, String> {
         let dir = cfg.dir.display().to_string();
-        let s = ParquetSink::start(cfg).map_err(|e| format!("parquet sink ({dir}): {e}"))?;
+        let s = ParquetSink::start(cfg, Some(registry))
+            .map_err(|e| format!("parquet sink ({dir}): {e}"))?;
         Ok(Arc::new(Self { handle: s }))
     }
 
     /// Counters.
-    pub fn stats(&self) -> ParquetStats {
+    pub fn stats(&self) -> Snapshot {
         self.handle.stats()
     }
 
@@ -174,7 +204,7 @@ impl ParquetHistory {
     ///
     /// # Errors
     /// The final flush failed (what could not be written is counted in the stats).
-    pub fn shutdown(self: Arc<Self>) -> Result<ParquetStats, String> {
+    pub fn shutdown(self: Arc<Self>) -> Result<Snapshot, String> {
         let me = Arc::try_unwrap(self).map_err(|_| "parquet sink still in use at shutdown")?;
         me.handle.shutdown().map_err(|e| e.to_string())
     }
@@ -188,8 +218,8 @@ impl Sink for ParquetHistory {
         // A refusal is counted by the sink (by reason); nothing else to do on the decode thread.
         let _ = self.handle.submit(Arc::clone(batch));
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.handle.stats()).unwrap_or_default()
+    fn stats(&self) -> Snapshot {
+        self.handle.stats()
     }
 }
 
@@ -204,14 +234,15 @@ impl CountersDb {
     ///
     /// # Errors
     /// A bad URL or configuration.
-    pub fn start(cfg: CountersDbConfig) -> Result<Arc<Self>, String> {
+    pub fn start(cfg: CountersDbConfig, registry: &Arc<Registry>) -> Result<Arc<Self>, String> {
         let url = cfg.url.clone();
-        let sink = CountersDbSink::start(cfg).map_err(|e| format!("counters-db ({url}): {e}"))?;
+        let sink = CountersDbSink::start(cfg, Some(registry))
+            .map_err(|e| format!("counters-db ({url}): {e}"))?;
         Ok(Arc::new(Self { sink }))
     }
 
     /// Counters (incl. the arrival → written lag histogram).
-    pub fn stats(&self) -> CountersDbStats {
+    pub fn stats(&self) -> Snapshot {
         self.sink.stats()
     }
 
@@ -231,8 +262,8 @@ impl Sink for CountersDb {
     fn submit(&self, batch: &Arc<CounterBatch>) {
         let _ = self.sink.submit(Arc::clone(batch));
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.sink.stats()).unwrap_or_default()
+    fn stats(&self) -> Snapshot {
+        self.sink.stats()
     }
 }
 
@@ -240,6 +271,7 @@ impl Sink for CountersDb {
 #[derive(Debug)]
 pub struct Otlp {
     sink: OtlpSink,
+    registry: Option<Arc<Registry>>,
 }
 
 impl Otlp {
@@ -251,8 +283,9 @@ impl Otlp {
     /// A bad config (every problem listed) or an unreadable TLS file.
     pub fn start(cfg: OtlpConfig, registry: Option<Arc<Registry>>) -> Result<Arc<Self>, String> {
         let ep = cfg.endpoint.clone();
-        let sink = OtlpSink::start(cfg, registry).map_err(|e| format!("otlp ({ep}): {e}"))?;
-        Ok(Arc::new(Self { sink }))
+        let sink =
+            OtlpSink::start(cfg, registry.clone()).map_err(|e| format!("otlp ({ep}): {e}"))?;
+        Ok(Arc::new(Self { sink, registry }))
     }
 
     pub fn stats(&self) -> OtlpStats {
@@ -279,7 +312,12 @@ impl Sink for Otlp {
         // A drop is counted by the sink (by reason); never waits.
         let _ = self.sink.submit(Arc::clone(batch));
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.sink.stats()).unwrap_or_default()
+    fn stats(&self) -> Snapshot {
+        // Its counters are registered in the daemon's registry itself (OTLP exports that
+        // registry): the `sink="otlp"` series.
+        match &self.registry {
+            Some(r) => r.snapshot().with_label(Label::Sink, "otlp"),
+            None => Snapshot::default(),
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! Labels are bounded: the source kind, reasons from closed enums, sink names.
 use std::{
     borrow::Cow,
+    collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -15,11 +16,12 @@ use std::{
 
 use stel_store::{
     labels,
-    metrics::{Label, Metric, Registry},
+    metrics::{Counter, Gauge, Kind, Label, Metric, Registry},
 };
 
 use crate::{
     config::SourceKind, daemon::DaemonStatus, decode::Malformed, int::source::IntSourceStats,
+    sources::state_db::StateDbStats,
 };
 
 /// The bounded `source` label value of a source kind.
@@ -81,11 +83,29 @@ impl Health {
     }
 }
 
-/// Publishes a tick's figures into the registry.
+/// Publishes a tick's figures into the registry: the reader thread's status (reader, input,
+/// filter, dispatch, decode, sessions), the STATE_DB watcher's and the INT source's counters.
+/// The sinks, the live view and the inspect socket register their own handles in the same
+/// registry when they start; everything the status file, the status line, `stel-ingestd
+/// status`, `/metrics` and OTLP show is then one [`Registry::snapshot`].
+///
+/// The decoders keep plain per-thread totals (published per batch to the reader thread, see
+/// `pipeline`); this copies them into their series once per tick with a relaxed store each.
+/// Handles are looked up once and cached, so a tick costs no registry lock after the first.
 #[derive(Debug)]
 pub struct StatusMetrics {
     registry: Arc<Registry>,
     source: &'static str,
+    handles: Mutex<HashMap<SeriesKey, Handle>>,
+}
+
+/// A series: its metric and label values.
+type SeriesKey = (Metric, Vec<Cow<'static, str>>);
+
+#[derive(Debug, Clone)]
+enum Handle {
+    Counter(Counter),
+    Gauge(Gauge),
 }
 
 impl StatusMetrics {
@@ -93,131 +113,290 @@ impl StatusMetrics {
         Self {
             registry,
             source: source_label(source),
+            handles: Mutex::default(),
         }
     }
 
+    fn handle(&self, m: Metric, labels: &[(Label, Cow<'static, str>)]) -> Handle {
+        let key = (m, labels.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>());
+        let mut g = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        g.entry(key)
+            .or_insert_with(|| match m.kind() {
+                Kind::Gauge => Handle::Gauge(self.registry.gauge(m, labels)),
+                _ => Handle::Counter(self.registry.counter(m, labels)),
+            })
+            .clone()
+    }
+
+    /// Sets a counter series to the total its owner keeps.
     fn total(&self, m: Metric, labels: &[(Label, Cow<'static, str>)], v: u64) {
-        self.registry.counter(m, labels).set_total(v);
+        if let Handle::Counter(c) = self.handle(m, labels) {
+            c.set_total(v);
+        }
+    }
+
+    /// Sets a gauge series.
+    fn level(&self, m: Metric, labels: &[(Label, Cow<'static, str>)], v: u64) {
+        if let Handle::Gauge(g) = self.handle(m, labels) {
+            g.set(v);
+        }
     }
 
     /// Sets every series from this tick's status (`healthy`: what `/health` says now).
     pub fn publish(&self, st: &DaemonStatus, int: Option<&IntSourceStats>, healthy: bool) {
+        use Metric as M;
         let src = self.source;
+        let r = &st.recv;
+        self.total(M::ReaderDatagrams, labels!(Source = src), r.datagrams);
+        self.total(M::ReaderBytes, labels!(Source = src), r.bytes);
         self.total(
-            Metric::ReaderDatagrams,
+            M::ReaderTruncatedDatagrams,
             labels!(Source = src),
-            st.recv.datagrams,
-        );
-        self.total(Metric::ReaderBytes, labels!(Source = src), st.recv.bytes);
-        self.total(
-            Metric::ReaderTruncatedDatagrams,
-            labels!(Source = src),
-            st.recv.truncated,
+            r.truncated,
         );
         self.total(
-            Metric::ReaderKernelDroppedDatagrams,
+            M::ReaderKernelDroppedDatagrams,
             labels!(Source = src),
             st.kernel_drops,
         );
         self.total(
-            Metric::FilterKeptMessages,
+            M::ReaderRearms,
+            labels!(Source = src, Reason = "no_buffers"),
+            r.rearms_no_buffers,
+        );
+        self.total(
+            M::ReaderRearms,
+            labels!(Source = src, Reason = "kernel"),
+            r.rearms,
+        );
+        self.total(M::ReaderErrors, labels!(Source = src), r.errors);
+        self.total(M::ReaderSlotWaits, labels!(Source = src), r.no_free_slot);
+        self.total(M::ReaderPolls, labels!(Source = src), r.polls);
+        self.level(
+            M::ReaderReceiveGapMaxMicroseconds,
             labels!(Source = src),
-            st.filter.kept,
+            st.receive_gap_max_us,
         );
         self.total(
-            Metric::FilterDroppedMessages,
+            M::ReaderReceiveGapsOver10ms,
             labels!(Source = src),
-            st.filter.dropped,
+            st.receive_gaps_over_10ms,
         );
-        self.total(
-            Metric::DispatchShedMessages,
-            labels!(Reason = "decoder_full"),
-            st.pipeline.dispatch.shed_decoder_full,
-        );
-        let d = &st.pipeline.decode;
-        self.total(Metric::DecodeMessages, labels!(), d.messages);
-        self.total(Metric::DecodeRecords, labels!(), d.records);
-        self.total(Metric::DecodeValues, labels!(), d.counters);
-        self.total(
-            Metric::DecodeSeqLostMessages,
+        if let Some(i) = &st.input {
+            self.total(M::InputFiles, labels!(), i.files);
+            self.total(M::InputFailedFiles, labels!(), i.files_failed);
+            self.total(M::InputReadBytes, labels!(), i.bytes_read);
+            self.total(M::InputUnits, labels!(), i.units);
+            self.total(M::InputUnreadableRecords, labels!(), i.unreadable_records);
+            self.total(M::InputDiscardedBytes, labels!(), i.discarded_bytes);
+            self.total(M::InputSkippedPackets, labels!(), i.skipped_packets);
+            self.total(M::InputNonIpfixDatagrams, labels!(), i.non_ipfix_datagrams);
+            self.total(M::InputIpFragments, labels!(), i.ip_fragments);
+            self.total(M::InputReassembledDatagrams, labels!(), i.ip_reassembled);
+            self.total(
+                M::InputDroppedIpFragments,
+                labels!(),
+                i.ip_fragments_dropped,
+            );
+        }
+        let f = &st.filter;
+        self.total(M::FilterSeenMessages, labels!(), f.seen);
+        self.total(M::FilterKeptMessages, labels!(), f.kept);
+        self.total(M::FilterDroppedMessages, labels!(), f.dropped);
+        self.total(M::FilterTooShortMessages, labels!(), f.too_short);
+        self.total(M::FilterLearnedTemplates, labels!(), f.learned);
+        self.total(M::FilterLearnFailedTemplates, labels!(), f.learn_failed);
+        self.level(M::FilterTemplates, labels!(), f.templates as u64);
+        self.level(M::FilterMaxTemplates, labels!(), u64::from(f.max_templates));
+        self.level(
+            M::FilterKernelState,
             labels!(),
-            d.seq_lost_messages,
+            u64::from(f.kind == "kernel"),
+        );
+
+        let p = &st.pipeline.dispatch;
+        self.total(M::DispatchMessages, labels!(), p.messages);
+        self.total(M::DispatchControlFrames, labels!(), p.control_frames);
+        self.total(
+            M::DispatchShedMessages,
+            labels!(Reason = "decoder_full"),
+            p.shed_decoder_full_messages,
+        );
+        self.total(
+            M::DispatchShedBytes,
+            labels!(Reason = "decoder_full"),
+            p.shed_decoder_full_bytes,
+        );
+        self.total(M::DispatchStalls, labels!(), p.stalls);
+        self.total(M::DispatchDeferredControls, labels!(), p.control_deferred);
+
+        let d = &st.pipeline.decode;
+        self.total(M::DecodeMessages, labels!(), d.messages);
+        self.total(M::DecodeBytes, labels!(), d.bytes);
+        self.total(M::DecodeRecords, labels!(), d.records);
+        for (core, v) in st.pipeline.per_decoder_counters.iter().enumerate() {
+            self.total(M::DecodeValues, labels!(Core = core.to_string()), *v);
+        }
+        self.total(M::DecodeBatches, labels!(), d.batches);
+        self.total(M::DecodeTemplateSets, labels!(), d.template_sets);
+        self.total(
+            M::DecodeOptionsTemplateSets,
+            labels!(),
+            d.options_template_sets,
+        );
+        for (reason, v) in [
+            ("registered", d.templates_registered),
+            ("refreshed", d.templates_refreshed),
+            ("replaced", d.templates_replaced),
+            ("withdrawn", d.templates_withdrawn),
+            ("options", d.options_templates),
+        ] {
+            self.total(M::DecodeTemplates, labels!(Reason = reason), v);
+        }
+        self.total(M::DecodeOptionsRecords, labels!(), d.options_records);
+        self.total(M::DecodeAppliedSessions, labels!(), d.sessions_registered);
+        self.total(
+            M::DecodeUnknownTemplateBytes,
+            labels!(),
+            d.unknown_template_bytes,
+        );
+        self.total(M::DecodePaddingBytes, labels!(), d.padding_bytes);
+        self.total(M::DecodeDiscardedBytes, labels!(), d.discarded_bytes);
+        self.total(M::DecodeMissingSamples, labels!(), d.missing_samples);
+        self.total(
+            M::DecodeSessionOverrides,
+            labels!(),
+            d.templates_overriding_session,
         );
         for r in Malformed::ALL {
             self.total(
-                Metric::DecodeMalformed,
+                M::DecodeMalformed,
                 labels!(Reason = r.name()),
                 d.malformed(r),
             );
         }
-        self.registry
-            .gauge(Metric::SessionRegisteredSessions, labels!())
-            .set(st.sessions as u64);
-        // Sinks report plain JSON; the Parquet history's fields are fixed names.
-        if let Some(p) = st.sinks.get("parquet").and_then(|v| v.as_object()) {
-            let f = |k: &str| p.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
-            self.total(
-                Metric::SinkWrittenSamples,
-                labels!(Sink = "parquet"),
-                f("samples_written"),
-            );
-            self.total(
-                Metric::SinkPublishedFiles,
-                labels!(Sink = "parquet"),
-                f("files_published"),
-            );
-            for reason in ["queue_full", "queue_timeout", "memory_budget", "closed"] {
-                self.total(
-                    Metric::SinkDroppedSamples,
-                    labels!(Sink = "parquet", Reason = reason),
-                    f(&format!("shed_{reason}_samples")),
-                );
-            }
-        }
+        self.total(M::DecodeSeqLostMessages, labels!(), d.seq_lost_messages);
+        self.total(M::DecodeSeqLostRecords, labels!(), d.seq_lost_records);
+        self.total(M::DecodeSeqGaps, labels!(), d.seq_gap_events);
+        self.total(
+            M::DecodeSeqOutOfOrderMessages,
+            labels!(),
+            d.seq_out_of_order,
+        );
+        self.total(M::DecodeSeqFilteredMessages, labels!(), d.filtered_messages);
+        self.total(
+            M::DecodeSeqUntrackedMessages,
+            labels!(),
+            d.untracked_domain_messages,
+        );
+
+        let s = &st.session_registry;
+        self.level(M::SessionRegisteredSessions, labels!(), st.sessions as u64);
+        self.level(M::SessionApplyingSessions, labels!(), s.applying as u64);
+        self.total(
+            M::SessionAcceptedRegistrations,
+            labels!(),
+            s.registrations_total,
+        );
+        self.total(M::SessionAppliedRegistrations, labels!(), s.applied_total);
+        self.total(M::SessionRejectedRegistrations, labels!(), s.rejected_total);
+        self.total(
+            M::SessionUnregistrations,
+            labels!(),
+            s.unregistrations_total,
+        );
+        self.total(
+            M::SessionFilterRollbacks,
+            labels!(),
+            s.filter_rollbacks_total,
+        );
+        self.total(
+            M::SessionFilterRemoveErrors,
+            labels!(),
+            s.filter_remove_errors_total,
+        );
+        self.level(
+            M::DaemonCapabilitiesDroppedState,
+            labels!(),
+            u64::from(st.capabilities_dropped),
+        );
+        self.level(
+            M::DaemonDecoderThreads,
+            labels!(),
+            st.pipeline.per_decoder_counters.len() as u64,
+        );
+
         if let Some(i) = int {
             self.total(
-                Metric::ReaderDatagrams,
+                M::ReaderDatagrams,
                 labels!(Source = "int"),
                 i.recv.datagrams,
             );
-            self.total(Metric::ReaderBytes, labels!(Source = "int"), i.recv.bytes);
+            self.total(M::ReaderBytes, labels!(Source = "int"), i.recv.bytes);
             self.total(
-                Metric::ReaderTruncatedDatagrams,
+                M::ReaderTruncatedDatagrams,
                 labels!(Source = "int"),
                 i.recv.truncated,
             );
             self.total(
-                Metric::ReaderKernelDroppedDatagrams,
+                M::ReaderKernelDroppedDatagrams,
                 labels!(Source = "int"),
                 i.kernel_drops,
             );
-            self.total(
-                Metric::IntDecodedReports,
-                labels!(),
-                i.decode.reports_decoded,
-            );
-            self.total(Metric::IntDecodedHops, labels!(), i.decode.hops);
-            self.total(Metric::IntSeqLostReports, labels!(), i.decode.seq_lost);
+            self.total(M::IntDecodedReports, labels!(), i.decode.reports_decoded);
+            self.total(M::IntDecodedHops, labels!(), i.decode.hops);
+            self.total(M::IntSeqLostReports, labels!(), i.decode.seq_lost);
             for r in crate::int::Malformed::ALL {
                 self.total(
-                    Metric::IntMalformedReports,
+                    M::IntMalformedReports,
                     labels!(Reason = r.name()),
                     i.decode.malformed(*r),
                 );
             }
             self.total(
-                Metric::SinkWrittenSamples,
+                M::SinkDeliveredSamples,
                 labels!(Sink = "int"),
                 i.sink.rows_written,
             );
             self.total(
-                Metric::SinkPublishedFiles,
+                M::SinkPublishedFiles,
                 labels!(Sink = "int"),
                 i.sink.files_published,
             );
         }
-        self.registry
-            .gauge(Metric::DaemonHealthyState, labels!())
-            .set(u64::from(healthy));
+        self.level(M::DaemonHealthyState, labels!(), u64::from(healthy));
+    }
+
+    /// The STATE_DB watcher's counters (with `[state_db]`).
+    pub fn publish_state_db(&self, s: &StateDbStats) {
+        use Metric as M;
+        self.total(M::StateDbScans, labels!(), s.full_scans);
+        self.total(M::StateDbNotifications, labels!(), s.notifications);
+        self.total(M::StateDbEvents, labels!(Reason = "register"), s.registers);
+        self.total(
+            M::StateDbEvents,
+            labels!(Reason = "unregister"),
+            s.unregisters,
+        );
+        self.total(
+            M::StateDbIgnoredEntries,
+            labels!(Reason = "malformed"),
+            s.bad_entries,
+        );
+        self.total(
+            M::StateDbIgnoredEntries,
+            labels!(Reason = "unsupported_type"),
+            s.unsupported_type,
+        );
+        self.total(M::StateDbAcks, labels!(), s.acks_written);
+        self.total(M::StateDbRejects, labels!(), s.rejects);
+        self.total(M::StateDbErrors, labels!(), s.redis_errors);
+        self.total(M::StateDbConnects, labels!(), s.connects);
+        self.total(
+            M::StateDbNotificationEnables,
+            labels!(),
+            s.notifications_enabled_by_us,
+        );
+        self.level(M::StateDbConnectedState, labels!(), u64::from(s.connected));
     }
 }

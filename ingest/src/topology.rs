@@ -18,7 +18,10 @@
 //! the data path.
 use std::{os::fd::OwnedFd, path::PathBuf, sync::Arc};
 
-use stel_store::{metrics::Registry, prometheus::MetricsServer};
+use stel_store::{
+    metrics::{Metric, Registry},
+    prometheus::MetricsServer,
+};
 
 use crate::{
     config::{DaemonConfig, SessionFile},
@@ -85,6 +88,13 @@ impl Topology {
         let int_cfg = cfg.int.clone();
         let metrics_listen = cfg.metrics.listen;
         let registry = Registry::new();
+        registry
+            .gauge(Metric::DaemonStartTimeSeconds, stel_store::labels!())
+            .set(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            );
         let health = Health::new(5);
         let status_metrics = StatusMetrics::new(Arc::clone(&registry), cfg.source.kind);
         let history_dir = parquet_cfg
@@ -103,14 +113,14 @@ impl Topology {
             .drop_privileges()
             .map_err(|e| format!("dropping capabilities: {e}"))?;
 
-        let live = Live::new();
+        let live = Live::new(&registry);
         let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&live) as Arc<dyn Sink>];
         let mut status_sources: Vec<Arc<dyn StatusSource>> = Vec::new();
         let mut upload = None;
         let history = match parquet_cfg {
             Some(c) => {
                 let (dir, c_switch) = (c.dir.clone(), c.switch_name.clone());
-                let h = ParquetHistory::start(c)?;
+                let h = ParquetHistory::start(c, &registry)?;
                 eprintln!(
                     "stel-ingestd: writing Parquet history under {}",
                     dir.display()
@@ -119,7 +129,7 @@ impl Topology {
                 if let Some(u) = upload_cfg {
                     let to = u.to.clone();
                     let redis = state_db_cfg.as_ref().map(|c| c.url.as_str());
-                    let up = Upload::start(u, &dir, c_switch.as_deref(), redis)?;
+                    let up = Upload::start(u, &dir, c_switch.as_deref(), redis, &registry)?;
                     eprintln!(
                         "stel-ingestd: uploading every published file to {to} (progress in {})",
                         dir.join(stel_store::upload::STATE_FILE).display()
@@ -133,7 +143,7 @@ impl Topology {
         };
         let inspect = if inspect_cfg.enabled {
             let path = inspect_cfg.socket_path(&status_file);
-            match InspectServer::start(&path, &live, inspect_cfg.max_clients) {
+            match InspectServer::start(&path, &live, inspect_cfg.max_clients, &registry) {
                 Ok(s) => {
                     eprintln!(
                         "stel-ingestd: live inspect on {} (stel-query inspect <profile>)",
@@ -163,7 +173,7 @@ impl Topology {
         let counters = match counters_cfg {
             Some(c) => {
                 let url = c.url.clone();
-                let s = CountersDb::start(c)?;
+                let s = CountersDb::start(c, &registry)?;
                 eprintln!("stel-ingestd: writing COUNTERS_DB and RATES to {url}");
                 sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
                 Some(s)
@@ -255,11 +265,14 @@ impl Topology {
     ) -> Finished {
         let mut st = self.daemon.finish(drained, timeout);
         let mut parquet = None;
+        let mut int_final = None;
         if let Some((w, _)) = self.state_db {
+            self.status_metrics.publish_state_db(&w.stats());
             w.shutdown();
         }
         if let Some(i) = self.int {
             let s = i.shutdown();
+            int_final = Some(s.clone());
             eprintln!(
                 "stel-ingestd: int: {} datagrams, {} reports ({} decoded, {} malformed), {} hops, {} drop reports; {} lost by sequence; {} kernel drops, {} truncated; tables: {} rows written, {} shed, {} lost",
                 s.recv.datagrams,
@@ -290,13 +303,11 @@ impl Topology {
                 Ok(s) => {
                     eprintln!(
                         "stel-ingestd: history: {} files published, {} samples written",
-                        s.files_published, s.samples_written
+                        s.get(Metric::SinkPublishedFiles),
+                        stel_store::parquet::accounting::written(&s)
                     );
                     // The final counters (after the last publish) for the status file.
-                    st.sinks.insert(
-                        "parquet".into(),
-                        serde_json::to_value(s).unwrap_or_default(),
-                    );
+                    st.sinks.insert("parquet".into(), s.to_json());
                     parquet = Some(s);
                 }
                 Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
@@ -304,15 +315,21 @@ impl Topology {
         }
         if let Some(u) = self.upload {
             // After the history's last publish, so its final files go too.
+            let info = u.info(); // switch and last_error, next to the final counters
             if let Some(s) = u.shutdown() {
                 eprintln!(
                     "stel-ingestd: upload: {} files ({} bytes) uploaded, {} pending, {} failed attempts, {} vanished before upload",
-                    s.files_uploaded, s.bytes_uploaded, s.pending_files, s.failures, s.vanished_files
+                    s.get(Metric::UploadFiles),
+                    s.get(Metric::UploadBytes),
+                    s.get(Metric::UploadPendingFiles),
+                    s.get(Metric::UploadFailures),
+                    s.get(Metric::UploadVanishedFiles)
                 );
-                st.sinks.insert(
-                    "upload".into(),
-                    serde_json::to_value(&s).unwrap_or_default(),
-                );
+                let mut j = s.to_json();
+                if let serde_json::Value::Object(m) = &mut j {
+                    m.extend(info);
+                }
+                st.sinks.insert("upload".into(), j);
             }
         }
         if let Some(s) = self.inspect {
@@ -333,9 +350,13 @@ impl Topology {
         if let Some(m) = self.metrics {
             m.shutdown();
         }
+        // The final figures into the registry (the sinks' are final now too).
+        self.status_metrics
+            .publish(&st, int_final.as_ref(), st.nothing_decoded().is_none());
         Finished {
             status: st,
             parquet,
+            metrics: self.registry.snapshot(),
         }
     }
 
@@ -355,5 +376,7 @@ impl Topology {
 #[derive(Debug)]
 pub struct Finished {
     pub status: DaemonStatus,
-    pub parquet: Option<stel_store::parquet::ParquetStats>,
+    pub parquet: Option<stel_store::metrics::Snapshot>,
+    /// Every series of the daemon's registry, final.
+    pub metrics: stel_store::metrics::Snapshot,
 }

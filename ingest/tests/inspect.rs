@@ -137,9 +137,23 @@ fn live_snapshots_from_the_running_daemon() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let st: Value = serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
     let i = &st["sinks"]["inspect"];
-    assert_eq!(i["bad_requests"], 2, "{i}");
+    // The registry's JSON form: one entry per series, with its labels.
+    let series = |name: &str, reason: Option<&str>| -> u64 {
+        // Unlabelled metrics are a number, labelled ones a list of series.
+        match &i[name] {
+            Value::Number(n) => n.as_u64().unwrap_or(0),
+            Value::Array(a) => a
+                .iter()
+                .filter(|x| reason.is_none_or(|r| x["labels"]["reason"] == r))
+                .map(|x| x["value"].as_u64().unwrap_or(0))
+                .sum(),
+            v => panic!("{name} is {v} in {i}"),
+        }
+    };
+    let bad = "stel_inspect_bad_requests_total";
+    assert_eq!(series(bad, Some("bad_request")), 2, "{i}");
     // At least "nope"; connecting before the demo's first batch counts too.
-    assert!(i["unknown_profiles"].as_u64().unwrap() >= 1, "{i}");
-    assert!(i["snapshots_sent"].as_u64().unwrap() >= 22, "{i}");
+    assert!(series(bad, Some("unknown_profile")) >= 1, "{i}");
+    assert!(series("stel_inspect_snapshots_total", None) >= 22, "{i}");
     assert!(!sock.exists(), "the socket is removed at exit");
 }

@@ -1,7 +1,9 @@
 //! The daemon's registry through a real Prometheus server: `stel-ingestd --demo --metrics ADDR`
 //! is scraped by `prometheus` (Debian's package, started here with a one-job config), and the
-//! server's HTTP API returns our series with the values the daemon counted. Also: `/health`,
-//! and every metric the registry defines is in the README's counter table.
+//! server's HTTP API returns our series with the values the daemon counted. The status file,
+//! `/metrics`, the final status file and `stel-ingestd status` list the same series (one
+//! registry), every metric that needs no option is registered by the demo, and the README's
+//! counter table is the registry's. Also: `/health`.
 
 use std::{
     collections::BTreeSet,
@@ -12,7 +14,7 @@ use std::{
 };
 
 use serde_json::Value;
-use stel_store::metrics::Metric;
+use stel_store::metrics::{Kind, Label, Metric, Sample, Snapshot};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -75,8 +77,10 @@ fn a_real_prometheus_scrapes_the_daemon() {
     let maddr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut daemon = Killed(
         Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-            .args(["--demo", "--duration", "120s", "--no-inspect", "--data-dir"])
+            .args(["--demo", "--duration", "120s", "--data-dir"])
             .arg(dir.path().join("data"))
+            .arg("--inspect-socket")
+            .arg(dir.path().join("inspect.sock"))
             .arg("--status-file")
             .arg(dir.path().join("status.json"))
             .args(["--metrics", &maddr.to_string(), "--status-line", "off"])
@@ -155,6 +159,24 @@ fn a_real_prometheus_scrapes_the_daemon() {
     });
     assert!(stored.contains("stel_daemon_healthy_state"), "{stored:?}");
 
+    // The status file and /metrics read the same registry: every series of a tick's status
+    // file is served by /metrics fetched after it.
+    let status = dir.path().join("status.json");
+    let read_status = || -> Option<Snapshot> {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&status).ok()?).ok()?;
+        let s = Snapshot::from_json(&v["metrics"]);
+        (s.has(Metric::DecodeRecords)).then_some(s)
+    };
+    let tick = wait("the status file's metrics", &mut daemon.0, read_status);
+    let served = exposed_series(&get(maddr, "/metrics").unwrap().1);
+    for x in &tick.samples {
+        assert!(
+            served.contains(&prometheus_series(x)),
+            "{} is in the status file but not in /metrics",
+            x.series_name()
+        );
+    }
+
     // SIGTERM: the daemon still stops cleanly with the endpoint running.
     let rc = Command::new("kill")
         .args(["-TERM", &daemon.0.id().to_string()])
@@ -162,30 +184,89 @@ fn a_real_prometheus_scrapes_the_daemon() {
         .unwrap();
     assert!(rc.success());
     assert!(daemon.0.wait().unwrap().success());
+
+    // The final status file has every series /metrics served (none disappears), and every
+    // metric that needs nothing but a running daemon is among them.
+    let last = read_status().expect("the final status file");
+    let finals: BTreeSet<String> = last.samples.iter().map(prometheus_series).collect();
+    for x in &served {
+        assert!(
+            finals.contains(x),
+            "{x} served by /metrics, not in the final status file"
+        );
+    }
+    for m in Metric::ALL {
+        assert!(
+            m.condition().is_some() || last.has(*m),
+            "{m} is defined and needs no option, but the demo never registered it (wire it or delete it)"
+        );
+    }
+    assert!(last.has(Metric::DaemonScrapes) && last.sum(Metric::DaemonScrapes) >= 2);
+    // Accounted across stages, from the registry alone: every decoded value reached the
+    // Parquet sink, and each is written or dropped for a counted reason.
+    let parquet = |m| last.sum_where(m, Label::Sink, "parquet");
+    assert!(last.sum(Metric::DecodeValues) > 0);
+    assert_eq!(
+        parquet(Metric::SinkReceivedSamples),
+        last.sum(Metric::DecodeValues)
+    );
+    assert_eq!(
+        parquet(Metric::SinkDeliveredSamples) + parquet(Metric::SinkDroppedSamples),
+        parquet(Metric::SinkReceivedSamples)
+    );
+
+    // `stel-ingestd status` prints the registry from the status file: every series.
+    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args(["status", "--file"])
+        .arg(&status)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    for x in &last.samples {
+        assert!(
+            table.contains(&x.series_name()),
+            "{} missing from `stel-ingestd status`",
+            x.series_name()
+        );
+    }
+    for m in Metric::ALL {
+        assert!(
+            table.contains(m.name()),
+            "{m} missing from `stel-ingestd status`"
+        );
+    }
 }
 
-/// The README's counter table lists every metric the registry defines (name, type, labels).
+/// `name{k="v",…}` of every `stel_` sample line of an exposition (a histogram's `_count`).
+fn exposed_series(body: &str) -> BTreeSet<String> {
+    body.lines()
+        .filter(|l| l.starts_with("stel_"))
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series.to_string()))
+        .collect()
+}
+
+/// How Prometheus spells a registry series (a histogram: by its `_count` series).
+fn prometheus_series(s: &Sample) -> String {
+    if s.metric.kind() == Kind::Histogram {
+        let name = s.series_name();
+        let (n, rest) = name.split_at(s.metric.name().len());
+        format!("{n}_count{rest}")
+    } else {
+        s.series_name()
+    }
+}
+
+/// The README's counter table is the registry's (name, type, labels, when registered, help).
 #[test]
 fn the_readme_counter_table_lists_every_metric() {
     let readme = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
     )
     .unwrap();
-    for m in Metric::ALL {
-        let labels: Vec<&str> = m.labels().iter().map(|l| l.key()).collect();
-        let row = format!(
-            "| `{}` | {} | {} |",
-            m.name(),
-            m.kind().as_str(),
-            if labels.is_empty() {
-                "—".to_string()
-            } else {
-                labels.join(", ")
-            }
-        );
-        assert!(
-            readme.contains(&row),
-            "README lacks the row starting {row:?}"
-        );
-    }
+    let table = Metric::markdown_table();
+    assert!(
+        readme.contains(&table),
+        "README's counter table differs from the registry's; replace it with:\n{table}"
+    );
 }

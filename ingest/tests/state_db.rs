@@ -316,7 +316,7 @@ fn state_db_session_to_counters_db_exact() {
     };
     let mut sink_cfg = CountersDbConfig::for_test(r.url());
     sink_cfg.rate_interval_ms = 100;
-    let sink = CountersDbSink::start(sink_cfg).unwrap();
+    let sink = CountersDbSink::start(sink_cfg, None).unwrap();
     let mut dec = Decoder::new(DecodeConfig::for_test());
     let mut batches: Vec<CounterBatch> = Vec::new();
     dec.register_session(spec.clone(), &session_config, &mut |b| batches.push(b))
@@ -377,9 +377,16 @@ fn state_db_session_to_counters_db_exact() {
         assert_eq!(st, "DONE");
     }
     let st = sink.stats();
-    assert!(st.rate_resets >= 4, "one reset per port: {st:?}");
-    assert_eq!(st.batches_shed_queue_full, 0);
-    assert_eq!(st.objects_without_oid, 0);
+    use stel_store::metrics::{Label, Metric};
+    assert!(
+        st.get(Metric::CountersDbRateResets) >= 4,
+        "one reset per port: {st:?}"
+    );
+    assert_eq!(
+        st.sum_where(Metric::SinkDroppedBatches, Label::Reason, "queue_full"),
+        0
+    );
+    assert_eq!(st.get(Metric::CountersDbObjectsWithoutOid), 0);
     sink.shutdown();
     w.shutdown();
 }

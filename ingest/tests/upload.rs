@@ -132,22 +132,30 @@ fn daemon_uploads_every_published_file_to_a_directory() {
     let st = run_daemon(dir.path(), &extra, 3, &[]);
     let up = &st["sinks"]["upload"];
     let pq = &st["sinks"]["parquet"];
-    assert_eq!(up["failures"], 0, "{up}");
+    assert_eq!(metric(up, "stel_upload_failures_total"), 0, "{up}");
     assert_eq!(up["switch"], SWITCH, "{up}");
-    assert_eq!(up["pending_files"], 0, "{up}");
-    assert_eq!(up["vanished_files"], 0, "{up}");
-    assert_eq!(up["files_uploaded"], pq["files_published"], "{up}\n{pq}");
-    assert_eq!(up["bytes_uploaded"], pq["bytes_published"], "{up}\n{pq}");
+    assert_eq!(metric(up, "stel_upload_pending_files"), 0, "{up}");
+    assert_eq!(metric(up, "stel_upload_vanished_files_total"), 0, "{up}");
+    assert_eq!(
+        metric(up, "stel_upload_files_total"),
+        metric(pq, "stel_sink_published_files_total"),
+        "{up}\n{pq}"
+    );
+    assert_eq!(
+        metric(up, "stel_upload_bytes_total"),
+        metric(pq, "stel_parquet_published_bytes_total"),
+        "{up}\n{pq}"
+    );
     let (files, rows) = compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
-    assert_eq!(files, pq["files_published"].as_u64().unwrap());
-    assert_eq!(rows, pq["rows_written"].as_u64().unwrap());
+    assert_eq!(files, metric(pq, "stel_sink_published_files_total"));
+    assert_eq!(rows, metric(pq, "stel_parquet_written_rows_total"));
     // A restart uploads only what is new.
     let st = run_daemon(dir.path(), &extra, 2, &[]);
     let up = &st["sinks"]["upload"];
-    assert_eq!(up["resumed_files"].as_u64().unwrap(), files, "{up}");
+    assert_eq!(metric(up, "stel_upload_resumed_files"), files, "{up}");
     assert_eq!(
-        up["files_uploaded"],
-        st["sinks"]["parquet"]["files_published"]
+        metric(up, "stel_upload_files_total"),
+        metric(&st["sinks"]["parquet"], "stel_sink_published_files_total")
     );
     compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
 }
@@ -167,7 +175,9 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
         let st: Option<Value> = std::fs::read_to_string(&status)
             .ok()
             .and_then(|s| serde_json::from_str(&s).ok());
-        if let Some(st) = st.filter(|s| s["sinks"]["upload"]["failures"].as_u64() >= Some(2)) {
+        if let Some(st) =
+            st.filter(|s| metric(&s["sinks"]["upload"], "stel_upload_failures_total") >= 2)
+        {
             break st;
         }
         assert!(
@@ -176,18 +186,35 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(down["sinks"]["upload"]["files_uploaded"], 0);
+    assert_eq!(
+        metric(&down["sinks"]["upload"], "stel_upload_files_total"),
+        0
+    );
     assert!(down["sinks"]["upload"]["last_error"].is_string());
     let _moto = MotoS3::start_on(port, "lake");
     let st = finish(child, &status);
     let up = &st["sinks"]["upload"];
     let pq = &st["sinks"]["parquet"];
-    assert!(up["failures"].as_u64().unwrap() >= 2, "{up}");
-    assert!(up["retries"].as_u64().unwrap() >= 1, "{up}");
-    assert_eq!(up["pending_files"], 0, "{up}");
-    assert_eq!(up["vanished_files"], 0, "{up}");
-    assert_eq!(up["files_uploaded"], pq["files_published"], "{up}\n{pq}");
+    assert!(metric(up, "stel_upload_failures_total") >= 2, "{up}");
+    assert!(metric(up, "stel_upload_retries_total") >= 1, "{up}");
+    assert_eq!(metric(up, "stel_upload_pending_files"), 0, "{up}");
+    assert_eq!(metric(up, "stel_upload_vanished_files_total"), 0, "{up}");
+    assert_eq!(
+        metric(up, "stel_upload_files_total"),
+        metric(pq, "stel_sink_published_files_total"),
+        "{up}\n{pq}"
+    );
     let (files, rows) = compare(&dir.path().join("data"), "s3://lake/stel", &env);
-    assert_eq!(files, pq["files_published"].as_u64().unwrap());
-    assert_eq!(rows, pq["rows_written"].as_u64().unwrap());
+    assert_eq!(files, metric(pq, "stel_sink_published_files_total"));
+    assert_eq!(rows, metric(pq, "stel_parquet_written_rows_total"));
+}
+
+/// The sum of a metric's series in a status-file sink section (the registry's JSON form).
+fn metric(section: &Value, name: &str) -> u64 {
+    // Unlabelled metrics are a number (null when unregistered), labelled ones a list of series.
+    match &section[name] {
+        Value::Number(n) => n.as_u64().unwrap_or(0),
+        Value::Array(a) => a.iter().map(|x| x["value"].as_u64().unwrap_or(0)).sum(),
+        v => panic!("{name} is {v} in {section}"),
+    }
 }

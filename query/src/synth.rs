@@ -80,7 +80,7 @@ pub fn generate(
         switch_name: Some("bench".into()),
         ..ParquetSinkConfig::default()
     };
-    let sink = ParquetSink::start(cfg).map_err(|e| format!("parquet sink: {e}"))?;
+    let sink = ParquetSink::start(cfg, None).map_err(|e| format!("parquet sink: {e}"))?;
     let w = schema.width();
     let stat_names: Vec<String> = schema.columns.iter().map(|c| c.key.short_name()).collect();
     // Per-snapshot increments scale with the interval, so rates look like a real port's.
@@ -122,11 +122,9 @@ pub fn generate(
         row += n;
     }
     let stats = sink.shutdown().map_err(|e| format!("parquet sink: {e}"))?;
-    if stats.lost_samples() > 0 {
-        return Err(format!(
-            "parquet sink lost {} samples",
-            stats.lost_samples()
-        ));
+    let lost = stel_store::parquet::accounting::lost(&stats);
+    if lost > 0 {
+        return Err(format!("parquet sink lost {lost} samples"));
     }
     Ok(())
 }

@@ -43,7 +43,8 @@ fn publish(root: &Path, b: &CounterBatch, from: usize, rows_per_file: usize) {
     let w = b.schema.width();
     let mut start = from;
     while start < b.ts.len() {
-        let sink = ParquetSink::start(ParquetSinkConfig::for_test(root)).expect("parquet sink");
+        let sink =
+            ParquetSink::start(ParquetSinkConfig::for_test(root), None).expect("parquet sink");
         let end = (start + rows_per_file).min(b.ts.len());
         sink.submit(Arc::new(
             CounterBatch::new(
@@ -57,7 +58,7 @@ fn publish(root: &Path, b: &CounterBatch, from: usize, rows_per_file: usize) {
         .expect("submit");
         start = end;
         let stats = sink.shutdown().expect("shutdown");
-        assert_eq!(stats.lost_samples(), 0);
+        assert_eq!(stel_store::parquet::accounting::lost(&stats), 0);
     }
 }
 

@@ -33,7 +33,7 @@ use std::{
     os::unix::net::{UnixListener, UnixStream},
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed},
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
         Arc, Mutex,
     },
     thread::JoinHandle,
@@ -42,7 +42,12 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{batch::CounterBatch, schema::SessionSchema};
+use crate::{
+    batch::CounterBatch,
+    labels,
+    metrics::{self, Counter, Gauge, Metric, Registry},
+    schema::SessionSchema,
+};
 
 /// The socket's file name next to the daemon's status file.
 pub const SOCKET_NAME: &str = "inspect.sock";
@@ -265,36 +270,36 @@ impl Grid {
     }
 }
 
-/// What the server counts (the daemon's status JSON, `sinks.inspect`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ServerStats {
-    pub socket: String,
-    /// Connections accepted.
-    pub clients: u64,
-    /// Connections being served now.
-    pub clients_active: u64,
-    /// Refused because `max_clients` were being served.
-    pub clients_refused: u64,
-    /// Requests that were not valid JSON / too long / too slow, and unknown profiles.
-    pub bad_requests: u64,
-    pub unknown_profiles: u64,
-    /// Snapshot lines sent.
-    pub snapshots_sent: u64,
-    /// Clients dropped because they did not read for 5 s.
-    pub slow_clients: u64,
-    /// Snapshots (rows) the sink has seen.
-    pub rows: u64,
+/// What the server counts: registry handles (the daemon's registry, or one of its own).
+#[derive(Debug)]
+struct ServerCounters {
+    registry: Arc<Registry>,
+    clients: Counter,
+    active: Gauge,
+    refused: Counter,
+    bad_requests: Counter,
+    unknown_profiles: Counter,
+    snapshots_sent: Counter,
+    slow_clients: Counter,
 }
 
-#[derive(Debug, Default)]
-struct ServerCounters {
-    clients: AtomicU64,
-    active: AtomicUsize,
-    refused: AtomicU64,
-    bad_requests: AtomicU64,
-    unknown_profiles: AtomicU64,
-    snapshots_sent: AtomicU64,
-    slow_clients: AtomicU64,
+impl ServerCounters {
+    fn new(parent: Option<&Arc<Registry>>) -> Self {
+        let r = Registry::child_of(parent);
+        Self {
+            clients: r.counter(Metric::InspectClients, labels!()),
+            active: r.gauge(Metric::InspectActiveClients, labels!()),
+            refused: r.counter(Metric::InspectRefusedClients, labels!()),
+            bad_requests: r.counter(Metric::InspectBadRequests, labels!(Reason = "bad_request")),
+            unknown_profiles: r.counter(
+                Metric::InspectBadRequests,
+                labels!(Reason = "unknown_profile"),
+            ),
+            snapshots_sent: r.counter(Metric::InspectSnapshots, labels!()),
+            slow_clients: r.counter(Metric::InspectSlowClients, labels!()),
+            registry: r,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -329,7 +334,13 @@ impl Server {
     ///
     /// # Errors
     /// The socket is in use, or cannot be created (directory, permissions).
-    pub fn start(path: &Path, state: Arc<LiveState>, max_clients: usize) -> Result<Self, Error> {
+    /// With a `registry`, the counters are registered in it (a child).
+    pub fn start(
+        path: &Path,
+        state: Arc<LiveState>,
+        max_clients: usize,
+        registry: Option<&Arc<Registry>>,
+    ) -> Result<Self, Error> {
         let io_err = |source| Error::Io {
             path: path.to_owned(),
             source,
@@ -347,7 +358,7 @@ impl Server {
         let shared = Arc::new(ServerShared {
             path: path.to_owned(),
             state,
-            c: ServerCounters::default(),
+            c: ServerCounters::new(registry),
             stop: AtomicBool::new(false),
             max_clients: max_clients.max(1),
         });
@@ -367,20 +378,9 @@ impl Server {
         &self.shared.path
     }
 
-    /// Counters.
-    pub fn stats(&self) -> ServerStats {
-        let c = &self.shared.c;
-        ServerStats {
-            socket: self.shared.path.display().to_string(),
-            clients: c.clients.load(Relaxed),
-            clients_active: c.active.load(Relaxed) as u64,
-            clients_refused: c.refused.load(Relaxed),
-            bad_requests: c.bad_requests.load(Relaxed),
-            unknown_profiles: c.unknown_profiles.load(Relaxed),
-            snapshots_sent: c.snapshots_sent.load(Relaxed),
-            slow_clients: c.slow_clients.load(Relaxed),
-            rows: self.shared.state.rows(),
-        }
+    /// Counters (`stel_inspect_*`).
+    pub fn stats(&self) -> metrics::Snapshot {
+        self.shared.c.registry.snapshot()
     }
 
     /// Stops accepting, ends every client stream, removes the socket file.
@@ -416,10 +416,10 @@ fn accept_loop(listener: UnixListener, sh: Arc<ServerShared>) {
                 if sh.stop.load(Relaxed) {
                     break; // the wake-up connection from `stop`
                 }
-                sh.c.clients.fetch_add(1, Relaxed);
+                sh.c.clients.add(1);
                 clients.retain(|h| !h.is_finished());
-                if sh.c.active.load(Relaxed) >= sh.max_clients {
-                    sh.c.refused.fetch_add(1, Relaxed);
+                if sh.c.active.get() >= sh.max_clients as u64 {
+                    sh.c.refused.add(1);
                     let mut s = stream;
                     let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
                     let _ = write_msg(
@@ -434,17 +434,17 @@ fn accept_loop(listener: UnixListener, sh: Arc<ServerShared>) {
                     );
                     continue;
                 }
-                sh.c.active.fetch_add(1, Relaxed);
+                sh.c.active.add(1);
                 let c = Arc::clone(&sh);
                 match std::thread::Builder::new()
                     .name("stel-inspect-client".into())
                     .spawn(move || {
                         serve(stream, &c);
-                        c.c.active.fetch_sub(1, Relaxed);
+                        c.c.active.sub(1);
                     }) {
                     Ok(h) => clients.push(h),
                     Err(e) => {
-                        sh.c.active.fetch_sub(1, Relaxed);
+                        sh.c.active.sub(1);
                         tracing::warn!(error = %e, "Cannot start an inspect client thread.");
                     }
                 }
@@ -496,7 +496,7 @@ fn serve(mut s: UnixStream, sh: &ServerShared) {
         Ok(Some(r)) => r,
         Ok(None) => return,
         Err(message) => {
-            sh.c.bad_requests.fetch_add(1, Relaxed);
+            sh.c.bad_requests.add(1);
             let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
             let _ = write_msg(
                 &mut s,
@@ -511,7 +511,7 @@ fn serve(mut s: UnixStream, sh: &ServerShared) {
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
     let profiles = sh.state.profiles();
     if !profiles.contains(&req.profile) {
-        sh.c.unknown_profiles.fetch_add(1, Relaxed);
+        sh.c.unknown_profiles.add(1);
         let _ = write_msg(
             &mut s,
             &Message::Error {
@@ -552,14 +552,14 @@ fn serve(mut s: UnixStream, sh: &ServerShared) {
         }
         match s.write_all(&buf) {
             Ok(()) => {
-                sh.c.snapshots_sent.fetch_add(rows.len() as u64, Relaxed);
+                sh.c.snapshots_sent.add(rows.len() as u64);
             }
             Err(e) => {
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) {
-                    sh.c.slow_clients.fetch_add(1, Relaxed);
+                    sh.c.slow_clients.add(1);
                 }
                 return; // the client went away (or stopped reading)
             }
@@ -709,10 +709,10 @@ mod tests {
         // Room for every client below at once: the earlier (bad) clients' threads may still
         // count as active when the next one connects on a loaded box (the limit itself is not
         // what this test is about; CI saw a refusal here with 4).
-        let srv = Server::start(&path, Arc::clone(&st), 16).unwrap();
+        let srv = Server::start(&path, Arc::clone(&st), 16, None).unwrap();
         // A second server on the same socket is refused.
         assert!(matches!(
-            Server::start(&path, Arc::clone(&st), 4),
+            Server::start(&path, Arc::clone(&st), 4, None),
             Err(Error::InUse(_))
         ));
         let t = Duration::from_secs(5);
@@ -769,14 +769,21 @@ mod tests {
         assert_eq!(b.values[1][1], Some(53));
         drop(c);
         let deadline = Instant::now() + t;
-        while srv.stats().clients_active > 0 && Instant::now() < deadline {
+        while srv.stats().get(Metric::InspectActiveClients) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         let stats = srv.stats();
         // Three bad lines; a client that said nothing and the in-use probe are not errors.
-        assert_eq!(stats.bad_requests, 3, "{stats:?}");
-        assert_eq!(stats.clients, 7, "{stats:?}");
-        assert_eq!(stats.unknown_profiles, 1);
+        assert_eq!(
+            stats.reason(Metric::InspectBadRequests, "bad_request"),
+            3,
+            "{stats:?}"
+        );
+        assert_eq!(stats.get(Metric::InspectClients), 7, "{stats:?}");
+        assert_eq!(
+            stats.reason(Metric::InspectBadRequests, "unknown_profile"),
+            1
+        );
         srv.shutdown();
         assert!(!path.exists());
     }

@@ -29,7 +29,6 @@
 //! builds and is corrected (missing keys get `""`) in release.
 use std::{
     borrow::Cow,
-    collections::BTreeMap,
     fmt,
     sync::{
         atomic::{AtomicU64, Ordering::Relaxed},
@@ -52,10 +51,6 @@ pub enum Label {
     Core,
     /// A session's profile name (bounded by configuration).
     Session,
-    /// Observation domain as configured (bounded by configuration).
-    Domain,
-    /// Table kind (`counters`, `int_reports`, …).
-    Table,
 }
 
 impl Label {
@@ -68,19 +63,20 @@ impl Label {
             Label::Reason => "reason",
             Label::Core => "core",
             Label::Session => "session",
-            Label::Domain => "domain",
-            Label::Table => "table",
         }
     }
 }
 
-/// Counter (cumulative, only goes up) or gauge (a level now).
+/// Counter (cumulative, only goes up), gauge (a level now) or histogram (a distribution).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// Cumulative since start; name ends in `_total`.
     Counter,
     /// A level now (bytes queued, sessions registered); name has no `_total`.
     Gauge,
+    /// A distribution of observations (cumulative bucket counts, sum and count); the name ends
+    /// in its base unit (`_seconds`). A [`Sample`]'s `value` is its count.
+    Histogram,
 }
 
 impl Kind {
@@ -88,6 +84,7 @@ impl Kind {
         match self {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         }
     }
 }
@@ -113,7 +110,7 @@ macro_rules! metrics {
                 match self { $(Metric::$variant => $name,)* }
             }
 
-            /// Counter or gauge.
+            /// Counter, gauge or histogram.
             pub const fn kind(self) -> Kind {
                 match self { $(Metric::$variant => Kind::$kind,)* }
             }
@@ -129,6 +126,77 @@ macro_rules! metrics {
             }
         }
     };
+}
+
+impl Metric {
+    /// The metric named `name` (as exported).
+    pub fn by_name(name: &str) -> Option<Metric> {
+        Metric::ALL.iter().copied().find(|m| m.name() == name)
+    }
+
+    /// The stage: the word after `stel_` (`reader`, `decode`, `sink`, …); the status line and
+    /// the status table group by it.
+    pub fn stage(self) -> &'static str {
+        let n = self.name();
+        let rest = &n[5..];
+        // Two-word stages.
+        for two in ["state_db", "counters_db"] {
+            if rest.starts_with(two) {
+                return &rest[..two.len()];
+            }
+        }
+        rest.split('_').next().unwrap_or(rest)
+    }
+
+    /// What a daemon must run for this metric to be registered; `None`: every daemon that
+    /// reads counters registers it (the demo does). A test runs the demo and checks that every
+    /// metric without a condition is in its status file, `/metrics` and `stel-ingestd status`.
+    pub fn condition(self) -> Option<&'static str> {
+        use Metric as M;
+        match self {
+            M::SinkDownsampledSamples
+            | M::SinkRequests
+            | M::SinkRequestBytes
+            | M::SinkRequestErrors
+            | M::SinkRetries
+            | M::SinkProfileEndpoints
+            | M::SinkConfigDbErrors => Some("[otlp]"),
+            M::DaemonScrapes => Some("--metrics"),
+            _ => match self.stage() {
+                "input" => Some("--input"),
+                "state_db" => Some("[state_db]"),
+                "counters_db" => Some("[counters_db]"),
+                "upload" => Some("[upload]"),
+                "int" => Some("[int]"),
+                _ => None,
+            },
+        }
+    }
+
+    /// The README's counter table (Markdown): name, type, labels, when it is registered, help
+    /// — one row per metric, in definition order. A test keeps the README's copy equal to this.
+    pub fn markdown_table() -> String {
+        let mut s = String::from(
+            "| name | type | labels | registered with | what it counts |\n|---|---|---|---|---|\n",
+        );
+        for m in Metric::ALL {
+            let labels: Vec<&str> = m.labels().iter().map(|l| l.key()).collect();
+            s.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} |\n",
+                m.name(),
+                m.kind().as_str(),
+                if labels.is_empty() {
+                    "—".to_string()
+                } else {
+                    labels.join(", ")
+                },
+                m.condition()
+                    .map_or("always".to_string(), |c| format!("`{c}`")),
+                m.help().replace('|', "\\|")
+            ));
+        }
+        s
+    }
 }
 
 impl fmt::Display for Metric {
@@ -185,6 +253,18 @@ impl Gauge {
         self.0 .0.store(v, Relaxed);
     }
 
+    /// Raises the level by `n`; returns the level before.
+    #[inline]
+    pub fn add(&self, n: u64) -> u64 {
+        self.0 .0.fetch_add(n, Relaxed)
+    }
+
+    /// Lowers the level by `n` (wrapping is a caller bug; levels come back to where they were).
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        self.0 .0.fetch_sub(n, Relaxed);
+    }
+
     /// Raises the level to `v` if it is higher (peaks).
     #[inline]
     pub fn max(&self, v: u64) {
@@ -202,14 +282,166 @@ impl Gauge {
     }
 }
 
+/// Width of a histogram's fine buckets, µs.
+const HIST_BUCKET_US: u64 = 100;
+/// Fine buckets below the overflow bucket: 0..100 ms at 0.1 ms resolution.
+const HIST_BUCKETS: usize = 1000;
+/// The bucket bounds exported (seconds; every one is a multiple of the fine width, so the
+/// exported counts are exact).
+pub const HISTOGRAM_BOUNDS_S: [f64; 11] = [
+    0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 1.0, 10.0,
+];
+
+#[derive(Debug)]
+struct HistCell {
+    buckets: Box<[AtomicU64]>,
+    count: AtomicU64,
+    sum_us: AtomicU64,
+    max_us: AtomicU64,
+}
+
+impl Default for HistCell {
+    fn default() -> Self {
+        Self {
+            buckets: (0..=HIST_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+            max_us: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A latency histogram handle: 0.1 ms buckets up to 100 ms, an overflow bucket, sum and max.
+/// Lock-free; written by one thread (each observation is a few relaxed adds), read by any.
+/// Quantiles are bucket upper edges, so they never under-report.
+#[derive(Debug, Clone)]
+pub struct Histogram(Arc<HistCell>);
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::detached()
+    }
+}
+
+impl Histogram {
+    /// Records one observation of `us` microseconds.
+    pub fn record_us(&self, us: u64) {
+        let h = &self.0;
+        let i = ((us / HIST_BUCKET_US) as usize).min(HIST_BUCKETS);
+        h.buckets[i].fetch_add(1, Relaxed);
+        h.count.fetch_add(1, Relaxed);
+        h.sum_us.fetch_add(us, Relaxed);
+        h.max_us.fetch_max(us, Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.0.count.load(Relaxed)
+    }
+
+    /// The largest observation, ms.
+    pub fn max_ms(&self) -> f64 {
+        self.0.max_us.load(Relaxed) as f64 / 1e3
+    }
+
+    /// The `q` quantile (0..=1) in ms: the upper edge of the bucket holding it (the max when it
+    /// lies in the overflow bucket). 0 with no observations.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        let counts: Vec<u64> = self.0.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                if i == HIST_BUCKETS {
+                    return self.max_ms();
+                }
+                let edge = ((i as u64 + 1) * HIST_BUCKET_US) as f64 / 1e3;
+                return edge.min(self.max_ms());
+            }
+        }
+        self.max_ms()
+    }
+
+    /// Forgets every observation (e.g. after a warm-up).
+    pub fn reset(&self) {
+        for b in self.0.buckets.iter() {
+            b.store(0, Relaxed);
+        }
+        self.0.count.store(0, Relaxed);
+        self.0.sum_us.store(0, Relaxed);
+        self.0.max_us.store(0, Relaxed);
+    }
+
+    /// A handle registered nowhere.
+    pub fn detached() -> Self {
+        Self(Arc::default())
+    }
+
+    fn value(&self) -> HistogramValue {
+        let h = &self.0;
+        let mut buckets = Vec::with_capacity(HISTOGRAM_BOUNDS_S.len());
+        let mut cum = 0u64;
+        let mut i = 0usize;
+        for le in HISTOGRAM_BOUNDS_S {
+            // Fine buckets [i*w, (i+1)*w) µs lie under `le` when (i+1)*w <= le.
+            let upto = ((le * 1e6) as u64 / HIST_BUCKET_US) as usize;
+            while i < upto.min(HIST_BUCKETS) {
+                cum += h.buckets[i].load(Relaxed);
+                i += 1;
+            }
+            if upto > HIST_BUCKETS {
+                // Past the fine range: the overflow bucket is exact only at +Inf; count what
+                // the max says lies below `le`.
+                let over = h.buckets[HIST_BUCKETS].load(Relaxed);
+                let below = if (h.max_us.load(Relaxed) as f64) < le * 1e6 {
+                    over
+                } else {
+                    0
+                };
+                buckets.push((le, cum + below));
+            } else {
+                buckets.push((le, cum));
+            }
+        }
+        HistogramValue {
+            count: h.count.load(Relaxed),
+            sum_seconds: h.sum_us.load(Relaxed) as f64 / 1e6,
+            buckets,
+            p50_ms: self.quantile_ms(0.5),
+            p99_ms: self.quantile_ms(0.99),
+            max_ms: self.max_ms(),
+        }
+    }
+}
+
+/// A histogram at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistogramValue {
+    pub count: u64,
+    pub sum_seconds: f64,
+    /// `(upper bound in seconds, cumulative count)` for [`HISTOGRAM_BOUNDS_S`]; `+Inf` is
+    /// `count`.
+    pub buckets: Vec<(f64, u64)>,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
 /// Label values of one series, in the order of [`Metric::labels`].
 pub type LabelValues = Vec<Cow<'static, str>>;
 
 type Observer = Arc<dyn Fn() -> u64 + Send + Sync>;
 
+#[derive(Clone)]
 enum Source {
     Cell(Arc<Cell>),
     Observed(Observer),
+    Hist(Histogram),
 }
 
 impl fmt::Debug for Source {
@@ -217,22 +449,43 @@ impl fmt::Debug for Source {
         match self {
             Source::Cell(c) => write!(f, "Cell({})", c.0.load(Relaxed)),
             Source::Observed(_) => f.write_str("Observed"),
+            Source::Hist(h) => write!(f, "Histogram({})", h.count()),
         }
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Series {
     metric: Metric,
     labels: LabelValues,
     source: Source,
 }
 
+#[derive(Default)]
+struct Inner {
+    series: Vec<Series>,
+}
+
 /// The registry. Registration and snapshots take a lock; updates through handles never do.
 /// Share it as `Arc<Registry>`.
-#[derive(Debug, Default)]
+///
+/// A component registers in a [`Registry::child`] of the daemon's registry: every series it
+/// registers there is registered in the parent too (the same cell), and the child's
+/// [`Registry::snapshot`] holds only the component's own series — what its `stats()` returns.
+#[derive(Default)]
 pub struct Registry {
-    series: Mutex<Vec<Series>>,
+    inner: Mutex<Inner>,
+    parent: Option<Arc<Registry>>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("Registry")
+            .field("series", &g.series.len())
+            .field("child", &self.parent.is_some())
+            .finish()
+    }
 }
 
 fn checked_labels(metric: Metric, labels: &[(Label, Cow<'static, str>)]) -> LabelValues {
@@ -258,25 +511,67 @@ impl Registry {
         Arc::new(Self::default())
     }
 
+    /// A registry whose series are registered in `self` too (see the type docs).
+    pub fn child(self: &Arc<Self>) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::default(),
+            parent: Some(Arc::clone(self)),
+        })
+    }
+
+    /// `parent`'s child, or a fresh registry of its own when there is none.
+    pub fn child_of(parent: Option<&Arc<Registry>>) -> Arc<Self> {
+        parent.map_or_else(Registry::new, Registry::child)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Finds the series' source or inserts `make()`'s (in the parent first, so a series
+    /// registered twice shares one cell and never goes backwards in the outputs).
+    fn find_or_insert(
+        &self,
+        metric: Metric,
+        labels: &LabelValues,
+        make: &dyn Fn() -> Source,
+    ) -> Source {
+        let src = match &self.parent {
+            Some(p) => p.find_or_insert(metric, labels, make),
+            None => {
+                let g = self.lock();
+                match g
+                    .series
+                    .iter()
+                    .find(|s| s.metric == metric && &s.labels == labels)
+                {
+                    Some(s) => s.source.clone(),
+                    None => make(),
+                }
+            }
+        };
+        let mut g = self.lock();
+        if !g
+            .series
+            .iter()
+            .any(|s| s.metric == metric && &s.labels == labels)
+        {
+            g.series.push(Series {
+                metric,
+                labels: labels.clone(),
+                source: src.clone(),
+            });
+        }
+        src
+    }
+
     fn cell(&self, metric: Metric, labels: &[(Label, Cow<'static, str>)]) -> Arc<Cell> {
         let labels = checked_labels(metric, labels);
-        let mut g = self.series.lock().unwrap_or_else(|e| e.into_inner());
-        // The same series registered twice (a worker restarted) shares its cell, so a counter
-        // never goes backwards in the outputs.
-        if let Some(Source::Cell(c)) = g
-            .iter()
-            .find(|s| s.metric == metric && s.labels == labels)
-            .map(|s| &s.source)
-        {
-            return Arc::clone(c);
+        match self.find_or_insert(metric, &labels, &|| Source::Cell(Arc::default())) {
+            Source::Cell(c) => c,
+            // Registered as something else before (a bug): a cell of its own, exported nowhere.
+            _ => Arc::default(),
         }
-        let c = Arc::new(Cell::default());
-        g.push(Series {
-            metric,
-            labels,
-            source: Source::Cell(Arc::clone(&c)),
-        });
-        c
     }
 
     /// Registers (or finds) a counter series.
@@ -298,6 +593,23 @@ impl Registry {
         Gauge(self.cell(metric, labels))
     }
 
+    /// Registers (or finds) a histogram series.
+    ///
+    /// # Panics
+    /// As [`Registry::counter`], for histograms.
+    pub fn histogram(&self, metric: Metric, labels: &[(Label, Cow<'static, str>)]) -> Histogram {
+        debug_assert_eq!(
+            metric.kind(),
+            Kind::Histogram,
+            "{metric} is not a histogram"
+        );
+        let labels = checked_labels(metric, labels);
+        match self.find_or_insert(metric, &labels, &|| Source::Hist(Histogram::detached())) {
+            Source::Hist(h) => h,
+            _ => Histogram::detached(),
+        }
+    }
+
     /// Registers a series whose value `f` reads at snapshot time (on the snapshotting thread).
     /// Registering the same series again replaces the closure.
     pub fn observe(
@@ -306,37 +618,44 @@ impl Registry {
         labels: &[(Label, Cow<'static, str>)],
         f: impl Fn() -> u64 + Send + Sync + 'static,
     ) {
-        let labels = checked_labels(metric, labels);
-        let mut g = self.series.lock().unwrap_or_else(|e| e.into_inner());
-        g.retain(|s| !(s.metric == metric && s.labels == labels));
-        g.push(Series {
+        self.observe_arc(metric, checked_labels(metric, labels), Arc::new(f));
+    }
+
+    fn observe_arc(&self, metric: Metric, labels: LabelValues, f: Observer) {
+        if let Some(p) = &self.parent {
+            p.observe_arc(metric, labels.clone(), Arc::clone(&f));
+        }
+        let mut g = self.lock();
+        g.series
+            .retain(|s| !(s.metric == metric && s.labels == labels));
+        g.series.push(Series {
             metric,
             labels,
-            source: Source::Observed(Arc::new(f)),
+            source: Source::Observed(f),
         });
     }
 
     /// Every series' value now, sorted by metric (definition order) then labels.
     pub fn snapshot(&self) -> Snapshot {
         // Observers run outside the lock: one may take a lock of its own.
-        let entries: Vec<(Metric, LabelValues, Result<u64, Observer>)> = {
-            let g = self.series.lock().unwrap_or_else(|e| e.into_inner());
-            g.iter()
-                .map(|s| {
-                    let v = match &s.source {
-                        Source::Cell(c) => Ok(c.0.load(Relaxed)),
-                        Source::Observed(f) => Err(Arc::clone(f)),
-                    };
-                    (s.metric, s.labels.clone(), v)
-                })
-                .collect()
-        };
-        let mut samples: Vec<Sample> = entries
+        let series = self.lock().series.clone();
+        let mut samples: Vec<Sample> = series
             .into_iter()
-            .map(|(metric, labels, v)| Sample {
-                metric,
-                labels,
-                value: v.unwrap_or_else(|f| f()),
+            .map(|s| {
+                let (value, histogram) = match &s.source {
+                    Source::Cell(c) => (c.0.load(Relaxed), None),
+                    Source::Observed(f) => (f(), None),
+                    Source::Hist(h) => {
+                        let v = h.value();
+                        (v.count, Some(Arc::new(v)))
+                    }
+                };
+                Sample {
+                    metric: s.metric,
+                    labels: s.labels,
+                    value,
+                    histogram,
+                }
             })
             .collect();
         samples.sort_by(|a, b| (a.metric, &a.labels).cmp(&(b.metric, &b.labels)));
@@ -345,12 +664,15 @@ impl Registry {
 }
 
 /// One series' value.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub metric: Metric,
     /// Values in the order of [`Metric::labels`].
     pub labels: LabelValues,
+    /// The value (a histogram's: its count).
     pub value: u64,
+    /// A histogram's buckets, sum and quantiles.
+    pub histogram: Option<Arc<HistogramValue>>,
 }
 
 impl Sample {
@@ -363,28 +685,35 @@ impl Sample {
             .map(|(k, v)| (k.key(), v.as_ref()))
     }
 
+    /// The value of label `l` (`""` when the metric has no such label).
+    pub fn label(&self, l: Label) -> &str {
+        self.metric
+            .labels()
+            .iter()
+            .position(|k| *k == l)
+            .map_or("", |i| self.labels[i].as_ref())
+    }
+
+    /// `k="v",…` (empty without labels).
+    pub fn labels_text(&self) -> String {
+        self.label_pairs()
+            .map(|(k, v)| format!("{k}=\"{v}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// `name{k="v",…}` (the series as Prometheus spells it).
     pub fn series_name(&self) -> String {
-        let mut s = self.metric.name().to_string();
-        if !self.labels.is_empty() {
-            s.push('{');
-            for (i, (k, v)) in self.label_pairs().enumerate() {
-                if i > 0 {
-                    s.push(',');
-                }
-                s.push_str(k);
-                s.push_str("=\"");
-                s.push_str(v);
-                s.push('"');
-            }
-            s.push('}');
+        if self.labels.is_empty() {
+            self.metric.name().to_string()
+        } else {
+            format!("{}{{{}}}", self.metric.name(), self.labels_text())
         }
-        s
     }
 }
 
 /// Every series at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     pub samples: Vec<Sample>,
 }
@@ -392,23 +721,30 @@ pub struct Snapshot {
 impl Snapshot {
     /// The sum of every series of `metric` (0 when none is registered).
     pub fn sum(&self, metric: Metric) -> u64 {
-        self.samples
-            .iter()
-            .filter(|s| s.metric == metric)
-            .map(|s| s.value)
-            .sum()
+        self.series(metric).map(|s| s.value).sum()
+    }
+
+    /// Short for [`Snapshot::sum`].
+    pub fn get(&self, metric: Metric) -> u64 {
+        self.sum(metric)
+    }
+
+    /// The largest value of any series of `metric` (gauges of peaks, per-domain largest gap).
+    pub fn max(&self, metric: Metric) -> u64 {
+        self.series(metric).map(|s| s.value).max().unwrap_or(0)
     }
 
     /// The sum of the series of `metric` whose label `label` is `value`.
     pub fn sum_where(&self, metric: Metric, label: Label, value: &str) -> u64 {
-        let Some(i) = metric.labels().iter().position(|l| *l == label) else {
-            return 0;
-        };
-        self.samples
-            .iter()
-            .filter(|s| s.metric == metric && s.labels[i] == value)
+        self.series(metric)
+            .filter(|s| s.label(label) == value)
             .map(|s| s.value)
             .sum()
+    }
+
+    /// The sum of the series of `metric` with `reason` = `r`.
+    pub fn reason(&self, metric: Metric, r: &str) -> u64 {
+        self.sum_where(metric, Label::Reason, r)
     }
 
     /// The series of `metric`.
@@ -416,27 +752,172 @@ impl Snapshot {
         self.samples.iter().filter(move |s| s.metric == metric)
     }
 
-    /// The status-file form: `{"<name>": value}` for a metric without labels, `{"<name>":
-    /// [{"labels": {…}, "value": n}, …]}` otherwise; every registered metric present.
+    /// Whether any series of `metric` is registered.
+    pub fn has(&self, metric: Metric) -> bool {
+        self.series(metric).next().is_some()
+    }
+
+    /// The series that carry label `l` = `value` (e.g. one sink's).
+    pub fn with_label(&self, l: Label, value: &str) -> Snapshot {
+        Snapshot {
+            samples: self
+                .samples
+                .iter()
+                .filter(|s| s.metric.labels().contains(&l) && s.label(l) == value)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The first histogram series of `metric`.
+    pub fn histogram(&self, metric: Metric) -> Option<&HistogramValue> {
+        self.series(metric).find_map(|s| s.histogram.as_deref())
+    }
+
+    /// The status-file form: every registered metric by name: `value` for a metric without
+    /// labels, `[{"labels": {…}, "value": n}, …]` otherwise; a histogram's value is `{"count",
+    /// "sum_seconds", "buckets": [[le_seconds, cumulative], …], "p50_ms", "p99_ms", "max_ms"}`.
+    /// [`Snapshot::from_json`] reads it back.
     pub fn to_json(&self) -> serde_json::Value {
-        let mut out: BTreeMap<&'static str, serde_json::Value> = BTreeMap::new();
+        let hist = |h: &HistogramValue| {
+            serde_json::json!({
+                "count": h.count, "sum_seconds": h.sum_seconds,
+                "buckets": h.buckets.iter().map(|(le, c)| serde_json::json!([le, c])).collect::<Vec<_>>(),
+                "p50_ms": h.p50_ms, "p99_ms": h.p99_ms, "max_ms": h.max_ms,
+            })
+        };
+        let value = |s: &Sample| match &s.histogram {
+            Some(h) => hist(h),
+            None => s.value.into(),
+        };
+        let mut out = serde_json::Map::new();
         for s in &self.samples {
-            if s.labels.is_empty() {
-                out.insert(s.metric.name(), s.value.into());
+            let m = s.metric;
+            if m.labels().is_empty() {
+                out.insert(m.name().to_string(), value(s));
+                continue;
+            }
+            let labels: serde_json::Map<String, serde_json::Value> = s
+                .label_pairs()
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect();
+            let e = out
+                .entry(m.name().to_string())
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+            if let serde_json::Value::Array(a) = e {
+                a.push(serde_json::json!({ "labels": labels, "value": value(s) }));
+            }
+        }
+        serde_json::Value::Object(out)
+    }
+
+    /// A human table: every metric of [`Metric::ALL`], one line per series (`-` when none is
+    /// registered), grouped by stage, with the help text under each stage's first line.
+    pub fn to_table(&self, with_help: bool) -> String {
+        let mut rows: Vec<(String, String)> = Vec::new();
+        let mut stage = "";
+        for &m in Metric::ALL {
+            if m.stage() != stage {
+                stage = m.stage();
+                rows.push((format!("[{stage}]"), String::new()));
+            }
+            let mut any = false;
+            for s in self.series(m) {
+                any = true;
+                let v = match &s.histogram {
+                    Some(h) => format!(
+                        "count {} p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
+                        h.count, h.p50_ms, h.p99_ms, h.max_ms
+                    ),
+                    None => s.value.to_string(),
+                };
+                rows.push((format!("  {}", s.series_name()), v));
+            }
+            if !any {
+                rows.push((format!("  {}", m.name()), "-".into()));
+            }
+            if with_help {
+                rows.push((format!("      {}", m.help()), String::new()));
+            }
+        }
+        let w = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
+        let mut out = String::new();
+        for (k, v) in rows {
+            if v.is_empty() {
+                out.push_str(&k);
             } else {
-                let labels: serde_json::Map<String, serde_json::Value> = s
-                    .label_pairs()
-                    .map(|(k, v)| (k.to_string(), v.into()))
-                    .collect();
-                let e = out
-                    .entry(s.metric.name())
-                    .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-                if let serde_json::Value::Array(a) = e {
-                    a.push(serde_json::json!({ "labels": labels, "value": s.value }));
+                out.push_str(&format!("{k:<w$}  {v:>20}"));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Reads the status-file form back ([`Snapshot::to_json`]); unknown names are skipped (a
+    /// newer daemon's file read by an older tool).
+    pub fn from_json(v: &serde_json::Value) -> Snapshot {
+        let mut samples = Vec::new();
+        let Some(obj) = v.as_object() else {
+            return Snapshot::default();
+        };
+        let num = |v: &serde_json::Value| -> (u64, Option<Arc<HistogramValue>>) {
+            if let Some(n) = v.as_u64() {
+                return (n, None);
+            }
+            let h = HistogramValue {
+                count: v["count"].as_u64().unwrap_or(0),
+                sum_seconds: v["sum_seconds"].as_f64().unwrap_or(0.0),
+                buckets: v["buckets"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|b| (b[0].as_f64().unwrap_or(0.0), b[1].as_u64().unwrap_or(0)))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                p50_ms: v["p50_ms"].as_f64().unwrap_or(0.0),
+                p99_ms: v["p99_ms"].as_f64().unwrap_or(0.0),
+                max_ms: v["max_ms"].as_f64().unwrap_or(0.0),
+            };
+            (h.count, Some(Arc::new(h)))
+        };
+        for (name, v) in obj {
+            let Some(m) = Metric::by_name(name) else {
+                continue;
+            };
+            match v {
+                serde_json::Value::Null => {}
+                serde_json::Value::Array(series) => {
+                    for s in series {
+                        let labels = m
+                            .labels()
+                            .iter()
+                            .map(|l| {
+                                Cow::Owned(s["labels"][l.key()].as_str().unwrap_or("").to_string())
+                            })
+                            .collect();
+                        let (value, histogram) = num(&s["value"]);
+                        samples.push(Sample {
+                            metric: m,
+                            labels,
+                            value,
+                            histogram,
+                        });
+                    }
+                }
+                v => {
+                    let (value, histogram) = num(v);
+                    samples.push(Sample {
+                        metric: m,
+                        labels: Vec::new(),
+                        value,
+                        histogram,
+                    });
                 }
             }
         }
-        serde_json::Value::Object(out.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+        samples.sort_by(|a, b| (a.metric, &a.labels).cmp(&(b.metric, &b.labels)));
+        Snapshot { samples }
     }
 }
 
@@ -449,47 +930,177 @@ macro_rules! labels {
 }
 
 metrics! {
+    // ── reader: the receive loop (counter socket, capture files; INT: source="int") ───────────
     /// Datagrams received whole by the reader.
     ReaderDatagrams: Counter "stel_reader_datagrams_total" [Source];
-    /// Bytes of those datagrams.
+    /// Bytes of those datagrams (netlink headers included; file input: unit bytes).
     ReaderBytes: Counter "stel_reader_bytes_total" [Source];
-    /// Datagrams longer than a receive slot (MSG_TRUNC): dropped, counted.
+    /// Datagrams longer than a receive slot (MSG_TRUNC): dropped, counted, never spliced.
     ReaderTruncatedDatagrams: Counter "stel_reader_truncated_datagrams_total" [Source];
     /// Datagrams the kernel dropped on the socket for want of buffer (SO_MEMINFO): true loss.
     ReaderKernelDroppedDatagrams: Counter "stel_reader_kernel_dropped_datagrams_total" [Source];
+    /// Re-arms of the multishot receive: `no_buffers` (the buffer ring ran dry; not loss) or `kernel` (ended by the kernel).
+    ReaderRearms: Counter "stel_reader_rearms_total" [Source, Reason];
+    /// Receive errors other than timeouts, interrupts and ENOBUFS (counted; the loop continues).
+    ReaderErrors: Counter "stel_reader_errors_total" [Source];
+    /// Receive waits that found no free slot (decoders held them all).
+    ReaderSlotWaits: Counter "stel_reader_slot_waits_total" [Source];
+    /// Receive calls (io_uring_enter / recv batches): datagrams ÷ polls is the batching.
+    ReaderPolls: Counter "stel_reader_polls_total" [Source];
+    /// Longest time the reader spent between two receive waits (dispatching, session changes, status output), µs.
+    ReaderReceiveGapMaxMicroseconds: Gauge "stel_reader_receive_gap_max_microseconds" [Source];
+    /// Times the socket went unread for longer than 10 ms between two receive waits.
+    ReaderReceiveGapsOver10ms: Counter "stel_reader_receive_gaps_over_10ms_total" [Source];
+
+    // ── input: capture files (`--input`; only with file input) ───────────────────────────────
+    /// Capture files opened.
+    InputFiles: Counter "stel_input_files_total" [];
+    /// Capture files that could not be opened or recognised (logged).
+    InputFailedFiles: Counter "stel_input_failed_files_total" [];
+    /// Bytes read from capture files.
+    InputReadBytes: Counter "stel_input_read_bytes_total" [];
+    /// Units handed to the pipeline (IPFIX messages, netlink datagrams, UDP payloads).
+    InputUnits: Counter "stel_input_units_total" [];
+    /// Capture records that could not be read (truncated or corrupt; the rest of the file is skipped or resynchronised).
+    InputUnreadableRecords: Counter "stel_input_unreadable_records_total" [];
+    /// Bytes of capture files skipped because they could not be trusted.
+    InputDiscardedBytes: Counter "stel_input_discarded_bytes_total" [];
+    /// Capture packets that are not UDP/IP or netlink (ARP, TCP, …): skipped, not malformed.
+    InputSkippedPackets: Counter "stel_input_skipped_packets_total" [];
+    /// UDP payloads that do not start with IPFIX version 10 (other protocols on the wire).
+    InputNonIpfixDatagrams: Counter "stel_input_non_ipfix_datagrams_total" [];
+    /// IP fragments held for reassembly.
+    InputIpFragments: Counter "stel_input_ip_fragments_total" [];
+    /// IP datagrams reassembled from fragments.
+    InputReassembledDatagrams: Counter "stel_input_reassembled_datagrams_total" [];
+    /// IP fragments dropped unassembled (incomplete when the table was full or the file ended).
+    InputDroppedIpFragments: Counter "stel_input_dropped_ip_fragments_total" [];
+
+    // ── filter: the template filter (eBPF socket filter, or user space) ──────────────────────
+    /// Messages the template filter examined (kernel: datagrams; user space: IPFIX payloads).
+    FilterSeenMessages: Counter "stel_filter_seen_messages_total" [];
     /// IPFIX messages the template filter kept.
-    FilterKeptMessages: Counter "stel_filter_kept_messages_total" [Source];
-    /// IPFIX messages the template filter dropped (template not registered / never announced).
-    FilterDroppedMessages: Counter "stel_filter_dropped_messages_total" [Source];
-    /// Messages the dispatcher shed because a decoder's ring was full.
+    FilterKeptMessages: Counter "stel_filter_kept_messages_total" [];
+    /// IPFIX messages the template filter dropped: data of templates not registered (or not yet learned). Not loss.
+    FilterDroppedMessages: Counter "stel_filter_dropped_messages_total" [];
+    /// Kept messages too short to classify (a subset of the kept ones).
+    FilterTooShortMessages: Counter "stel_filter_too_short_messages_total" [];
+    /// Template IDs the filter registered itself from template sets (policy `learn`).
+    FilterLearnedTemplates: Counter "stel_filter_learned_templates_total" [];
+    /// Learned template IDs the filter map had no room for.
+    FilterLearnFailedTemplates: Counter "stel_filter_learn_failed_templates_total" [];
+    /// Template IDs in the filter now.
+    FilterTemplates: Gauge "stel_filter_templates" [];
+    /// Most template IDs the filter map holds.
+    FilterMaxTemplates: Gauge "stel_filter_max_templates" [];
+    /// 1 when the filter runs in the kernel (eBPF), 0 in user space.
+    FilterKernelState: Gauge "stel_filter_kernel_state" [];
+
+    // ── dispatch: reader → decoder rings ─────────────────────────────────────────────────────
+    /// IPFIX payloads (netlink messages or IPFIX messages) handed to decoders.
+    DispatchMessages: Counter "stel_dispatch_messages_total" [];
+    /// Netlink control messages (NOOP, ERROR, DONE, OVERRUN) skipped.
+    DispatchControlFrames: Counter "stel_dispatch_control_frames_total" [];
+    /// Messages shed before decode, by reason (`decoder_full`: a decoder ring stayed full longer than `max_stall_ms`).
     DispatchShedMessages: Counter "stel_dispatch_shed_messages_total" [Reason];
+    /// Bytes of the messages shed before decode, by reason.
+    DispatchShedBytes: Counter "stel_dispatch_shed_bytes_total" [Reason];
+    /// Times the dispatcher had to wait for a full decoder ring.
+    DispatchStalls: Counter "stel_dispatch_stalls_total" [];
+    /// Control requests queued behind a full decoder ring (pushed later, in order).
+    DispatchDeferredControls: Counter "stel_dispatch_deferred_controls_total" [];
+
+    // ── decode: the per-core IPFIX decoders (summed; values also per core) ───────────────────
     /// IPFIX messages with a valid header.
     DecodeMessages: Counter "stel_decode_messages_total" [];
+    /// Bytes of those messages.
+    DecodeBytes: Counter "stel_decode_bytes_total" [];
     /// Data records (snapshots or snapshot parts) decoded.
     DecodeRecords: Counter "stel_decode_records_total" [];
-    /// Counter values decoded.
-    DecodeValues: Counter "stel_decode_values_total" [];
-    /// Malformed input, by reason (framing, headers, sets, templates).
+    /// Counter values decoded, per decoder (shows the sharding).
+    DecodeValues: Counter "stel_decode_values_total" [Core];
+    /// Counter batches handed to the sinks.
+    DecodeBatches: Counter "stel_decode_batches_total" [];
+    /// Template sets (set ID 2) read.
+    DecodeTemplateSets: Counter "stel_decode_template_sets_total" [];
+    /// Options template sets (set ID 3) read.
+    DecodeOptionsTemplateSets: Counter "stel_decode_options_template_sets_total" [];
+    /// Templates compiled, by what happened: `registered` (new), `refreshed` (the periodic resend), `replaced` (different definition), `withdrawn`, `options` (recognised and skipped).
+    DecodeTemplates: Counter "stel_decode_templates_total" [Reason];
+    /// Records of options templates, recognised and skipped.
+    DecodeOptionsRecords: Counter "stel_decode_options_records_total" [];
+    /// Sessions the decoders applied.
+    DecodeAppliedSessions: Counter "stel_decode_applied_sessions_total" [];
+    /// Bytes of data sets whose template was unknown.
+    DecodeUnknownTemplateBytes: Counter "stel_decode_unknown_template_bytes_total" [];
+    /// Trailing bytes of data sets shorter than a record (RFC 7011 padding).
+    DecodePaddingBytes: Counter "stel_decode_padding_bytes_total" [];
+    /// Bytes skipped because they could not be trusted (see `stel_decode_malformed_total`).
+    DecodeDiscardedBytes: Counter "stel_decode_discarded_bytes_total" [];
+    /// Values that are null because part of a split snapshot never arrived.
+    DecodeMissingSamples: Counter "stel_decode_missing_samples_total" [];
+    /// Inline templates that replaced a registered session's template with a different one (logged).
+    DecodeSessionOverrides: Counter "stel_decode_session_overrides_total" [];
+    /// Malformed input, by reason (framing, headers, sets, templates); none stops the daemon.
     DecodeMalformed: Counter "stel_decode_malformed_total" [Reason];
-    /// IPFIX messages missing per the sequence numbers.
+    /// IPFIX messages missing per the sequence numbers (per-message numbering, the HFT HLD's).
     DecodeSeqLostMessages: Counter "stel_decode_seq_lost_messages_total" [];
+    /// Records missing per the sequence numbers (RFC 7011 numbering).
+    DecodeSeqLostRecords: Counter "stel_decode_seq_lost_records_total" [];
+    /// Jumps ahead of the sequence number: one per outage, however long.
+    DecodeSeqGaps: Counter "stel_decode_seq_gaps_total" [];
+    /// Messages whose sequence number was behind the expected one.
+    DecodeSeqOutOfOrderMessages: Counter "stel_decode_seq_out_of_order_messages_total" [];
+    /// Messages the user-space template filter dropped before decode: they advance the sequence, never counted as lost.
+    DecodeSeqFilteredMessages: Counter "stel_decode_seq_filtered_messages_total" [];
+    /// Messages of observation domains beyond the tracked ones: decoded without sequence accounting.
+    DecodeSeqUntrackedMessages: Counter "stel_decode_seq_untracked_messages_total" [];
+
+    // ── session: the session registry ────────────────────────────────────────────────────────
     /// Sessions registered now.
     SessionRegisteredSessions: Gauge "stel_session_registered_sessions" [];
-    /// Samples (counter values, or INT rows) a sink wrote to its destination.
-    SinkWrittenSamples: Counter "stel_sink_written_samples_total" [Sink];
-    /// Files a sink published (Parquet: renamed into place; upload: copied to the lake).
-    SinkPublishedFiles: Counter "stel_sink_published_files_total" [Sink];
-    /// INT reports decoded into rows.
-    IntDecodedReports: Counter "stel_int_decoded_reports_total" [];
-    /// INT hop records decoded.
-    IntDecodedHops: Counter "stel_int_decoded_hops_total" [];
-    /// INT reports refused, by reason.
-    IntMalformedReports: Counter "stel_int_malformed_reports_total" [Reason];
-    /// INT reports missing per their sequence numbers (final, per switch and hw_id).
-    IntSeqLostReports: Counter "stel_int_seq_lost_reports_total" [];
-    /// 1 while the data path is live (what /health answers 200 for), 0 otherwise.
-    DaemonHealthyState: Gauge "stel_daemon_healthy_state" [];
+    /// Registrations waiting for their decoder now.
+    SessionApplyingSessions: Gauge "stel_session_applying_sessions" [];
+    /// Registrations accepted (filter updated, decoder asked).
+    SessionAcceptedRegistrations: Counter "stel_session_accepted_registrations_total" [];
+    /// Registrations a decoder confirmed.
+    SessionAppliedRegistrations: Counter "stel_session_applied_registrations_total" [];
+    /// Registrations refused (invalid, conflicting, filter full): nothing changed.
+    SessionRejectedRegistrations: Counter "stel_session_rejected_registrations_total" [];
+    /// Unregistrations of a known session.
+    SessionUnregistrations: Counter "stel_session_unregistrations_total" [];
+    /// Filter inserts undone because a later insert of the same registration failed.
+    SessionFilterRollbacks: Counter "stel_session_filter_rollbacks_total" [];
+    /// Filter removals that failed (the ID stays in the map: more data is kept, none lost).
+    SessionFilterRemoveErrors: Counter "stel_session_filter_remove_errors_total" [];
 
+    // ── state_db: the STATE_DB session watcher (with [state_db]) ─────────────────────────────
+    /// Full scans of the session tables.
+    StateDbScans: Counter "stel_state_db_scans_total" [];
+    /// Keyspace notifications received.
+    StateDbNotifications: Counter "stel_state_db_notifications_total" [];
+    /// Session changes passed on, by kind: `register` or `unregister`.
+    StateDbEvents: Counter "stel_state_db_events_total" [Reason];
+    /// Entries ignored: `malformed`, or `unsupported_type` (session_type is not ipfix).
+    StateDbIgnoredEntries: Counter "stel_state_db_ignored_entries_total" [Reason];
+    /// Registrations acknowledged (config_version written).
+    StateDbAcks: Counter "stel_state_db_acks_total" [];
+    /// Registrations rejected (the reason logged).
+    StateDbRejects: Counter "stel_state_db_rejects_total" [];
+    /// Failed Redis commands or connects.
+    StateDbErrors: Counter "stel_state_db_errors_total" [];
+    /// Successful (re)connects.
+    StateDbConnects: Counter "stel_state_db_connects_total" [];
+    /// Times the watcher enabled keyspace notifications itself.
+    StateDbNotificationEnables: Counter "stel_state_db_notification_enables_total" [];
+    /// 1 while the watcher holds a working connection.
+    StateDbConnectedState: Gauge "stel_state_db_connected_state" [];
+
+    // ── sink: what every sink counts (parquet, counters_db, otlp, int) ───────────────────────
+    /// Bytes of batches waiting in a sink's queue now.
+    SinkQueuedBytes: Gauge "stel_sink_queued_bytes" [Sink];
+    /// Highest `stel_sink_queued_bytes` seen.
+    SinkQueuedBytesPeak: Gauge "stel_sink_queued_peak_bytes" [Sink];
     /// Batches offered to a sink (`submit`).
     SinkReceivedBatches: Counter "stel_sink_received_batches_total" [Sink];
     /// Counter values offered to a sink (values of snapshot parts that arrived).
@@ -500,12 +1111,14 @@ metrics! {
     SinkDequeuedBatches: Counter "stel_sink_dequeued_batches_total" [Sink];
     /// Batches a sink dropped before working on them, by reason.
     SinkDroppedBatches: Counter "stel_sink_dropped_batches_total" [Sink, Reason];
-    /// Counter values a sink dropped, by reason.
+    /// Counter values a sink dropped, by reason (shed before its worker took them, or lost to write errors).
     SinkDroppedSamples: Counter "stel_sink_dropped_samples_total" [Sink, Reason];
     /// Counter values a sink left out on purpose (OTLP `resolution_ms`).
     SinkDownsampledSamples: Counter "stel_sink_downsampled_samples_total" [Sink];
-    /// Counter values a sink's destination acknowledged.
+    /// Samples that reached a sink's destination (Parquet and INT: in published files; OTLP: acknowledged).
     SinkDeliveredSamples: Counter "stel_sink_delivered_samples_total" [Sink];
+    /// Files a sink published (renamed into place).
+    SinkPublishedFiles: Counter "stel_sink_published_files_total" [Sink];
     /// Export requests a sink's destination acknowledged.
     SinkRequests: Counter "stel_sink_requests_total" [Sink];
     /// Bytes of acknowledged export requests (protobuf, before transport framing).
@@ -518,6 +1131,140 @@ metrics! {
     SinkProfileEndpoints: Gauge "stel_sink_profile_endpoints" [Sink];
     /// CONFIG_DB reads that failed (the last good profile endpoints stay in use).
     SinkConfigDbErrors: Counter "stel_sink_config_db_errors_total" [Sink];
+
+    // ── parquet: the Parquet history ─────────────────────────────────────────────────────────
+    /// Batches fully handed to open parts.
+    ParquetWrittenBatches: Counter "stel_parquet_written_batches_total" [];
+    /// Rows in published files.
+    ParquetWrittenRows: Counter "stel_parquet_written_rows_total" [];
+    /// Of the values in published files, those that are null (a split snapshot's part never arrived).
+    ParquetMissingSamples: Counter "stel_parquet_missing_samples_total" [];
+    /// Bytes of published files.
+    ParquetPublishedBytes: Counter "stel_parquet_published_bytes_total" [];
+    /// Failed open/write/flush/publish operations: `disk_full` (ENOSPC/EDQUOT) or `io`.
+    ParquetWriteErrors: Counter "stel_parquet_write_errors_total" [Reason];
+    /// Runs of failures, by the error that started them (`disk_full` or `io`); one ends at the next publish.
+    ParquetErrorEpisodes: Counter "stel_parquet_error_episodes_total" [Reason];
+    /// Error episodes that ended with a successful publish.
+    ParquetRecoveries: Counter "stel_parquet_recoveries_total" [];
+    /// Parts published, by why: `schema` (the session changed), `hour`, `size` (max_file_bytes), `age` (flush_interval_ms).
+    ParquetRotations: Counter "stel_parquet_rotations_total" [Reason];
+    /// Row groups flushed early because buffered rows reached half the memory budget.
+    ParquetBudgetFlushes: Counter "stel_parquet_budget_flushes_total" [];
+    /// The configured memory budget.
+    ParquetMemoryBudgetBytes: Gauge "stel_parquet_memory_budget_bytes" [];
+    /// Bytes the writer buffers in unfinished row groups now.
+    ParquetBufferedBytes: Gauge "stel_parquet_buffered_bytes" [];
+    /// Highest `stel_parquet_buffered_bytes` seen.
+    ParquetBufferedBytesPeak: Gauge "stel_parquet_buffered_peak_bytes" [];
+    /// Temporary parts of a killed writer removed at start.
+    ParquetStaleTempFiles: Counter "stel_parquet_stale_temp_files_total" [];
+    /// Bytes of those temporary parts.
+    ParquetStaleTempBytes: Counter "stel_parquet_stale_temp_bytes_total" [];
+    /// Files deleted by retention.
+    ParquetRetentionFiles: Counter "stel_parquet_retention_deleted_files_total" [];
+    /// Bytes deleted by retention.
+    ParquetRetentionBytes: Counter "stel_parquet_retention_deleted_bytes_total" [];
+    /// Files retention could not delete.
+    ParquetRetentionErrors: Counter "stel_parquet_retention_errors_total" [];
+    /// Bytes of published history under the data directory now.
+    ParquetHistoryBytes: Gauge "stel_parquet_history_bytes" [];
+
+    // ── counters_db: COUNTERS_DB + RATES in SONiC's Redis (with [counters_db]) ───────────────
+    /// Write rounds acknowledged by Redis.
+    CountersDbWriteRounds: Counter "stel_counters_db_write_rounds_total" [];
+    /// `COUNTERS:<oid>` fields written (changed values only).
+    CountersDbWrittenFields: Counter "stel_counters_db_written_fields_total" [];
+    /// `RATES:<oid>` hashes written.
+    CountersDbWrittenRates: Counter "stel_counters_db_written_rates_total" [];
+    /// Rate samples that were a counter reset (re-seeded, no spike).
+    CountersDbRateResets: Counter "stel_counters_db_rate_resets_total" [];
+    /// Objects without an OID in their name map now (retried at every map refresh).
+    CountersDbObjectsWithoutOid: Gauge "stel_counters_db_objects_without_oid" [];
+    /// Object writes deferred for lack of an OID (per object per round).
+    CountersDbDeferredWrites: Counter "stel_counters_db_deferred_writes_total" [];
+    /// OIDs resolved now.
+    CountersDbResolvedOids: Gauge "stel_counters_db_resolved_oids" [];
+    /// Name-map refreshes that changed an object's OID (re-created objects).
+    CountersDbOidChanges: Counter "stel_counters_db_oid_changes_total" [];
+    /// Failed Redis commands or connects.
+    CountersDbErrors: Counter "stel_counters_db_errors_total" [];
+    /// Successful (re)connects.
+    CountersDbConnects: Counter "stel_counters_db_connects_total" [];
+    /// 1 while the writer holds a working connection.
+    CountersDbConnected: Gauge "stel_counters_db_connected" [];
+    /// A batch's arrival at the writer → its values acknowledged by Redis.
+    CountersDbLag: Histogram "stel_counters_db_lag_seconds" [];
+
+    // ── upload: the data-lake uploader (with [upload]) ───────────────────────────────────────
+    /// Files uploaded and confirmed (size checked at the destination).
+    UploadFiles: Counter "stel_upload_files_total" [];
+    /// Bytes of those files.
+    UploadBytes: Counter "stel_upload_bytes_total" [];
+    /// Upload attempts that failed (each is retried).
+    UploadFailures: Counter "stel_upload_failures_total" [];
+    /// Attempts of files that had failed before.
+    UploadRetries: Counter "stel_upload_retries_total" [];
+    /// Published files deleted locally (retention) before they could be uploaded: lost to the lake.
+    UploadVanishedFiles: Counter "stel_upload_vanished_files_total" [];
+    /// Bytes of those files.
+    UploadVanishedBytes: Counter "stel_upload_vanished_bytes_total" [];
+    /// Published files not uploaded yet (as of the last scan).
+    UploadPendingFiles: Gauge "stel_upload_pending_files" [];
+    /// Bytes of those files.
+    UploadPendingBytes: Gauge "stel_upload_pending_bytes" [];
+    /// Files already uploaded according to the state file at start (not uploaded again).
+    UploadResumedFiles: Gauge "stel_upload_resumed_files" [];
+    /// Local files deleted after their upload (`delete_after_upload`).
+    UploadDeletedFiles: Counter "stel_upload_deleted_files_total" [];
+    /// Files marked done without upload at first start (`backfill = false`).
+    UploadSkippedFiles: Counter "stel_upload_skipped_backfill_files_total" [];
+    /// State file writes that failed (those files may be uploaded again after a restart).
+    UploadStateErrors: Counter "stel_upload_state_errors_total" [];
+    /// Data directory scans.
+    UploadScans: Counter "stel_upload_scans_total" [];
+    /// 1 while the destination is failing and uploads wait for the backoff.
+    UploadBackingOff: Gauge "stel_upload_backing_off" [];
+
+    // ── inspect: the live snapshot and the inspect socket ────────────────────────────────────
+    /// Snapshots (rows) the live view has taken from the decoders.
+    LiveRows: Counter "stel_live_rows_total" [];
+    /// Profiles with a live snapshot now.
+    LiveProfiles: Gauge "stel_live_profiles" [];
+    /// Inspect connections accepted.
+    InspectClients: Counter "stel_inspect_clients_total" [];
+    /// Inspect connections being served now.
+    InspectActiveClients: Gauge "stel_inspect_active_clients" [];
+    /// Connections refused because `max_clients` were being served.
+    InspectRefusedClients: Counter "stel_inspect_refused_clients_total" [];
+    /// Requests refused: `bad_request` (not valid JSON, too long, too slow) or `unknown_profile`.
+    InspectBadRequests: Counter "stel_inspect_bad_requests_total" [Reason];
+    /// Snapshot lines sent.
+    InspectSnapshots: Counter "stel_inspect_snapshots_total" [];
+    /// Clients dropped because they did not read for 5 s.
+    InspectSlowClients: Counter "stel_inspect_slow_clients_total" [];
+
+    // ── int: in-band network telemetry reports over UDP (with [int]) ─────────────────────────
+    /// INT reports decoded into rows.
+    IntDecodedReports: Counter "stel_int_decoded_reports_total" [];
+    /// INT hop records decoded.
+    IntDecodedHops: Counter "stel_int_decoded_hops_total" [];
+    /// INT reports refused, by reason.
+    IntMalformedReports: Counter "stel_int_malformed_reports_total" [Reason];
+    /// INT reports missing per their sequence numbers (final, per switch and hw_id).
+    IntSeqLostReports: Counter "stel_int_seq_lost_reports_total" [];
+
+    // ── daemon ───────────────────────────────────────────────────────────────────────────────
+    /// 1 while the data path is live (what /health answers 200 for), 0 otherwise.
+    DaemonHealthyState: Gauge "stel_daemon_healthy_state" [];
+    /// 1 once every capability was dropped after the privileged set-up.
+    DaemonCapabilitiesDroppedState: Gauge "stel_daemon_capabilities_dropped_state" [];
+    /// Start time, seconds since the Unix epoch.
+    DaemonStartTimeSeconds: Gauge "stel_daemon_start_time_seconds" [];
+    /// Decoder threads running.
+    DaemonDecoderThreads: Gauge "stel_daemon_decoder_threads" [];
+    /// Scrapes of `/metrics` served (with `--metrics`).
+    DaemonScrapes: Counter "stel_daemon_scrapes_total" [];
 }
 
 #[cfg(test)]
@@ -542,7 +1289,9 @@ mod tests {
             );
             match m.kind() {
                 Kind::Counter => assert!(n.ends_with("_total"), "{n}: counters end in _total"),
-                Kind::Gauge => assert!(!n.ends_with("_total"), "{n}: gauges do not end in _total"),
+                Kind::Gauge | Kind::Histogram => {
+                    assert!(!n.ends_with("_total"), "{n}: only counters end in _total")
+                }
             }
             assert!(!m.help().is_empty(), "{n}: help text");
             let mut keys: Vec<_> = m.labels().to_vec();
@@ -574,5 +1323,70 @@ mod tests {
         assert_eq!(j["stel_reader_datagrams_total"][1]["value"], 10);
         r.observe(Metric::ReaderDatagrams, labels!(Source = "udp"), || 42);
         assert_eq!(r.snapshot().sum(Metric::ReaderDatagrams), 47);
+        // The status-file form reads back.
+        let s = r.snapshot();
+        assert_eq!(Snapshot::from_json(&s.to_json()), s);
+        assert!(s.to_json().get("stel_decode_records_total").is_none());
+        assert!(s.to_table(false).contains("stel_decode_records_total"));
+    }
+
+    #[test]
+    fn a_child_registers_in_its_parent_and_snapshots_its_own() {
+        let root = Registry::new();
+        let a = root.child();
+        let b = root.child();
+        a.counter(Metric::SinkReceivedBatches, labels!(Sink = "parquet"))
+            .add(3);
+        b.counter(Metric::SinkReceivedBatches, labels!(Sink = "counters_db"))
+            .add(4);
+        b.observe(Metric::CountersDbResolvedOids, labels!(), || 9);
+        assert_eq!(a.snapshot().sum(Metric::SinkReceivedBatches), 3);
+        assert_eq!(b.snapshot().sum(Metric::SinkReceivedBatches), 4);
+        let all = root.snapshot();
+        assert_eq!(all.sum(Metric::SinkReceivedBatches), 7);
+        assert_eq!(all.get(Metric::CountersDbResolvedOids), 9);
+        // The same series again shares its cell.
+        let again = root.child();
+        assert_eq!(
+            again
+                .counter(Metric::SinkReceivedBatches, labels!(Sink = "parquet"))
+                .get(),
+            3
+        );
+    }
+
+    #[test]
+    fn histograms_export_exact_buckets_and_quantiles() {
+        let r = Registry::new();
+        let h = r.histogram(Metric::CountersDbLag, labels!());
+        assert_eq!(h.quantile_ms(0.99), 0.0);
+        for us in 0..1000 {
+            h.record_us(us * 10); // 0 .. 9.99 ms uniform
+        }
+        assert!(
+            (h.quantile_ms(0.5) - 5.0).abs() <= 0.1,
+            "{}",
+            h.quantile_ms(0.5)
+        );
+        assert!(
+            (h.quantile_ms(0.99) - 9.9).abs() <= 0.1,
+            "{}",
+            h.quantile_ms(0.99)
+        );
+        h.record_us(500_000);
+        assert_eq!(h.max_ms(), 500.0);
+        assert_eq!(h.quantile_ms(1.0), 500.0);
+        let s = r.snapshot();
+        let v = s.histogram(Metric::CountersDbLag).unwrap();
+        assert_eq!(v.count, 1001);
+        // 0.1 ms: the 10 observations 0, 10, …, 90 µs.
+        assert_eq!(v.buckets[0], (0.0001, 10));
+        assert_eq!(v.buckets[5], (0.01, 1000));
+        assert_eq!(v.buckets[9], (1.0, 1001));
+        assert!(
+            (v.sum_seconds - (0..1000).map(|u| u as f64 * 1e-5).sum::<f64>() - 0.5).abs() < 1e-9
+        );
+        h.reset();
+        assert_eq!(h.count(), 0);
     }
 }

@@ -27,7 +27,7 @@ use prometheus_client::{
     registry::Registry as PromRegistry,
 };
 
-use crate::metrics::{Kind, Registry, Snapshot};
+use crate::metrics::{Counter, Kind, Metric, Registry, Sample, Snapshot};
 
 /// Reads the registry on each scrape.
 #[derive(Debug)]
@@ -50,20 +50,21 @@ fn encode_snapshot(s: &Snapshot, encoder: &mut DescriptorEncoder) -> Result<(), 
         // prometheus-client appends `_total` to counters itself.
         let name = match metric.kind() {
             Kind::Counter => metric.name().trim_end_matches("_total"),
-            Kind::Gauge => metric.name(),
+            Kind::Gauge | Kind::Histogram => metric.name(),
         };
         let kind = match metric.kind() {
             Kind::Counter => prometheus_client::metrics::MetricType::Counter,
             Kind::Gauge => prometheus_client::metrics::MetricType::Gauge,
+            Kind::Histogram => prometheus_client::metrics::MetricType::Histogram,
         };
         let mut family = encoder.encode_descriptor(name, metric.help(), None, kind)?;
         if metric.labels().is_empty() {
             // One series, no label set (`name 3`, not `name{} 3`).
-            encode_value(metric.kind(), s.samples[i].value, family)?;
+            encode_value(&s.samples[i], family)?;
         } else {
             for sample in &s.samples[i..end] {
                 let labels: Vec<(&str, &str)> = sample.label_pairs().collect();
-                encode_value(metric.kind(), sample.value, family.encode_family(&labels)?)?;
+                encode_value(sample, family.encode_family(&labels)?)?;
             }
         }
         i = end;
@@ -72,13 +73,35 @@ fn encode_snapshot(s: &Snapshot, encoder: &mut DescriptorEncoder) -> Result<(), 
 }
 
 fn encode_value(
-    kind: Kind,
-    v: u64,
-    m: prometheus_client::encoding::MetricEncoder,
+    s: &Sample,
+    mut m: prometheus_client::encoding::MetricEncoder,
 ) -> Result<(), std::fmt::Error> {
-    match kind {
+    let v = s.value;
+    match s.metric.kind() {
         Kind::Counter => ConstCounter::new(v).encode(m),
         Kind::Gauge => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
+        Kind::Histogram => {
+            // prometheus-client takes per-bucket counts and accumulates them itself; the
+            // registry's are cumulative, and `+Inf` holds the rest.
+            let h = s.histogram.as_deref().cloned().unwrap_or_default();
+            let mut prev = 0;
+            let mut buckets: Vec<(f64, u64)> = h
+                .buckets
+                .iter()
+                .map(|&(le, cum)| {
+                    let n = cum.saturating_sub(prev);
+                    prev = prev.max(cum);
+                    (le, n)
+                })
+                .collect();
+            buckets.push((f64::INFINITY, h.count.saturating_sub(prev)));
+            m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                h.sum_seconds,
+                h.count,
+                &buckets,
+                None,
+            )
+        }
     }
 }
 
@@ -136,9 +159,10 @@ impl MetricsServer {
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicU64::new(0));
         let (s, n) = (Arc::clone(&stop), Arc::clone(&requests));
+        let scrapes = registry.counter(Metric::DaemonScrapes, crate::labels!());
         let thread = std::thread::Builder::new()
             .name("stel-metrics".into())
-            .spawn(move || serve(l, &registry, &health, &s, &n))
+            .spawn(move || serve(l, &registry, &health, &s, &n, &scrapes))
             .map_err(|source| ServeError { addr, source })?;
         Ok(Self {
             addr: bound,
@@ -172,11 +196,12 @@ fn serve(
     health: &HealthCheck,
     stop: &AtomicBool,
     n: &AtomicU64,
+    scrapes: &Counter,
 ) {
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
             Ok((c, _)) => {
-                if let Err(e) = answer(c, registry, health) {
+                if let Err(e) = answer(c, registry, health, scrapes) {
                     tracing::debug!(error = %e, "metrics endpoint: request failed");
                 }
                 n.fetch_add(1, Ordering::Relaxed);
@@ -193,7 +218,12 @@ fn serve(
     }
 }
 
-fn answer(mut c: TcpStream, registry: &Arc<Registry>, health: &HealthCheck) -> std::io::Result<()> {
+fn answer(
+    mut c: TcpStream,
+    registry: &Arc<Registry>,
+    health: &HealthCheck,
+    scrapes: &Counter,
+) -> std::io::Result<()> {
     c.set_nonblocking(false)?;
     c.set_read_timeout(Some(Duration::from_secs(2)))?;
     c.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -215,12 +245,16 @@ fn answer(mut c: TcpStream, registry: &Arc<Registry>, health: &HealthCheck) -> s
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     let (status, ctype, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => (
-            "200 OK",
-            // prometheus-client writes OpenMetrics text (Prometheus ≥ 2.5 reads it).
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            render(registry),
-        ),
+        ("GET" | "HEAD", "/metrics") => {
+            // Counted before the snapshot, so a scrape shows itself.
+            scrapes.add(1);
+            (
+                "200 OK",
+                // prometheus-client writes OpenMetrics text (Prometheus ≥ 2.5 reads it).
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                render(registry),
+            )
+        }
         ("GET" | "HEAD", "/health") => match health() {
             Ok(()) => ("200 OK", "text/plain", "ok\n".to_string()),
             Err(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),
@@ -276,6 +310,35 @@ mod tests {
             "{t}"
         );
         assert!(t.ends_with("# EOF\n"), "{t}");
+    }
+
+    #[test]
+    fn a_histogram_has_cumulative_buckets_sum_and_count() {
+        let r = Registry::new();
+        let h = r.histogram(Metric::CountersDbLag, labels!());
+        for us in [50, 150, 2_500, 2_000_000] {
+            h.record_us(us);
+        }
+        let t = render(&r);
+        assert!(
+            t.contains("# TYPE stel_counters_db_lag_seconds histogram"),
+            "{t}"
+        );
+        assert!(t.contains("stel_counters_db_lag_seconds_count 4"), "{t}");
+        assert!(t.contains("stel_counters_db_lag_seconds_sum 2.0027"), "{t}");
+        // 50 µs ≤ 0.1 ms; 150 µs ≤ 0.5 ms; 2.5 ms ≤ 5 ms; 2 s only in +Inf.
+        for (le, n) in [
+            ("0.0001", 1),
+            ("0.0005", 2),
+            ("0.002", 2),
+            ("0.005", 3),
+            ("1.0", 3),
+            ("10.0", 4),
+            ("+Inf", 4),
+        ] {
+            let line = format!("stel_counters_db_lag_seconds_bucket{{le=\"{le}\"}} {n}");
+            assert!(t.contains(&line), "{line} in {t}");
+        }
     }
 }
 

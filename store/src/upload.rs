@@ -53,7 +53,7 @@ use std::{
     io::{self, Read, Write},
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicBool, Ordering::Relaxed},
         Arc, Mutex,
     },
     thread::JoinHandle,
@@ -68,6 +68,8 @@ use serde::{Deserialize, Serialize};
 use tokio::{sync::Notify, task::JoinSet};
 
 use crate::{
+    labels,
+    metrics::{Counter, Gauge, Metric, Registry, Snapshot},
     parquet::writer::host_name,
     paths::{published_parts, switch_segment},
 };
@@ -253,7 +255,7 @@ impl UploadConfig {
     }
 }
 
-/// Errors of starting the uploader. Failures while running are counted in [`UploadStats`].
+/// Errors of starting the uploader. Failures while running are counted (`stel_upload_*`).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid upload config: {}", .0.join("; "))]
@@ -266,61 +268,52 @@ pub enum Error {
     Spawn(io::Error),
 }
 
-/// What the uploader counts. `files_uploaded` and `bytes_uploaded` are since start;
-/// `pending_*` are as of the last scan.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct UploadStats {
-    /// Where files go (as configured).
-    pub destination: String,
-    /// Files uploaded and confirmed (size checked at the destination).
-    pub files_uploaded: u64,
-    pub bytes_uploaded: u64,
-    /// The switch name every file is uploaded under (`switch=<name>/`).
-    pub switch: String,
-    /// Upload attempts that failed (each is retried).
-    pub failures: u64,
-    /// Attempts of files that had failed before.
-    pub retries: u64,
-    /// Published files deleted locally (retention) before they could be uploaded: lost to the
-    /// lake.
-    pub vanished_files: u64,
-    pub vanished_bytes: u64,
-    /// Published files not uploaded yet.
-    pub pending_files: u64,
-    pub pending_bytes: u64,
-    /// Files already uploaded according to the state file at start (not uploaded again).
-    pub resumed_files: u64,
-    /// Local files deleted after their upload (`delete_after_upload`).
-    pub deleted_after_upload: u64,
-    /// Files marked done without upload at first start with `backfill = false`.
-    pub skipped_backfill: u64,
-    /// State file writes that failed (those files may be uploaded again after a restart).
-    pub state_errors: u64,
-    /// Data dir scans.
-    pub scans: u64,
-    /// The destination is failing and uploads wait for the backoff.
-    pub backing_off: bool,
-    /// Last failure, if any.
-    pub last_error: Option<String>,
+/// What the uploader counts: registry handles (the daemon's registry, or one of its own).
+#[derive(Debug)]
+struct Counters {
+    registry: Arc<Registry>,
+    files_uploaded: Counter,
+    bytes_uploaded: Counter,
+    failures: Counter,
+    retries: Counter,
+    vanished_files: Counter,
+    vanished_bytes: Counter,
+    pending_files: Gauge,
+    pending_bytes: Gauge,
+    resumed_files: Gauge,
+    deleted_after_upload: Counter,
+    skipped_backfill: Counter,
+    state_errors: Counter,
+    scans: Counter,
+    backing_off: Gauge,
+    /// Not a count: the last failure's text, for the status file's `info`.
+    last_error: Mutex<Option<String>>,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    files_uploaded: AtomicU64,
-    bytes_uploaded: AtomicU64,
-    failures: AtomicU64,
-    retries: AtomicU64,
-    vanished_files: AtomicU64,
-    vanished_bytes: AtomicU64,
-    pending_files: AtomicU64,
-    pending_bytes: AtomicU64,
-    resumed_files: AtomicU64,
-    deleted_after_upload: AtomicU64,
-    skipped_backfill: AtomicU64,
-    state_errors: AtomicU64,
-    scans: AtomicU64,
-    backing_off: AtomicBool,
-    last_error: Mutex<Option<String>>,
+impl Counters {
+    fn new(parent: Option<&Arc<Registry>>) -> Self {
+        let r = Registry::child_of(parent);
+        let c = |m: Metric| r.counter(m, labels!());
+        let g = |m: Metric| r.gauge(m, labels!());
+        Self {
+            files_uploaded: c(Metric::UploadFiles),
+            bytes_uploaded: c(Metric::UploadBytes),
+            failures: c(Metric::UploadFailures),
+            retries: c(Metric::UploadRetries),
+            vanished_files: c(Metric::UploadVanishedFiles),
+            vanished_bytes: c(Metric::UploadVanishedBytes),
+            pending_files: g(Metric::UploadPendingFiles),
+            pending_bytes: g(Metric::UploadPendingBytes),
+            resumed_files: g(Metric::UploadResumedFiles),
+            deleted_after_upload: c(Metric::UploadDeletedFiles),
+            skipped_backfill: c(Metric::UploadSkippedFiles),
+            state_errors: c(Metric::UploadStateErrors),
+            scans: c(Metric::UploadScans),
+            backing_off: g(Metric::UploadBackingOff),
+            last_error: Mutex::new(None),
+            registry: r,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -330,31 +323,6 @@ struct Shared {
     c: Counters,
     stop: AtomicBool,
     wake: Notify,
-}
-
-impl Shared {
-    fn stats(&self) -> UploadStats {
-        let c = &self.c;
-        UploadStats {
-            destination: self.destination.clone(),
-            switch: self.switch.clone(),
-            files_uploaded: c.files_uploaded.load(Relaxed),
-            bytes_uploaded: c.bytes_uploaded.load(Relaxed),
-            failures: c.failures.load(Relaxed),
-            retries: c.retries.load(Relaxed),
-            vanished_files: c.vanished_files.load(Relaxed),
-            vanished_bytes: c.vanished_bytes.load(Relaxed),
-            pending_files: c.pending_files.load(Relaxed),
-            pending_bytes: c.pending_bytes.load(Relaxed),
-            resumed_files: c.resumed_files.load(Relaxed),
-            deleted_after_upload: c.deleted_after_upload.load(Relaxed),
-            skipped_backfill: c.skipped_backfill.load(Relaxed),
-            state_errors: c.state_errors.load(Relaxed),
-            scans: c.scans.load(Relaxed),
-            backing_off: c.backing_off.load(Relaxed),
-            last_error: c.last_error.lock().ok().and_then(|g| g.clone()),
-        }
-    }
 }
 
 /// Where uploads go.
@@ -718,7 +686,7 @@ impl Engine {
     /// vanished when they were still pending).
     fn rescan(&mut self) {
         let found = published_parts(&self.dir);
-        self.shared.c.scans.fetch_add(1, Relaxed);
+        self.shared.c.scans.add(1);
         let present: HashSet<&str> = found.iter().map(|(r, ..)| r.as_str()).collect();
         // Pending files that disappeared: deleted before upload.
         let gone: Vec<(u64, String)> = self
@@ -742,7 +710,7 @@ impl Engine {
         let dropped = before - self.state.done.len();
         if self.first_scan {
             let uploaded = self.state.done.values().filter(|u| **u).count();
-            self.shared.c.resumed_files.store(uploaded as u64, Relaxed);
+            self.shared.c.resumed_files.set(uploaded as u64);
         }
         let mut backfill_marked = Vec::new();
         for (rel, path, first_ns) in &found {
@@ -777,7 +745,7 @@ impl Engine {
             self.shared
                 .c
                 .skipped_backfill
-                .fetch_add(backfill_marked.len() as u64, Relaxed);
+                .add(backfill_marked.len() as u64);
             tracing::info!(
                 files = backfill_marked.len(),
                 "backfill = false: files already in the data dir are not uploaded."
@@ -797,14 +765,14 @@ impl Engine {
 
     fn publish_pending(&self) {
         let c = &self.shared.c;
-        c.pending_files.store(self.pending.len() as u64, Relaxed);
+        c.pending_files.set(self.pending.len() as u64);
         c.pending_bytes
-            .store(self.pending.values().map(|p| p.bytes).sum(), Relaxed);
+            .set(self.pending.values().map(|p| p.bytes).sum());
     }
 
     fn vanished(&mut self, rel: &str, bytes: u64) {
-        self.shared.c.vanished_files.fetch_add(1, Relaxed);
-        self.shared.c.vanished_bytes.fetch_add(bytes, Relaxed);
+        self.shared.c.vanished_files.add(1);
+        self.shared.c.vanished_bytes.add(bytes);
         if let Some(suppressed) = self.vanish_log.allow() {
             tracing::error!(
                 file = rel,
@@ -816,14 +784,14 @@ impl Engine {
     }
 
     fn state_error(&self, e: &io::Error) {
-        self.shared.c.state_errors.fetch_add(1, Relaxed);
+        self.shared.c.state_errors.add(1);
         tracing::warn!(path = %self.state.path.display(), error = %e, "Cannot write the upload state; files may be uploaded again after a restart.");
     }
 
     fn delete_local(&self, path: &Path) {
         match fs::remove_file(path) {
             Ok(()) => {
-                self.shared.c.deleted_after_upload.fetch_add(1, Relaxed);
+                self.shared.c.deleted_after_upload.add(1);
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
@@ -857,7 +825,7 @@ impl Engine {
                     continue;
                 };
                 if p.failures > 0 {
-                    self.shared.c.retries.fetch_add(1, Relaxed);
+                    self.shared.c.retries.add(1);
                 }
                 let (dest, src, rel) = (self.dest.clone(), p.path.clone(), k.1.clone());
                 let mp = self.cfg.multipart_bytes;
@@ -884,8 +852,8 @@ impl Engine {
                 Outcome::Uploaded(n) => {
                     ok += 1;
                     let p = self.pending.remove(&k);
-                    self.shared.c.files_uploaded.fetch_add(1, Relaxed);
-                    self.shared.c.bytes_uploaded.fetch_add(n, Relaxed);
+                    self.shared.c.files_uploaded.add(1);
+                    self.shared.c.bytes_uploaded.add(n);
                     self.consecutive_failures = 0;
                     self.pause_until = None;
                     if let Err(e) = self.state.record(std::slice::from_ref(&k.1), true) {
@@ -905,7 +873,7 @@ impl Engine {
                 }
                 Outcome::Failed(msg) => {
                     failed += 1;
-                    self.shared.c.failures.fetch_add(1, Relaxed);
+                    self.shared.c.failures.add(1);
                     if let Ok(mut g) = self.shared.c.last_error.lock() {
                         *g = Some(msg.clone());
                     }
@@ -942,7 +910,7 @@ impl Engine {
         self.shared
             .c
             .backing_off
-            .store(self.pause_until.is_some(), Relaxed);
+            .set(u64::from(self.pause_until.is_some()));
         self.publish_pending();
         (ok, failed)
     }
@@ -1009,7 +977,14 @@ impl Uploader {
     ///
     /// # Errors
     /// An invalid config, an unusable destination URL or S3 setting, an unreadable state file.
-    pub fn start(cfg: UploadConfig, data_dir: &Path) -> Result<Self, Error> {
+    ///
+    /// With a `registry`, the counters are registered in it (a child; see
+    /// [`crate::metrics::Registry::child`]).
+    pub fn start(
+        cfg: UploadConfig,
+        data_dir: &Path,
+        registry: Option<&Arc<Registry>>,
+    ) -> Result<Self, Error> {
         cfg.validate()?;
         let switch = if cfg.switch.trim().is_empty() {
             host_name()
@@ -1033,7 +1008,7 @@ impl Uploader {
         let shared = Arc::new(Shared {
             destination,
             switch,
-            c: Counters::default(),
+            c: Counters::new(registry),
             stop: AtomicBool::new(false),
             wake: Notify::new(),
         });
@@ -1064,9 +1039,24 @@ impl Uploader {
         })
     }
 
-    /// Counters.
-    pub fn stats(&self) -> UploadStats {
-        self.shared.stats()
+    /// Counters (`stel_upload_*`).
+    pub fn stats(&self) -> Snapshot {
+        self.shared.c.registry.snapshot()
+    }
+
+    /// Where files go (as configured).
+    pub fn destination(&self) -> &str {
+        &self.shared.destination
+    }
+
+    /// The switch name every file is uploaded under (`switch=<name>/`).
+    pub fn switch(&self) -> &str {
+        &self.shared.switch
+    }
+
+    /// The last failure, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.shared.c.last_error.lock().ok().and_then(|g| g.clone())
     }
 
     /// Scans now instead of at the next interval (e.g. right after a publish).
@@ -1075,9 +1065,9 @@ impl Uploader {
     }
 
     /// Uploads what is pending (bounded by `shutdown_timeout_ms`), writes the state and stops.
-    pub fn shutdown(mut self) -> UploadStats {
+    pub fn shutdown(mut self) -> Snapshot {
         self.stop();
-        self.shared.stats()
+        self.stats()
     }
 
     fn stop(&mut self) {

@@ -523,6 +523,10 @@ fn the_daemon_s_own_registry_goes_out_too_and_names_can_be_countersyncd_s() {
     let registry = Registry::new();
     let extra = registry.counter(Metric::ReaderDatagrams, labels!(Source = "demo"));
     extra.add(41);
+    let lag = registry.histogram(Metric::CountersDbLag, labels!());
+    for us in [150, 2_500, 40_000] {
+        lag.record_us(us);
+    }
     let mut cfg = OtlpConfig::for_test(&rx.grpc_endpoint());
     cfg.own_metrics_interval_ms = 50;
     cfg.metric_names = stel_store::otlp::MetricNames::Countersyncd;
@@ -555,6 +559,33 @@ fn the_daemon_s_own_registry_goes_out_too_and_names_can_be_countersyncd_s() {
     assert!(own
         .iter()
         .all(|p| p.value == 41 && p.kind == "sum" && p.monotonic && p.attrs["source"] == "demo"));
+    // A histogram goes out as one: cumulative, its count as the receiver reads it.
+    let lags: Vec<&Point> = points
+        .iter()
+        .filter(|p| p.metric == "stel_counters_db_lag_seconds")
+        .collect();
+    assert!(!lags.is_empty());
+    assert!(lags
+        .iter()
+        .all(|p| p.kind == "histogram" && p.value == 3 && p.temporality == 2 && p.unit == "s"));
+    // Every series of the registry arrives (the last export is at shutdown).
+    let arrived: std::collections::BTreeSet<(String, std::collections::BTreeMap<String, String>)> =
+        points
+            .iter()
+            .filter(|p| p.metric.starts_with("stel_"))
+            .map(|p| (p.metric.clone(), p.attrs.clone()))
+            .collect();
+    for s in &registry.snapshot().samples {
+        let attrs = s
+            .label_pairs()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert!(
+            arrived.contains(&(s.metric.name().to_string(), attrs)),
+            "{} never reached the receiver",
+            s.series_name()
+        );
+    }
     // The last export (at shutdown) saw every batch the sink received.
     let last = points
         .iter()

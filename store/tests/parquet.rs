@@ -12,7 +12,7 @@ use std::{
 };
 
 use stel_store::{
-    parquet::{keys, Codec, ParquetSink, ParquetSinkConfig, ParquetStats, ShedReason},
+    parquet::{accounting, keys, Codec, ParquetSink, ParquetSinkConfig, ShedReason},
     paths::{classify, LayoutEntry},
     sai::StatKey,
     BatchBuilder, CounterBatch, CounterColumn, SessionSchema,
@@ -73,6 +73,96 @@ fn batch_with(
 
 fn batch(s: &Arc<SessionSchema>, ts0: i64, rows: usize) -> CounterBatch {
     batch_with(s, ts0, rows, &value)
+}
+
+/// The sink's counters under the names this file's assertions use, read from the registry
+/// snapshot (`stel_sink_*{sink="parquet"}`, `stel_parquet_*`).
+#[derive(Debug)]
+struct ParquetStats {
+    samples_submitted: u64,
+    samples_written: u64,
+    shed: u64,
+    lost: u64,
+    in_flight: u64,
+    batches_queued: u64,
+    batches_dequeued: u64,
+    rows_written: u64,
+    missing_samples_written: u64,
+    files_published: u64,
+    bytes_published: u64,
+    write_errors: u64,
+    disk_full_errors: u64,
+    disk_full_episodes: u64,
+    recoveries: u64,
+    rotations_schema: u64,
+    rotations_hour: u64,
+    rotations_size: u64,
+    memory_budget_bytes: u64,
+    shed_memory_budget_batches: u64,
+    shed_memory_budget_samples: u64,
+    shed_queue_full_batches: u64,
+    shed_queue_full_samples: u64,
+    lost_disk_full_samples: u64,
+    lost_write_error_samples: u64,
+    stale_temp_files_removed: u64,
+    retention_files_deleted: u64,
+    retention_bytes_deleted: u64,
+    history_bytes: u64,
+}
+
+impl ParquetStats {
+    fn shed_samples(&self) -> u64 {
+        self.shed
+    }
+    fn lost_samples(&self) -> u64 {
+        self.lost
+    }
+    fn in_flight_samples(&self) -> u64 {
+        self.in_flight
+    }
+}
+
+fn parquet_stats(s: stel_store::metrics::Snapshot) -> ParquetStats {
+    use stel_store::metrics::{Label, Metric as M};
+    let sink = |m| s.sum_where(m, Label::Sink, "parquet");
+    let why = |m, r| s.sum_where(m, Label::Reason, r);
+    let dropped_batches = |r: &str| {
+        s.series(M::SinkDroppedBatches)
+            .filter(|x| x.label(Label::Sink) == "parquet" && x.label(Label::Reason) == r)
+            .map(|x| x.value)
+            .sum()
+    };
+    ParquetStats {
+        samples_submitted: accounting::submitted(&s),
+        samples_written: accounting::written(&s),
+        shed: accounting::shed(&s),
+        lost: accounting::lost(&s),
+        in_flight: accounting::in_flight(&s),
+        batches_queued: sink(M::SinkQueuedBatches),
+        batches_dequeued: sink(M::SinkDequeuedBatches),
+        rows_written: s.sum(M::ParquetWrittenRows),
+        missing_samples_written: s.sum(M::ParquetMissingSamples),
+        files_published: s.sum(M::SinkPublishedFiles),
+        bytes_published: s.sum(M::ParquetPublishedBytes),
+        write_errors: s.sum(M::ParquetWriteErrors),
+        disk_full_errors: why(M::ParquetWriteErrors, "disk_full"),
+        disk_full_episodes: why(M::ParquetErrorEpisodes, "disk_full"),
+        recoveries: s.sum(M::ParquetRecoveries),
+        rotations_schema: why(M::ParquetRotations, "schema"),
+        rotations_hour: why(M::ParquetRotations, "hour"),
+        rotations_size: why(M::ParquetRotations, "size"),
+        memory_budget_bytes: s.sum(M::ParquetMemoryBudgetBytes),
+        shed_memory_budget_batches: dropped_batches("memory_budget"),
+        shed_memory_budget_samples: accounting::dropped(&s, "memory_budget"),
+        shed_queue_full_batches: dropped_batches("queue_full"),
+        shed_queue_full_samples: accounting::dropped(&s, "queue_full"),
+        lost_disk_full_samples: accounting::dropped(&s, "disk_full"),
+        lost_write_error_samples: accounting::dropped(&s, "write_error"),
+        stale_temp_files_removed: s.sum(M::ParquetStaleTempFiles),
+        retention_files_deleted: s.sum(M::ParquetRetentionFiles),
+        retention_bytes_deleted: s.sum(M::ParquetRetentionBytes),
+        history_bytes: s.sum(M::ParquetHistoryBytes),
+    }
 }
 
 fn assert_accounted(st: &ParquetStats) {
@@ -161,13 +251,13 @@ fn files(root: &Path, want: impl Fn(&LayoutEntry) -> bool) -> Vec<PathBuf> {
 fn files_read_back_by_pyarrow_with_exact_values_and_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let s = schema("lab 1/a", 4, &[0, 1, 9], 3);
-    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path())).unwrap();
+    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path()), None).unwrap();
     assert_eq!(sink.recovery().published_files, 0);
     for i in 0..5 {
         sink.submit(Arc::new(batch(&s, T0 + i * 100 * INTERVAL, 100)))
             .unwrap();
     }
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_accounted(&st);
     assert_eq!(st.samples_written, 5 * 100 * 12);
     assert_eq!(st.files_published, 1);
@@ -274,7 +364,7 @@ print(json.dumps({"rows": t.num_rows, "profile": t.column("profile")[0].as_py(),
     assert_eq!(ds["duck_sum"].as_u64().unwrap(), sum);
 
     // The next start removes the stray temp file and reports it.
-    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path())).unwrap();
+    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path()), None).unwrap();
     let rep = sink.recovery().clone();
     assert_eq!(rep.stale_temp_files, 1);
     assert_eq!(rep.published_files, 1);
@@ -283,7 +373,10 @@ print(json.dumps({"rows": t.num_rows, "profile": t.column("profile")[0].as_py(),
     assert_eq!(rep.sessions[0].last_durable_ns, Some(T0 + 499 * INTERVAL));
     assert_eq!(rep.sessions[0].lost_from_ns, Some(T0 + 1));
     assert!(temps(dir.path()).is_empty());
-    assert_eq!(sink.shutdown().unwrap().stale_temp_files_removed, 1);
+    assert_eq!(
+        parquet_stats(sink.shutdown().unwrap()).stale_temp_files_removed,
+        1
+    );
 }
 
 #[test]
@@ -291,7 +384,7 @@ fn schema_change_starts_a_new_file_and_no_file_mixes_schemas() {
     let dir = tempfile::tempdir().unwrap();
     let g1 = schema("p", 2, &[0, 1], 1);
     let g2 = schema("p", 3, &[0, 1, 9], 2);
-    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path())).unwrap();
+    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path()), None).unwrap();
     sink.submit(Arc::new(batch(&g1, T0, 10))).unwrap();
     sink.submit(Arc::new(batch(&g1, T0 + 10 * INTERVAL, 10)))
         .unwrap();
@@ -303,7 +396,7 @@ fn schema_change_starts_a_new_file_and_no_file_mixes_schemas() {
     let g1b = Arc::new(g1b);
     sink.submit(Arc::new(batch(&g1b, T0 + 30 * INTERVAL, 10)))
         .unwrap();
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_accounted(&st);
     assert_eq!(st.rotations_schema, 2);
     assert_eq!(st.files_published, 3);
@@ -330,10 +423,10 @@ fn batches_split_at_hour_boundaries_into_their_partitions() {
     // T0 is 22:13:20; start 5 intervals before 23:00:00.
     let next_hour = (T0 / HOUR + 1) * HOUR;
     let start = next_hour - 5 * INTERVAL;
-    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path())).unwrap();
+    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path()), None).unwrap();
     sink.submit(Arc::new(batch_with(&s, start, 12, &|ts, _| ts as u64)))
         .unwrap();
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_accounted(&st);
     assert_eq!(st.rotations_hour, 1);
     let files = published(dir.path());
@@ -372,7 +465,7 @@ fn size_rotation_keeps_every_row() {
         compression: Codec::None,
         ..ParquetSinkConfig::for_test(dir.path())
     };
-    let sink = ParquetSink::start(cfg).unwrap();
+    let sink = ParquetSink::start(cfg, None).unwrap();
     for i in 0..40 {
         sink.submit(Arc::new(batch_with(
             &s,
@@ -382,7 +475,7 @@ fn size_rotation_keeps_every_row() {
         )))
         .unwrap();
     }
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_accounted(&st);
     assert!(st.rotations_size >= 2, "{st:?}");
     let files = published(dir.path());
@@ -408,11 +501,11 @@ fn retention_deletes_oldest_first_by_bytes_and_by_age() {
     let dir = tempfile::tempdir().unwrap();
     let s = schema("p", 4, &[0, 1], 1);
     // One file per hour: 6 files, oldest first.
-    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path())).unwrap();
+    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path()), None).unwrap();
     for h in 0..6 {
         sink.submit(Arc::new(batch(&s, T0 + h * HOUR, 50))).unwrap();
     }
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_eq!(st.files_published, 6);
     let files = published(dir.path());
     let sizes: Vec<u64> = files
@@ -427,8 +520,8 @@ fn retention_deletes_oldest_first_by_bytes_and_by_age() {
         retention_max_bytes: keep,
         ..ParquetSinkConfig::for_test(dir.path())
     };
-    let sink = ParquetSink::start(cfg).unwrap();
-    let st = sink.shutdown().unwrap();
+    let sink = ParquetSink::start(cfg, None).unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_eq!(st.retention_files_deleted, 3, "{st:?}");
     assert_eq!(st.retention_bytes_deleted, sizes[..3].iter().sum::<u64>());
     assert_eq!(published(dir.path()), files[3..].to_vec());
@@ -448,8 +541,8 @@ fn retention_deletes_oldest_first_by_bytes_and_by_age() {
         retention_max_age_s: 3600,
         ..ParquetSinkConfig::for_test(dir.path())
     };
-    let sink = ParquetSink::start(cfg).unwrap();
-    let st = sink.shutdown().unwrap();
+    let sink = ParquetSink::start(cfg, None).unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_eq!(st.retention_files_deleted, 1);
     assert_eq!(published(dir.path()), files[4..].to_vec());
 
@@ -458,9 +551,9 @@ fn retention_deletes_oldest_first_by_bytes_and_by_age() {
         retention_max_bytes: sizes[4] + sizes[5] + sizes[0] / 2,
         ..ParquetSinkConfig::for_test(dir.path())
     };
-    let sink = ParquetSink::start(cfg).unwrap();
+    let sink = ParquetSink::start(cfg, None).unwrap();
     sink.submit(Arc::new(batch(&s, T0 + 6 * HOUR, 50))).unwrap();
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_eq!(st.retention_files_deleted, 1);
     let left = published(dir.path());
     assert_eq!(left.len(), 2);
@@ -475,14 +568,14 @@ fn memory_budget_sheds_and_counts() {
         memory_budget_bytes: 1000,
         ..ParquetSinkConfig::for_test(dir.path())
     };
-    let sink = ParquetSink::start(cfg).unwrap();
+    let sink = ParquetSink::start(cfg, None).unwrap();
     // 10 rows × 12 counters × 8 B + 10 timestamps × 8 B = 1040 B > 1000 B.
     let e = sink.submit(Arc::new(batch(&s, T0, 10))).unwrap_err();
     assert_eq!(e.reason, ShedReason::MemoryBudget);
     assert_eq!(e.samples, 120);
     // 9 rows fit.
     sink.submit(Arc::new(batch(&s, T0, 9))).unwrap();
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_accounted(&st);
     assert_eq!(st.shed_memory_budget_batches, 1);
     assert_eq!(st.shed_memory_budget_samples, 120);
@@ -506,7 +599,7 @@ fn slow_writer_sheds_whole_batches_counted_and_never_blocks_submit() {
         ..ParquetSinkConfig::default()
     };
     assert_eq!(cfg.when_full, stel_store::parquet::WhenFull::DropNewest);
-    let sink = ParquetSink::start(cfg).unwrap();
+    let sink = ParquetSink::start(cfg, None).unwrap();
     let (mut taken, mut shed) = (0u64, 0u64);
     for i in 0..40 {
         match sink.submit(Arc::new(batch(&s, T0 + i * 100 * INTERVAL, 100))) {
@@ -520,7 +613,7 @@ fn slow_writer_sheds_whole_batches_counted_and_never_blocks_submit() {
     }
     // 40 submits against a writer that takes 50 ms per batch: most must have been shed at once.
     assert!(shed > 0 && taken > 0, "taken {taken}, shed {shed}");
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_accounted(&st);
     assert_eq!(st.shed_queue_full_batches, shed);
     assert_eq!(st.shed_queue_full_samples, shed * 3200);
@@ -543,7 +636,7 @@ fn sigkill_child_writer() {
         row_group_rows: 64,
         ..ParquetSinkConfig::for_test(dir)
     };
-    let sink = ParquetSink::start(cfg).unwrap();
+    let sink = ParquetSink::start(cfg, None).unwrap();
     let s = schema("killme", 4, &[0, 1, 9], 1);
     for i in 0.. {
         let ts0 = T0 + i * KILL_ROWS as i64 * INTERVAL;
@@ -619,7 +712,7 @@ print(json.dumps(out))
     let last_durable = expect_ts - INTERVAL;
 
     // The next start cleans the temp files and reports where the loss starts.
-    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path())).unwrap();
+    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir.path()), None).unwrap();
     let rep = sink.recovery().clone();
     assert!(temps(dir.path()).is_empty());
     assert_eq!(rep.published_files as usize, files.len());
@@ -636,7 +729,7 @@ print(json.dumps(out))
         assert_eq!(s.lost_from_ns, Some(last_durable + INTERVAL));
         assert!(s.stale_temp_bytes > 0 || s.stale_temp_files > 0);
     }
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_eq!(st.stale_temp_files_removed as usize, stale.len());
 }
 
@@ -687,7 +780,7 @@ fn disk_full_is_survived_counted_and_recovered_from() {
         retry_interval_ms: 20,
         ..ParquetSinkConfig::for_test(&root)
     };
-    let sink = ParquetSink::start(cfg).unwrap();
+    let sink = ParquetSink::start(cfg, None).unwrap();
     // Incompressible counters: 64 rows × 64 columns × 8 B = 32 KiB per batch; 2 MiB fills fast.
     let noisy = |ts: i64, c: usize| {
         let mut x = (ts as u64) ^ ((c as u64) << 40);
@@ -702,11 +795,11 @@ fn disk_full_is_survived_counted_and_recovered_from() {
         i += 1;
     };
     let deadline = Instant::now() + Duration::from_secs(120);
-    while sink.stats().disk_full_episodes == 0 {
+    while parquet_stats(sink.stats()).disk_full_episodes == 0 {
         assert!(
             Instant::now() < deadline,
             "never hit ENOSPC: {:?}",
-            sink.stats()
+            parquet_stats(sink.stats())
         );
         submit(&sink);
         std::thread::sleep(Duration::from_millis(1));
@@ -715,12 +808,13 @@ fn disk_full_is_survived_counted_and_recovered_from() {
     for _ in 0..20 {
         submit(&sink);
     }
-    let st = sink.stats();
+    let st = parquet_stats(sink.stats());
     assert!(st.disk_full_errors >= 1, "{st:?}");
     assert!(st.write_errors >= 1, "{st:?}");
     // No half-written temp files are left behind by the failure.
     let deadline2 = Instant::now() + Duration::from_secs(60);
-    while sink.stats().batches_dequeued < sink.stats().batches_queued {
+    while parquet_stats(sink.stats()).batches_dequeued < parquet_stats(sink.stats()).batches_queued
+    {
         assert!(Instant::now() < deadline2);
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -729,18 +823,20 @@ fn disk_full_is_survived_counted_and_recovered_from() {
     for f in published(&root) {
         std::fs::remove_file(f).unwrap();
     }
-    let before = sink.stats().files_published;
+    let before = parquet_stats(sink.stats()).files_published;
     let deadline = Instant::now() + Duration::from_secs(120);
-    while sink.stats().recoveries == 0 || sink.stats().files_published == before {
+    while parquet_stats(sink.stats()).recoveries == 0
+        || parquet_stats(sink.stats()).files_published == before
+    {
         assert!(
             Instant::now() < deadline,
             "never recovered: {:?}",
-            sink.stats()
+            parquet_stats(sink.stats())
         );
         submit(&sink);
         std::thread::sleep(Duration::from_millis(2));
     }
-    let st = sink.shutdown().unwrap();
+    let st = parquet_stats(sink.shutdown().unwrap());
     assert_accounted(&st);
     assert!(st.lost_disk_full_samples > 0, "{st:?}");
     assert_eq!(st.lost_write_error_samples, 0, "{st:?}");
@@ -837,9 +933,9 @@ fn encoder_edge_cases_read_back_exactly_by_pyarrow_and_duckdb() {
                 compression_level: 3,
                 ..ParquetSinkConfig::for_test(dir.path())
             };
-            let sink = ParquetSink::start(cfg).unwrap();
+            let sink = ParquetSink::start(cfg, None).unwrap();
             sink.submit(Arc::clone(&b)).unwrap();
-            let st = sink.shutdown().unwrap();
+            let st = parquet_stats(sink.shutdown().unwrap());
             assert_accounted(&st);
             assert_eq!(st.missing_samples_written, expect_missing);
             let files = published(dir.path());

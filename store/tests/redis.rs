@@ -20,6 +20,61 @@ const RATE_STATS: [&str; 4] = [
     "IF_OUT_UCAST_PKTS",
 ];
 
+/// The sink's counters under the names this file's assertions use, read from the registry
+/// snapshot (`stel_counters_db_*`, `stel_sink_*{sink="counters_db"}`).
+#[derive(Debug)]
+struct DbStats {
+    batches_submitted: u64,
+    shed_queue_full_batches: u64,
+    shed_shutdown_batches: u64,
+    connected: bool,
+    connects: u64,
+    fields_written: u64,
+    write_rounds: u64,
+    objects_without_oid: u64,
+    writes_deferred_no_oid: u64,
+    oid_changes: u64,
+    oids_resolved: u64,
+    rate_resets: u64,
+    redis_errors: u64,
+    lag_samples: u64,
+    lag_p50_ms: f64,
+    lag_p99_ms: f64,
+    lag_max_ms: f64,
+}
+
+fn db_stats(s: stel_store::metrics::Snapshot) -> DbStats {
+    use stel_store::metrics::{Label, Metric as M};
+    let shed = |r: &str| -> u64 {
+        s.series(M::SinkDroppedBatches)
+            .filter(|x| x.label(Label::Sink) == "counters_db" && x.label(Label::Reason) == r)
+            .map(|x| x.value)
+            .sum()
+    };
+    let lag = s
+        .histogram(M::CountersDbLag)
+        .expect("the lag histogram is registered");
+    DbStats {
+        batches_submitted: s.sum_where(M::SinkQueuedBatches, Label::Sink, "counters_db"),
+        shed_queue_full_batches: shed("queue_full"),
+        shed_shutdown_batches: shed("shutdown"),
+        connected: s.get(M::CountersDbConnected) == 1,
+        connects: s.get(M::CountersDbConnects),
+        fields_written: s.get(M::CountersDbWrittenFields),
+        write_rounds: s.get(M::CountersDbWriteRounds),
+        objects_without_oid: s.get(M::CountersDbObjectsWithoutOid),
+        writes_deferred_no_oid: s.get(M::CountersDbDeferredWrites),
+        oid_changes: s.get(M::CountersDbOidChanges),
+        oids_resolved: s.get(M::CountersDbResolvedOids),
+        rate_resets: s.get(M::CountersDbRateResets),
+        redis_errors: s.get(M::CountersDbErrors),
+        lag_samples: lag.count,
+        lag_p50_ms: lag.p50_ms,
+        lag_p99_ms: lag.p99_ms,
+        lag_max_ms: lag.max_ms,
+    }
+}
+
 fn schema(t: ObjectType, group: &str, objects: &[&str], stats: &[&str]) -> Arc<SessionSchema> {
     let mut columns = Vec::new();
     for (i, o) in objects.iter().enumerate() {
@@ -101,7 +156,7 @@ fn counters_through_every_name_map_and_late_oid() {
         "COUNTERS_RIF_NAME_MAP",
         &[("Vlan1000", "oid:0x600000000065f")],
     );
-    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url())).unwrap();
+    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url()), None).unwrap();
 
     let ports = schema(
         ObjectType::Port,
@@ -178,9 +233,9 @@ fn counters_through_every_name_map_and_late_oid() {
     );
     // Ethernet4 has no OID yet: counted, not written, retried.
     TestRedis::wait_for(10, "objects_without_oid = 1", || {
-        (sink.stats().objects_without_oid == 1).then_some(())
+        (db_stats(sink.stats()).objects_without_oid == 1).then_some(())
     });
-    assert!(sink.stats().writes_deferred_no_oid >= 1);
+    assert!(db_stats(sink.stats()).writes_deferred_no_oid >= 1);
     let keys: Vec<String> = c.keys("COUNTERS:*").unwrap();
     assert_eq!(keys.len(), 5, "{keys:?}");
     set_map(
@@ -201,9 +256,9 @@ fn counters_through_every_name_map_and_late_oid() {
         "40",
     );
     TestRedis::wait_for(10, "all resolved", || {
-        (sink.stats().objects_without_oid == 0).then_some(())
+        (db_stats(sink.stats()).objects_without_oid == 0).then_some(())
     });
-    let st = sink.stats();
+    let st = db_stats(sink.stats());
     assert_eq!(st.batches_submitted, 5);
     assert_eq!(st.oids_resolved, 6);
     assert!(st.lag_samples >= 1 && st.lag_p99_ms > 0.0, "{st:?}");
@@ -214,7 +269,7 @@ fn counters_through_every_name_map_and_late_oid() {
         h.submit(batch(&pgs, &[(3, vec![8])])),
         Err(Shed::ShuttingDown)
     );
-    assert_eq!(h.stats().batches_shed_shutdown, 1);
+    assert_eq!(db_stats(h.stats()).shed_shutdown_batches, 1);
 }
 
 #[test]
@@ -226,7 +281,7 @@ fn recreated_port_gets_every_field_under_its_new_oid() {
         "COUNTERS_PORT_NAME_MAP",
         &[("Ethernet0", "oid:0x1000000000001")],
     );
-    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url())).unwrap();
+    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url()), None).unwrap();
     let s = schema(
         ObjectType::Port,
         "PORT",
@@ -247,7 +302,7 @@ fn recreated_port_gets_every_field_under_its_new_oid() {
         &[("Ethernet0", "oid:0x1000000000099")],
     );
     TestRedis::wait_for(10, "oid change seen", || {
-        (sink.stats().oid_changes == 1).then_some(())
+        (db_stats(sink.stats()).oid_changes == 1).then_some(())
     });
     // Unchanged values are written again under the new key.
     wait_field(
@@ -301,9 +356,11 @@ fn rates_follow_port_rates_lua_and_render_like_portstat() {
             &[("speed", "25000"), ("oper_status", "down")],
         )
         .unwrap();
-    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url())).unwrap();
+    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url()), None).unwrap();
     // Let the first refresh read α and the speed before any sample.
-    TestRedis::wait_for(10, "connected", || sink.stats().connected.then_some(()));
+    TestRedis::wait_for(10, "connected", || {
+        db_stats(sink.stats()).connected.then_some(())
+    });
     let s = schema(ObjectType::Port, "PORT", &["Ethernet0"], &RATE_STATS);
     let rates = format!("RATES:{oid}");
     let state = format!("RATES:{oid}:PORT");
@@ -364,7 +421,7 @@ fn rates_follow_port_rates_lua_and_render_like_portstat() {
     let h = hgetall(&mut c, &rates);
     assert!((f(&h, "RX_BPS") - 2e9).abs() < 1.0, "{h:?}");
     assert_eq!(f(&h, "TX_BPS"), 0.0);
-    assert!(sink.stats().rate_resets >= 1);
+    assert!(db_stats(sink.stats()).rate_resets >= 1);
     sink.shutdown();
 }
 
@@ -375,8 +432,10 @@ fn rif_rates_use_rif_alpha_and_state_key() {
     let oid = "oid:0x600000000065f";
     set_map(&mut c, "COUNTERS_RIF_NAME_MAP", &[("Vlan1000", oid)]);
     let _: () = c.hset("RATES:RIF", "RIF_ALPHA", "1").unwrap();
-    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url())).unwrap();
-    TestRedis::wait_for(10, "connected", || sink.stats().connected.then_some(()));
+    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url()), None).unwrap();
+    TestRedis::wait_for(10, "connected", || {
+        db_stats(sink.stats()).connected.then_some(())
+    });
     let s = schema(
         ObjectType::RouterInterface,
         "ROUTER_INTERFACE",
@@ -409,7 +468,7 @@ fn redis_killed_and_restarted_mid_stream_converges() {
         let mut c = r.connect(2);
         set_map(&mut c, "COUNTERS_PORT_NAME_MAP", &[("Ethernet0", oid)]);
     }
-    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url())).unwrap();
+    let sink = CountersDbSink::start(CountersDbConfig::for_test(r.url()), None).unwrap();
     let s = schema(ObjectType::Port, "PORT", &["Ethernet0"], &RATE_STATS);
     let t0 = 1_700_000_000_000_000_000i64;
     let mut t = t0;
@@ -433,7 +492,7 @@ fn redis_killed_and_restarted_mid_stream_converges() {
         "SAI_PORT_STAT_IF_IN_OCTETS",
         &steady(t0 + 100 * 10_000_000).1[0].to_string(),
     );
-    assert_eq!(sink.stats().connects, 1);
+    assert_eq!(db_stats(sink.stats()).connects, 1);
 
     r.kill();
     // Decode keeps going while Redis is gone: nothing blocks, values coalesce.
@@ -442,9 +501,9 @@ fn redis_killed_and_restarted_mid_stream_converges() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     TestRedis::wait_for(10, "error seen", || {
-        (sink.stats().redis_errors >= 1).then_some(())
+        (db_stats(sink.stats()).redis_errors >= 1).then_some(())
     });
-    assert!(!sink.stats().connected);
+    assert!(!db_stats(sink.stats()).connected);
     r.restart();
     // orchagent repopulates the name map on the new server.
     let mut c = r.connect(2);
@@ -466,11 +525,11 @@ fn redis_killed_and_restarted_mid_stream_converges() {
         &last[3].to_string(),
     );
     wait_field(&mut c, &format!("RATES:{oid}:PORT"), "INIT_DONE", "DONE");
-    let st = sink.stats();
+    let st = db_stats(sink.stats());
     assert!(st.connects >= 2, "{st:?}");
     assert!(st.connected);
     assert_eq!(
-        st.batches_submitted + st.batches_shed_queue_full,
+        st.batches_submitted + st.shed_queue_full_batches,
         225 / 5,
         "every batch is accepted or counted as shed: {st:?}"
     );
@@ -520,8 +579,10 @@ fn measure_lag_and_throughput_at_design_rate() {
     for flush_us in [1_000u64, 5_000, 10_000] {
         let mut cfg = CountersDbConfig::for_test(r.url());
         cfg.flush_interval_us = flush_us;
-        let sink = CountersDbSink::start(cfg).unwrap();
-        TestRedis::wait_for(10, "connected", || sink.stats().connected.then_some(()));
+        let sink = CountersDbSink::start(cfg, None).unwrap();
+        TestRedis::wait_for(10, "connected", || {
+            db_stats(sink.stats()).connected.then_some(())
+        });
         let start = Instant::now();
         let mut n = 0u32;
         while start.elapsed() < Duration::from_secs(5) {
@@ -534,20 +595,22 @@ fn measure_lag_and_throughput_at_design_rate() {
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
         let el = start.elapsed().as_secs_f64();
-        let st = sink.stats();
+        let st = db_stats(sink.stats());
         println!(
             "flush_interval {flush_us} us: lag p50 {:.2} ms p99 {:.2} ms max {:.2} ms ({} batches); \
              {:.0} fields/s written, {} rounds, shed {}",
             st.lag_p50_ms, st.lag_p99_ms, st.lag_max_ms, st.lag_samples,
-            st.fields_written as f64 / el, st.write_rounds, st.batches_shed_queue_full
+            st.fields_written as f64 / el, st.write_rounds, st.shed_queue_full_batches
         );
         sink.shutdown();
     }
     // Raw pipeline throughput: one round of 1920 × N changed fields, back to back.
     let mut cfg = CountersDbConfig::for_test(r.url());
     cfg.flush_interval_us = 0;
-    let sink = CountersDbSink::start(cfg).unwrap();
-    TestRedis::wait_for(10, "connected", || sink.stats().connected.then_some(()));
+    let sink = CountersDbSink::start(cfg, None).unwrap();
+    TestRedis::wait_for(10, "connected", || {
+        db_stats(sink.stats()).connected.then_some(())
+    });
     let start = Instant::now();
     let mut k = 0;
     while start.elapsed() < Duration::from_secs(3) {
@@ -556,7 +619,7 @@ fn measure_lag_and_throughput_at_design_rate() {
         }
         std::thread::yield_now();
     }
-    let st = sink.stats();
+    let st = db_stats(sink.stats());
     println!(
         "back to back: {:.0} HSET fields/s over {} rounds ({:.2} ms/round of {} fields)",
         st.fields_written as f64 / start.elapsed().as_secs_f64(),

@@ -27,6 +27,7 @@ use stel_ingest::{
     sys::{self, signal},
     topology::Topology,
 };
+use stel_store::metrics::{Label, Metric, Snapshot};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -233,6 +234,12 @@ enum Command {
         /// Status file to read (default: /run/stel/status.json, else ./stel-data/status.json).
         #[arg(long)]
         file: Option<PathBuf>,
+        /// Print the whole status file (JSON) instead of the registry's table.
+        #[arg(long)]
+        json: bool,
+        /// With the table: each metric's help text under it.
+        #[arg(long)]
+        help_text: bool,
     },
 }
 
@@ -291,16 +298,28 @@ impl Rates {
     }
 }
 
-fn write_status(path: &Path, st: &DaemonStatus) {
+/// The status file's JSON: the reader thread's detailed status (per-sink sections, the filter's
+/// policy, per-domain sequence figures) and, under `metrics`, every series of the registry —
+/// the same snapshot the status line, `/metrics` and OTLP read.
+fn status_json(st: &DaemonStatus, snap: &Snapshot) -> serde_json::Value {
+    let mut v = serde_json::to_value(st).unwrap_or_default();
+    if let serde_json::Value::Object(m) = &mut v {
+        m.insert("metrics".into(), snap.to_json());
+    }
+    v
+}
+
+fn write_status(path: &Path, st: &DaemonStatus, snap: &Snapshot) {
     if path.as_os_str().is_empty() {
         return;
     }
     let tmp = path.with_extension("json.tmp");
+    let body = serde_json::to_vec_pretty(&status_json(st, snap)).unwrap_or_default();
     let ok = path
         .parent()
         .is_none_or(|d| std::fs::create_dir_all(d).is_ok())
         && std::fs::File::create(&tmp)
-            .and_then(|mut f| f.write_all(&serde_json::to_vec_pretty(st).unwrap_or_default()))
+            .and_then(|mut f| f.write_all(&body))
             .is_ok()
         && std::fs::rename(&tmp, path).is_ok();
     if !ok {
@@ -311,33 +330,40 @@ fn write_status(path: &Path, st: &DaemonStatus) {
     }
 }
 
-/// One line of figures. `filtered` is the template filter's count alone (kernel or user
-/// space: each message counted once); `seq` is loss the sequence numbers show, in gap events
-/// too; when the kernel filter dropped data of a domain whose other templates are decoded, its
-/// gaps include those messages (said in the line).
-fn status_line(st: &DaemonStatus, prev: &DaemonStatus, dt: f64, rates: &str) -> String {
-    let d = &st.pipeline.decode;
-    let p = &st.pipeline.dispatch;
-    let seq = d.seq_lost_messages + d.seq_lost_records;
-    let overlap = if seq > 0 && st.filter.kind == "kernel" && st.filter.dropped > 0 {
+/// One line of figures, read from two registry snapshots. `filtered` is the template filter's
+/// count alone (kernel or user space: each message counted once); `seq` is loss the sequence
+/// numbers show, in gap events too; when the kernel filter dropped data of a domain whose other
+/// templates are decoded, its gaps include those messages (said in the line).
+fn status_line(now: &Snapshot, prev: &Snapshot, dt: f64, rates: &str) -> String {
+    use Metric as M;
+    let seq = now.sum(M::DecodeSeqLostMessages) + now.sum(M::DecodeSeqLostRecords);
+    let dropped = now.sum(M::FilterDroppedMessages);
+    let overlap = if seq > 0 && now.sum(M::FilterKernelState) == 1 && dropped > 0 {
         " (seq gaps include messages the kernel filter dropped)"
     } else {
         ""
     };
+    // The counter socket's reader (INT's has source="int" and its own part of the line).
+    let reader = |s: &Snapshot, m: Metric| {
+        s.series(m)
+            .filter(|x| x.label(Label::Source) != "int")
+            .map(|x| x.value)
+            .sum::<u64>()
+    };
     format!(
         "stel-ingestd: {:>6.1} M counters/s {:>7.1} MB/s | {} msgs, {} snapshots | lost: kernel {} seq {} in {} gaps{} shed {} trunc {} | filtered {} malformed {}{}",
-        (d.counters - prev.pipeline.decode.counters) as f64 / dt / 1e6,
-        (st.recv.bytes - prev.recv.bytes) as f64 / dt / 1e6,
-        d.messages,
-        d.records,
-        st.kernel_drops,
+        now.sum(M::DecodeValues).saturating_sub(prev.sum(M::DecodeValues)) as f64 / dt / 1e6,
+        reader(now, M::ReaderBytes).saturating_sub(reader(prev, M::ReaderBytes)) as f64 / dt / 1e6,
+        now.sum(M::DecodeMessages),
+        now.sum(M::DecodeRecords),
+        reader(now, M::ReaderKernelDroppedDatagrams),
         seq,
-        d.seq_gap_events,
+        now.sum(M::DecodeSeqGaps),
         overlap,
-        p.shed_decoder_full,
-        st.recv.truncated,
-        st.filter.dropped,
-        d.malformed_total(),
+        now.sum(M::DispatchShedMessages),
+        reader(now, M::ReaderTruncatedDatagrams),
+        dropped,
+        now.sum(M::DecodeMalformed),
         rates
     )
 }
@@ -625,7 +651,7 @@ fn run(a: Args) -> Result<(), String> {
 
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_nanos(d));
     let mut rates = Rates::default();
-    let mut prev = topo.daemon.status();
+    let mut prev = topo.registry.snapshot();
     let mut last_tick = Instant::now();
     let mut last_warn: Option<Instant> = None;
     let files = is_file_input(&topo.daemon);
@@ -649,10 +675,8 @@ fn run(a: Args) -> Result<(), String> {
         if last_tick.elapsed() >= interval {
             let mut st = topo.daemon.status();
             let dt = last_tick.elapsed().as_secs_f64();
-            let mut line = status_line(&st, &prev, dt, &rates.line(&topo.live));
             let int_now = topo.int.as_ref().map(|i| i.stats());
             if let Some(s) = &int_now {
-                line.push_str(&format!(" | {}", s.line(&int_prev, dt)));
                 st.sinks
                     .insert("int".into(), serde_json::to_value(s).unwrap_or_default());
             }
@@ -662,8 +686,15 @@ fn run(a: Args) -> Result<(), String> {
             };
             topo.status_metrics
                 .publish(&st, int_now.as_ref(), verdict.is_ok());
+            if let Some((w, _)) = &topo.state_db {
+                topo.status_metrics.publish_state_db(&w.stats());
+            }
             topo.health.set(verdict);
+            // Everything below reads this one snapshot of the registry.
+            let snap = topo.registry.snapshot();
+            let mut line = status_line(&snap, &prev, dt, &rates.line(&topo.live));
             if let Some(s) = int_now {
+                line.push_str(&format!(" | {}", s.line(&int_prev, dt)));
                 int_prev = s;
             }
             if let Some(g) = topo
@@ -687,8 +718,8 @@ fn run(a: Args) -> Result<(), String> {
                     last_warn = Some(Instant::now());
                 }
             }
-            write_status(&status_file, &st);
-            prev = st;
+            write_status(&status_file, &st, &snap);
+            prev = snap;
             last_tick = Instant::now();
         }
     }
@@ -709,15 +740,14 @@ fn run(a: Args) -> Result<(), String> {
         None => (None, 0, None),
     };
     let drained = move |r: &sys::uring::RecvStats| r.datagrams + r.truncated >= sent;
-    let st = topo
-        .finish(
-            truth
-                .as_ref()
-                .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
-            Duration::from_secs(5),
-        )
-        .status;
-    write_status(&status_file, &st);
+    let fin = topo.finish(
+        truth
+            .as_ref()
+            .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
+        Duration::from_secs(5),
+    );
+    let (st, snap) = (fin.status, fin.metrics);
+    write_status(&status_file, &st, &snap);
     if let Some(t) = truth {
         eprintln!(
             "stel-ingestd: demo done: emulator sent {} snapshots ({} counters), decoder decoded {} ({} counters)",
@@ -728,12 +758,17 @@ fn run(a: Args) -> Result<(), String> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string(&st).unwrap_or_default());
+        println!("{}", status_json(&st, &snap));
     }
     // The final figures, in the status line's words (a short run may never have printed one).
     eprintln!(
         "{}",
-        status_line(&st, &prev, last_tick.elapsed().as_secs_f64().max(1e-3), "")
+        status_line(
+            &snap,
+            &prev,
+            last_tick.elapsed().as_secs_f64().max(1e-3),
+            ""
+        )
     );
     if let Some(i) = &st.input {
         eprintln!(
@@ -788,7 +823,12 @@ fn main() -> ExitCode {
     // Before any thread or big allocation: the Parquet writer otherwise faults in a 2 MiB huge
     // page per column per row group (see the function).
     sys::disable_transparent_huge_pages();
-    if let Some(Command::Status { file }) = &a.command {
+    if let Some(Command::Status {
+        file,
+        json,
+        help_text,
+    }) = &a.command
+    {
         let file = file.clone().unwrap_or_else(|| {
             let run = PathBuf::from("/run/stel/status.json");
             if run.exists() {
@@ -798,10 +838,24 @@ fn main() -> ExitCode {
             }
         });
         return match std::fs::read_to_string(&file) {
-            Ok(s) => {
+            Ok(s) if *json => {
                 println!("{s}");
                 ExitCode::SUCCESS
             }
+            // Every metric of the registry, one line per series (`-`: not run by this daemon).
+            Ok(s) => match serde_json::from_str::<serde_json::Value>(&s) {
+                Ok(v) => {
+                    print!(
+                        "{}",
+                        Snapshot::from_json(&v["metrics"]).to_table(*help_text)
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("stel-ingestd: {}: {e} (not a status file)", file.display());
+                    ExitCode::from(2)
+                }
+            },
             Err(e) => {
                 eprintln!(
                     "stel-ingestd: {}: {e} (is the daemon running? its [status] file setting decides the path)",

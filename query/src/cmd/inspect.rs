@@ -504,7 +504,8 @@ mod tests {
     /// real decoder into the real snapshot store, served on a real unix socket.
     fn serve(dir: &Path) -> (Server, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
         let state = Arc::new(LiveState::default());
-        let server = Server::start(&dir.join(live::SOCKET_NAME), Arc::clone(&state), 4).unwrap();
+        let server =
+            Server::start(&dir.join(live::SOCKET_NAME), Arc::clone(&state), 4, None).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let halt = Arc::clone(&stop);
         let feeder = std::thread::spawn(move || {

@@ -575,10 +575,33 @@ pub(crate) fn write_snapshot(
     while i < s.len() {
         let m = s[i].metric;
         let j = i + s[i..].iter().take_while(|x| x.metric == m).count();
-        let sum = m.kind() == Kind::Counter;
+        let kind = m.kind();
+        let sum = kind == Kind::Counter;
         let mut dps = Vec::new();
         for sample in &s[i..j] {
             let mut dp = Vec::new();
+            if let (Kind::Histogram, Some(h)) = (kind, sample.histogram.as_deref()) {
+                // HistogramDataPoint: attributes 9, start 2, time 3, count 4, sum 5, bucket
+                // counts 6 (per bucket, one more than the bounds), explicit bounds 7.
+                for (k, v) in sample.label_pairs() {
+                    put_attr(&mut dp, 9, k, v);
+                }
+                put_fixed64(&mut dp, 2, start_ns);
+                put_fixed64(&mut dp, 3, now_ns);
+                put_fixed64(&mut dp, 4, h.count);
+                put_fixed64(&mut dp, 5, h.sum_seconds.to_bits());
+                let (mut counts, mut bounds, mut prev) = (Vec::new(), Vec::new(), 0u64);
+                for &(le, cum) in &h.buckets {
+                    counts.extend_from_slice(&cum.saturating_sub(prev).to_le_bytes());
+                    bounds.extend_from_slice(&le.to_le_bytes());
+                    prev = prev.max(cum);
+                }
+                counts.extend_from_slice(&h.count.saturating_sub(prev).to_le_bytes());
+                put_len(&mut dp, 6, &counts);
+                put_len(&mut dp, 7, &bounds);
+                put_len(&mut dps, 1, &dp);
+                continue;
+            }
             for (k, v) in sample.label_pairs() {
                 put_attr(&mut dp, 7, k, v);
             }
@@ -589,14 +612,30 @@ pub(crate) fn write_snapshot(
             put_fixed64(&mut dp, 6, sample.value);
             put_len(&mut dps, 1, &dp);
         }
-        if sum {
-            dps.extend_from_slice(&SUM_TRAILER);
+        match kind {
+            Kind::Counter => dps.extend_from_slice(&SUM_TRAILER),
+            // Histogram.aggregation_temporality = CUMULATIVE.
+            Kind::Histogram => dps.extend_from_slice(&SUM_TRAILER[..2]),
+            Kind::Gauge => {}
         }
         let mut metric = Vec::new();
         put_len(&mut metric, 1, m.name().as_bytes());
         put_len(&mut metric, 2, m.help().as_bytes());
-        put_len(&mut metric, 3, b"1");
-        put_len(&mut metric, if sum { 7 } else { 5 }, &dps);
+        put_len(
+            &mut metric,
+            3,
+            if kind == Kind::Histogram {
+                b"s" as &[u8]
+            } else {
+                b"1"
+            },
+        );
+        let data_field = match kind {
+            Kind::Counter => 7,
+            Kind::Gauge => 5,
+            Kind::Histogram => 9,
+        };
+        put_len(&mut metric, data_field, &dps);
         put_len(&mut out.buf, 2, &metric);
         points += j - i;
         i = j;

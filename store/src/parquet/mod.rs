@@ -8,7 +8,7 @@
 //! ```
 //!
 //! * [`config`]: [`ParquetSinkConfig`] (serde, `deny_unknown_fields`, production defaults).
-//! * [`sink`]: [`ParquetSink`], the queue, the writer thread, shed accounting, [`ParquetStats`].
+//! * [`sink`]: [`ParquetSink`], the queue, the writer thread, shed accounting, [`accounting`].
 //! * `chunk`: the column-chunk encoder (row-major batches → DELTA pages → column chunks spliced
 //!   into the file, column ranges encoded on a small thread pool; [`encode_in_memory`] for
 //!   benchmarks).
@@ -30,7 +30,7 @@ pub mod writer;
 
 pub use chunk::{encode_in_memory, kernel_name};
 pub use config::{Codec, CounterEncoding, ParquetSinkConfig, WhenFull};
-pub use sink::{ParquetSink, ParquetStats, Shed, ShedReason};
+pub use sink::{accounting, ParquetSink, Shed, ShedReason};
 pub use writer::{RecoveryReport, SessionRecovery};
 
 /// Key-value metadata keys written into every file's footer (besides Arrow's `ARROW:schema`,
@@ -71,7 +71,7 @@ pub struct ConfigError {
 }
 
 /// Errors of the Parquet sink. Write errors while running are not errors of the API: they are
-/// counted in [`ParquetStats`] and logged, and the sink keeps going.
+/// counted (`stel_sink_dropped_samples_total{sink="parquet"}`) and logged, and the sink keeps going.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]

@@ -1,14 +1,6 @@
 //! [`ParquetSink`]: the bounded queue in front of the writer thread, and its counters.
 
-use std::{
-    fmt,
-    sync::{
-        atomic::{AtomicU64, Ordering::Relaxed},
-        Arc,
-    },
-    thread::JoinHandle,
-    time::Duration,
-};
+use std::{fmt, sync::Arc, thread::JoinHandle, time::Duration};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender, TrySendError};
 use serde::Serialize;
@@ -19,142 +11,127 @@ use super::{
     writer::{RecoveryReport, Writer},
     Error, ParquetSinkConfig, Result, WhenFull,
 };
-use crate::batch::CounterBatch;
+use crate::{
+    batch::CounterBatch,
+    labels,
+    metrics::{Counter, Gauge, Metric, Registry, Snapshot},
+};
 
 macro_rules! counters {
-    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
-        /// The sink's counters, shared by the submitting threads and the writer thread.
-        #[derive(Debug, Default)]
-        pub(crate) struct Counters {
-            $(pub(crate) $name: AtomicU64,)*
-        }
-
-        /// A snapshot of the sink's counters (all cumulative since start unless noted).
+    ($($name:ident: $ty:ident $metric:ident [$($k:ident = $v:literal),*],)*) => {
+        /// The sink's counters: handles of registry series (the daemon's registry, or one of
+        /// the sink's own), shared by the submitting threads and the writer thread.
         ///
-        /// Accounting identity once the sink has shut down:
-        /// `samples_submitted = samples_written + shed_*_samples + lost_*_samples`.
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-        pub struct ParquetStats {
-            $($(#[doc = $doc])* pub $name: u64,)*
+        /// Accounting identity once the sink has shut down (see [`accounting`]):
+        /// `stel_sink_received_samples_total = stel_sink_delivered_samples_total +
+        /// Σ stel_sink_dropped_samples_total` (all `{sink="parquet"}`).
+        #[derive(Debug)]
+        pub(crate) struct Counters {
+            pub(crate) registry: Arc<Registry>,
+            $(pub(crate) $name: $ty,)*
         }
 
         impl Counters {
-            fn snapshot(&self) -> ParquetStats {
-                ParquetStats { $($name: self.$name.load(Relaxed),)* }
+            fn new(parent: Option<&Arc<Registry>>) -> Self {
+                let r = Registry::child_of(parent);
+                Self {
+                    $($name: counters!(@reg r, $ty, Metric::$metric, labels!($($k = $v),*)),)*
+                    registry: r,
+                }
             }
         }
     };
+    (@reg $r:ident, Counter, $m:expr, $l:expr) => { $r.counter($m, $l) };
+    (@reg $r:ident, Gauge, $m:expr, $l:expr) => { $r.gauge($m, $l) };
 }
 
 counters! {
-    /// Batches passed to `submit` (empty ones included).
-    batches_submitted,
-    /// Counter values (rows × width) passed to `submit`.
-    samples_submitted,
-    /// Batches put on the queue (pushed).
-    batches_queued,
-    /// Batches taken off the queue by the writer (popped).
-    batches_dequeued,
-    /// Shed because the queue was full (`when_full = "drop_newest"`).
-    shed_queue_full_batches,
-    /// Counter values in those batches.
-    shed_queue_full_samples,
-    /// Shed because the queue stayed full for `block_timeout_ms` (`when_full = "block"`).
-    shed_queue_timeout_batches,
-    /// Counter values in those batches.
-    shed_queue_timeout_samples,
-    /// Shed because queued plus buffered bytes would exceed `memory_budget_bytes`.
-    shed_memory_budget_batches,
-    /// Counter values in those batches.
-    shed_memory_budget_samples,
-    /// Shed because the writer thread was gone.
-    shed_closed_batches,
-    /// Counter values in those batches.
-    shed_closed_samples,
-    /// Batches fully handed to open parts.
-    batches_written,
-    /// Rows and counter values in published files.
-    rows_written,
-    /// Counter values in published files.
-    samples_written,
-    /// Of `samples_written`, values that are null (a split snapshot's part never arrived).
-    missing_samples_written,
-    /// Files published (renamed into place).
-    files_published,
-    /// Bytes of published files.
-    bytes_published,
-    /// Values not written because the disk was full (in an abandoned part, or arriving while
-    /// writes were paused after ENOSPC).
-    lost_disk_full_samples,
-    /// Values not written because of another I/O error.
-    lost_write_error_samples,
-    /// Values not written because the batch could not be turned into Arrow.
-    lost_encode_samples,
-    /// Failed open/write/flush/publish operations.
-    write_errors,
-    /// Of `write_errors`, those that were ENOSPC/EDQUOT.
-    disk_full_errors,
-    /// Runs of failures starting with ENOSPC (an episode ends at the next publish).
-    disk_full_episodes,
-    /// Runs of failures starting with another I/O error.
-    io_error_episodes,
-    /// Episodes that ended with a successful publish.
-    recoveries,
-    /// Batches that could not be turned into Arrow.
-    encode_errors,
-    /// Parts published because the session's schema changed.
-    rotations_schema,
-    /// Parts published because the next rows belonged to another hour.
-    rotations_hour,
-    /// Parts published at `max_file_bytes`.
-    rotations_size,
-    /// Parts published at `flush_interval_ms`.
-    rotations_age,
-    /// Row groups flushed early because buffered rows reached half the memory budget.
-    budget_row_group_flushes,
-    /// The configured memory budget (bytes).
-    memory_budget_bytes,
-    /// Bytes of batches waiting in the queue now (gauge).
-    queued_bytes,
-    /// Highest `queued_bytes` seen.
-    queued_bytes_peak,
-    /// Bytes the writer buffers in unfinished row groups now (gauge).
-    writer_bytes,
-    /// Highest `writer_bytes` seen.
-    writer_bytes_peak,
-    /// Temporary parts of a killed writer removed at start, and their bytes.
-    stale_temp_files_removed,
-    /// Bytes of those temporary parts.
-    stale_temp_bytes_removed,
-    /// Files and bytes deleted by retention.
-    retention_files_deleted,
-    /// Bytes deleted by retention.
-    retention_bytes_deleted,
-    /// Files retention could not delete.
-    retention_errors,
-    /// Bytes of published history under the root now (gauge).
-    history_bytes,
+    batches_submitted: Counter SinkReceivedBatches [Sink = "parquet"],
+    samples_submitted: Counter SinkReceivedSamples [Sink = "parquet"],
+    batches_queued: Counter SinkQueuedBatches [Sink = "parquet"],
+    batches_dequeued: Counter SinkDequeuedBatches [Sink = "parquet"],
+    shed_queue_full_batches: Counter SinkDroppedBatches [Sink = "parquet", Reason = "queue_full"],
+    shed_queue_full_samples: Counter SinkDroppedSamples [Sink = "parquet", Reason = "queue_full"],
+    shed_queue_timeout_batches: Counter SinkDroppedBatches [Sink = "parquet", Reason = "queue_timeout"],
+    shed_queue_timeout_samples: Counter SinkDroppedSamples [Sink = "parquet", Reason = "queue_timeout"],
+    shed_memory_budget_batches: Counter SinkDroppedBatches [Sink = "parquet", Reason = "memory_budget"],
+    shed_memory_budget_samples: Counter SinkDroppedSamples [Sink = "parquet", Reason = "memory_budget"],
+    shed_closed_batches: Counter SinkDroppedBatches [Sink = "parquet", Reason = "closed"],
+    shed_closed_samples: Counter SinkDroppedSamples [Sink = "parquet", Reason = "closed"],
+    lost_disk_full_samples: Counter SinkDroppedSamples [Sink = "parquet", Reason = "disk_full"],
+    lost_write_error_samples: Counter SinkDroppedSamples [Sink = "parquet", Reason = "write_error"],
+    samples_written: Counter SinkDeliveredSamples [Sink = "parquet"],
+    batches_written: Counter ParquetWrittenBatches [],
+    rows_written: Counter ParquetWrittenRows [],
+    missing_samples_written: Counter ParquetMissingSamples [],
+    files_published: Counter SinkPublishedFiles [Sink = "parquet"],
+    bytes_published: Counter ParquetPublishedBytes [],
+    disk_full_errors: Counter ParquetWriteErrors [Reason = "disk_full"],
+    io_errors: Counter ParquetWriteErrors [Reason = "io"],
+    disk_full_episodes: Counter ParquetErrorEpisodes [Reason = "disk_full"],
+    io_error_episodes: Counter ParquetErrorEpisodes [Reason = "io"],
+    recoveries: Counter ParquetRecoveries [],
+    rotations_schema: Counter ParquetRotations [Reason = "schema"],
+    rotations_hour: Counter ParquetRotations [Reason = "hour"],
+    rotations_size: Counter ParquetRotations [Reason = "size"],
+    rotations_age: Counter ParquetRotations [Reason = "age"],
+    budget_row_group_flushes: Counter ParquetBudgetFlushes [],
+    memory_budget_bytes: Gauge ParquetMemoryBudgetBytes [],
+    queued_bytes: Gauge SinkQueuedBytes [Sink = "parquet"],
+    queued_bytes_peak: Gauge SinkQueuedBytesPeak [Sink = "parquet"],
+    writer_bytes: Gauge ParquetBufferedBytes [],
+    writer_bytes_peak: Gauge ParquetBufferedBytesPeak [],
+    stale_temp_files_removed: Counter ParquetStaleTempFiles [],
+    stale_temp_bytes_removed: Counter ParquetStaleTempBytes [],
+    retention_files_deleted: Counter ParquetRetentionFiles [],
+    retention_bytes_deleted: Counter ParquetRetentionBytes [],
+    retention_errors: Counter ParquetRetentionErrors [],
+    history_bytes: Gauge ParquetHistoryBytes [],
 }
 
-impl ParquetStats {
-    /// Every shed sample.
-    pub fn shed_samples(&self) -> u64 {
-        self.shed_queue_full_samples
-            + self.shed_queue_timeout_samples
-            + self.shed_memory_budget_samples
-            + self.shed_closed_samples
+/// The Parquet sink's accounting over a snapshot of its counters ([`ParquetSink::stats`]).
+pub mod accounting {
+    use crate::metrics::{Label, Metric, Snapshot};
+
+    fn parquet(s: &Snapshot, m: Metric) -> u64 {
+        s.sum_where(m, Label::Sink, "parquet")
     }
 
-    /// Every sample accepted but not written.
-    pub fn lost_samples(&self) -> u64 {
-        self.lost_disk_full_samples + self.lost_write_error_samples + self.lost_encode_samples
+    /// Values submitted (`stel_sink_received_samples_total`).
+    pub fn submitted(s: &Snapshot) -> u64 {
+        parquet(s, Metric::SinkReceivedSamples)
     }
 
-    /// Submitted samples neither written, shed nor lost: in the queue or in open parts. Zero
-    /// after [`ParquetSink::shutdown`].
-    pub fn in_flight_samples(&self) -> u64 {
-        self.samples_submitted
-            .saturating_sub(self.samples_written + self.shed_samples() + self.lost_samples())
+    /// Values in published files (`stel_sink_delivered_samples_total`).
+    pub fn written(s: &Snapshot) -> u64 {
+        parquet(s, Metric::SinkDeliveredSamples)
+    }
+
+    /// Values shed before the writer took them (queue full or timed out, memory budget, closed).
+    pub fn shed(s: &Snapshot) -> u64 {
+        ["queue_full", "queue_timeout", "memory_budget", "closed"]
+            .iter()
+            .map(|r| dropped(s, r))
+            .sum()
+    }
+
+    /// Values accepted but not written (disk full, other write errors).
+    pub fn lost(s: &Snapshot) -> u64 {
+        dropped(s, "disk_full") + dropped(s, "write_error")
+    }
+
+    /// Values dropped for `reason`.
+    pub fn dropped(s: &Snapshot, reason: &str) -> u64 {
+        s.series(Metric::SinkDroppedSamples)
+            .filter(|x| x.label(Label::Sink) == "parquet" && x.label(Label::Reason) == reason)
+            .map(|x| x.value)
+            .sum()
+    }
+
+    /// Submitted values neither written nor dropped: in the queue or in open parts. Zero after
+    /// [`super::ParquetSink::shutdown`].
+    pub fn in_flight(s: &Snapshot) -> u64 {
+        submitted(s).saturating_sub(written(s) + shed(s) + lost(s))
     }
 }
 
@@ -190,7 +167,7 @@ impl fmt::Display for ShedReason {
     }
 }
 
-/// A batch the sink did not take (already counted in [`ParquetStats`]).
+/// A batch the sink did not take (already counted, by reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("parquet sink shed a batch of {samples} counter values: {reason}")]
 pub struct Shed {
@@ -233,15 +210,16 @@ impl ParquetSink {
     ///
     /// # Errors
     /// An invalid config (every problem listed), an uncreatable root, or no thread.
-    pub fn start(cfg: ParquetSinkConfig) -> Result<ParquetSink> {
+    /// With a `registry`, the counters are registered in it (a child; see
+    /// [`crate::metrics::Registry::child`]).
+    pub fn start(cfg: ParquetSinkConfig, registry: Option<&Arc<Registry>>) -> Result<ParquetSink> {
         cfg.validate()?;
         std::fs::create_dir_all(&cfg.dir).map_err(|source| Error::CreateDir {
             path: cfg.dir.clone(),
             source,
         })?;
-        let c = Arc::new(Counters::default());
-        c.memory_budget_bytes
-            .store(cfg.memory_budget_bytes, Relaxed);
+        let c = Arc::new(Counters::new(registry));
+        c.memory_budget_bytes.set(cfg.memory_budget_bytes);
         let mut writer = Writer::new(cfg.clone(), Arc::clone(&c)).map_err(Error::Spawn)?;
         let recovery = writer.recover();
         if recovery.stale_temp_files > 0 {
@@ -288,14 +266,14 @@ impl ParquetSink {
     /// [`Shed`] when the batch was not taken; it is already counted by reason.
     pub fn submit(&self, batch: Arc<CounterBatch>) -> Result<(), Shed> {
         let samples = batch.samples() as u64;
-        self.c.batches_submitted.fetch_add(1, Relaxed);
-        self.c.samples_submitted.fetch_add(samples, Relaxed);
+        self.c.batches_submitted.add(1);
+        self.c.samples_submitted.add(samples);
         if batch.rows() == 0 {
             return Ok(());
         }
         let bytes = batch_bytes(&batch);
-        let queued = self.c.queued_bytes.fetch_add(bytes, Relaxed) + bytes;
-        let held = queued + self.c.writer_bytes.load(Relaxed);
+        let queued = self.c.queued_bytes.add(bytes) + bytes;
+        let held = queued + self.c.writer_bytes.get();
         let result = if held > self.budget {
             Err(ShedReason::MemoryBudget)
         } else {
@@ -319,12 +297,12 @@ impl ParquetSink {
         };
         match result {
             Ok(()) => {
-                self.c.batches_queued.fetch_add(1, Relaxed);
-                self.c.queued_bytes_peak.fetch_max(queued, Relaxed);
+                self.c.batches_queued.add(1);
+                self.c.queued_bytes_peak.max(queued);
                 Ok(())
             }
             Err(reason) => {
-                self.c.queued_bytes.fetch_sub(bytes, Relaxed);
+                self.c.queued_bytes.sub(bytes);
                 let (b, s) = match reason {
                     ShedReason::QueueFull => (
                         &self.c.shed_queue_full_batches,
@@ -342,8 +320,8 @@ impl ParquetSink {
                         (&self.c.shed_closed_batches, &self.c.shed_closed_samples)
                     }
                 };
-                b.fetch_add(1, Relaxed);
-                s.fetch_add(samples, Relaxed);
+                b.add(1);
+                s.add(samples);
                 if self.shed_log.allow() {
                     tracing::warn!(
                         reason = reason.as_str(),
@@ -356,9 +334,9 @@ impl ParquetSink {
         }
     }
 
-    /// The counters now.
-    pub fn stats(&self) -> ParquetStats {
-        self.c.snapshot()
+    /// The counters now (`stel_parquet_*`, `stel_sink_*{sink="parquet"}`; see [`accounting`]).
+    pub fn stats(&self) -> Snapshot {
+        self.c.registry.snapshot()
     }
 
     /// What was found (and cleaned) under the root at start.
@@ -371,7 +349,7 @@ impl ParquetSink {
     ///
     /// # Errors
     /// Only if the writer thread panicked (a bug); write errors are in the counters.
-    pub fn shutdown(mut self) -> Result<ParquetStats> {
+    pub fn shutdown(mut self) -> Result<Snapshot> {
         self.stop()?;
         Ok(self.stats())
     }
@@ -397,8 +375,8 @@ fn run(mut writer: Writer, rx: Receiver<Arc<CounterBatch>>, c: Arc<Counters>) {
     loop {
         match rx.recv_timeout(writer.next_deadline()) {
             Ok(batch) => {
-                c.batches_dequeued.fetch_add(1, Relaxed);
-                c.queued_bytes.fetch_sub(batch_bytes(&batch), Relaxed);
+                c.batches_dequeued.add(1);
+                c.queued_bytes.sub(batch_bytes(&batch));
                 writer.push(batch);
             }
             Err(RecvTimeoutError::Timeout) => {}

@@ -9,7 +9,7 @@ use std::{
     fs::{self, File},
     io::{self, BufWriter},
     path::{Path, PathBuf},
-    sync::{atomic::Ordering::Relaxed, Arc},
+    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -333,13 +333,9 @@ impl Writer {
             }
             report.sessions.push(s);
         }
-        self.c
-            .stale_temp_files_removed
-            .store(report.stale_temp_files, Relaxed);
-        self.c
-            .stale_temp_bytes_removed
-            .store(report.stale_temp_bytes, Relaxed);
-        self.c.history_bytes.store(self.history_bytes, Relaxed);
+        self.c.stale_temp_files_removed.add(report.stale_temp_files);
+        self.c.stale_temp_bytes_removed.add(report.stale_temp_bytes);
+        self.c.history_bytes.set(self.history_bytes);
         self.enforce_retention(true);
         report
     }
@@ -474,15 +470,15 @@ impl Writer {
             start = end;
         }
         if ok {
-            self.c.batches_written.fetch_add(n, Relaxed);
+            self.c.batches_written.add(n);
         }
         self.update_memory();
     }
 
     fn count_lost(&self, why: Blocked, samples: u64) {
         match why {
-            Blocked::DiskFull => self.c.lost_disk_full_samples.fetch_add(samples, Relaxed),
-            Blocked::IoError => self.c.lost_write_error_samples.fetch_add(samples, Relaxed),
+            Blocked::DiskFull => self.c.lost_disk_full_samples.add(samples),
+            Blocked::IoError => self.c.lost_write_error_samples.add(samples),
         };
     }
 
@@ -499,8 +495,8 @@ impl Writer {
             .map(|p| self.part_memory(p))
             .sum::<usize>()
             + pending;
-        self.c.writer_bytes.store(mem as u64, Relaxed);
-        self.c.writer_bytes_peak.fetch_max(mem as u64, Relaxed);
+        self.c.writer_bytes.set(mem as u64);
+        self.c.writer_bytes_peak.max(mem as u64);
     }
 
     /// Bytes an open part holds: its encoded, unflushed row group (the encoder keeps no raw
@@ -562,7 +558,7 @@ impl Writer {
         // Memory budget: the writer may hold at most half of it in buffered row groups.
         let budget_half = (self.cfg.memory_budget_bytes / 2) as usize;
         if p.writer.in_progress_size() > budget_half {
-            self.c.budget_row_group_flushes.fetch_add(1, Relaxed);
+            self.c.budget_row_group_flushes.add(1);
             if let Err(e) = p.writer.flush() {
                 let p = self.parts.remove(&key);
                 self.failed(p, 0, &e, "flush");
@@ -656,16 +652,17 @@ impl Writer {
             path = Some(p.paths.temp);
         }
         self.count_lost(why, lost);
-        self.c.write_errors.fetch_add(1, Relaxed);
         if disk_full {
-            self.c.disk_full_errors.fetch_add(1, Relaxed);
+            self.c.disk_full_errors.add(1);
+        } else {
+            self.c.io_errors.add(1);
         }
         if !self.in_episode {
             self.in_episode = true;
             if disk_full {
-                self.c.disk_full_episodes.fetch_add(1, Relaxed);
+                self.c.disk_full_episodes.add(1);
             } else {
-                self.c.io_error_episodes.fetch_add(1, Relaxed);
+                self.c.io_error_episodes.add(1);
             }
         }
         self.blocked = Some((
@@ -721,21 +718,21 @@ impl Writer {
         match result {
             Ok(bytes) => {
                 let c = &self.c;
-                c.files_published.fetch_add(1, Relaxed);
-                c.bytes_published.fetch_add(bytes, Relaxed);
-                c.rows_written.fetch_add(rows, Relaxed);
-                c.samples_written.fetch_add(samples, Relaxed);
-                c.missing_samples_written.fetch_add(missing, Relaxed);
+                c.files_published.add(1);
+                c.bytes_published.add(bytes);
+                c.rows_written.add(rows);
+                c.samples_written.add(samples);
+                c.missing_samples_written.add(missing);
                 match why {
-                    Rotation::Schema => c.rotations_schema.fetch_add(1, Relaxed),
-                    Rotation::Hour => c.rotations_hour.fetch_add(1, Relaxed),
-                    Rotation::Size => c.rotations_size.fetch_add(1, Relaxed),
-                    Rotation::Age => c.rotations_age.fetch_add(1, Relaxed),
-                    Rotation::Shutdown => 0,
+                    Rotation::Schema => c.rotations_schema.add(1),
+                    Rotation::Hour => c.rotations_hour.add(1),
+                    Rotation::Size => c.rotations_size.add(1),
+                    Rotation::Age => c.rotations_age.add(1),
+                    Rotation::Shutdown => {}
                 };
                 if self.in_episode {
                     self.in_episode = false;
-                    c.recoveries.fetch_add(1, Relaxed);
+                    c.recoveries.add(1);
                     tracing::info!(path = %paths.published.display(), "Parquet writes recovered.");
                 }
                 tracing::debug!(path = %paths.published.display(), rows, bytes, reason = ?why, "Published a Parquet part.");
@@ -747,7 +744,7 @@ impl Writer {
                         published: SystemTime::now(),
                     },
                 );
-                self.c.history_bytes.store(self.history_bytes, Relaxed);
+                self.c.history_bytes.set(self.history_bytes);
                 self.enforce_retention(false);
             }
             Err(e) => {
@@ -838,10 +835,8 @@ impl Writer {
             match fs::remove_file(&k.1) {
                 Ok(()) => {
                     self.history_bytes -= info.bytes;
-                    self.c.retention_files_deleted.fetch_add(1, Relaxed);
-                    self.c
-                        .retention_bytes_deleted
-                        .fetch_add(info.bytes, Relaxed);
+                    self.c.retention_files_deleted.add(1);
+                    self.c.retention_bytes_deleted.add(info.bytes);
                     // Drop the hour and date directories once empty; ignore "not empty".
                     let hour = k.1.parent();
                     if let Some(h) = hour {
@@ -856,12 +851,12 @@ impl Writer {
                     self.history_bytes -= info.bytes;
                 }
                 Err(e) => {
-                    self.c.retention_errors.fetch_add(1, Relaxed);
+                    self.c.retention_errors.add(1);
                     tracing::warn!(path = %k.1.display(), error = %e, "Cannot delete a file for retention.");
                     self.files.insert(k, info);
                 }
             }
         }
-        self.c.history_bytes.store(self.history_bytes, Relaxed);
+        self.c.history_bytes.set(self.history_bytes);
     }
 }

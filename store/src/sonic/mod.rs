@@ -26,14 +26,12 @@
 //! `stel_testkit::redis` starts a private `redis-server` for tests (also used by `stel-ingest`'s tests).
 
 mod config;
-mod lag;
 mod sink;
 #[cfg(test)]
 mod tests;
 
 pub use config::CountersDbConfig;
-pub use lag::LagHistogram;
-pub use sink::{CountersDbHandle, CountersDbSink, CountersDbStats, Shed};
+pub use sink::{CountersDbHandle, CountersDbSink, Shed};
 
 /// COUNTERS_DB writer errors.
 #[derive(Debug, thiserror::Error)]

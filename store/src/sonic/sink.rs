@@ -1,17 +1,14 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
         Arc,
     },
     thread::JoinHandle,
     time::{Duration, Instant},
 };
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
-use serde::Serialize;
-
-use super::{name_map_for, name_map_key, CountersDbConfig, Error, LagHistogram, NAME_MAPS};
+use super::{name_map_for, name_map_key, CountersDbConfig, Error, NAME_MAPS};
 use crate::log_limit::LogLimiter;
 
 /// How often a repeated COUNTERS_DB error is logged.
@@ -19,12 +16,15 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 
 use crate::{
     batch::CounterBatch,
+    labels,
+    metrics::{Counter, Gauge, Histogram, Metric, Registry, Snapshot},
     rate::{
         parse_alpha, port_speed_mbps, rates_key, IntervalPicker, Outcome, RateKind, RateSample,
         RateState, DEFAULT_ALPHA, INIT_DONE_FIELD,
     },
     schema::SessionSchema,
 };
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 
 /// Why [`CountersDbSink::submit`] did not take a batch. Every shed batch is counted by reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -38,90 +38,65 @@ pub enum Shed {
     ShuttingDown,
 }
 
-/// A snapshot of the writer's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct CountersDbStats {
-    /// Batches accepted by `submit`.
-    pub batches_submitted: u64,
-    /// Batches shed because the queue was full.
-    pub batches_shed_queue_full: u64,
-    /// Batches shed because the sink was stopping.
-    pub batches_shed_shutdown: u64,
-    /// Batches the writer has taken from the queue.
-    pub batches_processed: u64,
-    /// Write rounds acknowledged by Redis.
-    pub write_rounds: u64,
-    /// `COUNTERS:<oid>` fields written (changed values only).
-    pub fields_written: u64,
-    /// `RATES:<oid>` hashes written.
-    pub rates_written: u64,
-    /// Rate samples that were a counter reset (re-seeded, no spike).
-    pub rate_resets: u64,
-    /// Objects currently without an OID in their name map (retried at every map refresh).
-    pub objects_without_oid: u64,
-    /// Object writes deferred for lack of an OID (per object per round).
-    pub writes_deferred_no_oid: u64,
-    /// OIDs currently resolved.
-    pub oids_resolved: u64,
-    /// Name-map refreshes that changed an object's OID (re-created objects).
-    pub oid_changes: u64,
-    /// Failed Redis commands or connects.
-    pub redis_errors: u64,
-    /// Successful (re)connects.
-    pub connects: u64,
-    /// Whether the writer holds a working connection.
-    pub connected: bool,
-    /// Batch arrival (submit) → its values acknowledged by Redis, ms.
-    pub lag_p50_ms: f64,
-    pub lag_p99_ms: f64,
-    pub lag_max_ms: f64,
-    pub lag_samples: u64,
-}
-
-#[derive(Debug, Default)]
+/// The writer's counters: registry handles (the daemon's registry, or one of the sink's own),
+/// updated per batch / per write round. `stats()` is their snapshot: the `stel_counters_db_*`
+/// series and the `stel_sink_*{sink="counters_db"}` ones.
+#[derive(Debug)]
 struct Shared {
     stopping: AtomicBool,
-    submitted: AtomicU64,
-    shed_full: AtomicU64,
-    shed_shutdown: AtomicU64,
-    processed: AtomicU64,
-    rounds: AtomicU64,
-    fields: AtomicU64,
-    rates: AtomicU64,
-    rate_resets: AtomicU64,
-    no_oid: AtomicU64,
-    deferred: AtomicU64,
-    resolved: AtomicU64,
-    oid_changes: AtomicU64,
-    errors: AtomicU64,
-    connects: AtomicU64,
-    connected: AtomicBool,
-    lag: LagHistogram,
+    registry: Arc<Registry>,
+    /// Batches offered (`submit`), accepted (queued), taken by the writer (dequeued).
+    received: Counter,
+    queued: Counter,
+    dequeued: Counter,
+    shed_full: Counter,
+    shed_shutdown: Counter,
+    rounds: Counter,
+    fields: Counter,
+    rates: Counter,
+    rate_resets: Counter,
+    no_oid: Gauge,
+    deferred: Counter,
+    resolved: Gauge,
+    oid_changes: Counter,
+    errors: Counter,
+    connects: Counter,
+    connected: Gauge,
+    lag: Histogram,
 }
 
 impl Shared {
-    fn stats(&self) -> CountersDbStats {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        CountersDbStats {
-            batches_submitted: l(&self.submitted),
-            batches_shed_queue_full: l(&self.shed_full),
-            batches_shed_shutdown: l(&self.shed_shutdown),
-            batches_processed: l(&self.processed),
-            write_rounds: l(&self.rounds),
-            fields_written: l(&self.fields),
-            rates_written: l(&self.rates),
-            rate_resets: l(&self.rate_resets),
-            objects_without_oid: l(&self.no_oid),
-            writes_deferred_no_oid: l(&self.deferred),
-            oids_resolved: l(&self.resolved),
-            oid_changes: l(&self.oid_changes),
-            redis_errors: l(&self.errors),
-            connects: l(&self.connects),
-            connected: self.connected.load(Ordering::Relaxed),
-            lag_p50_ms: self.lag.quantile_ms(0.5),
-            lag_p99_ms: self.lag.quantile_ms(0.99),
-            lag_max_ms: self.lag.max_ms(),
-            lag_samples: self.lag.count(),
+    fn new(parent: Option<&Arc<Registry>>) -> Self {
+        let r = Registry::child_of(parent);
+        let sink = labels!(Sink = "counters_db");
+        let c = |m: Metric| r.counter(m, labels!());
+        let g = |m: Metric| r.gauge(m, labels!());
+        Self {
+            stopping: AtomicBool::new(false),
+            received: r.counter(Metric::SinkReceivedBatches, sink),
+            queued: r.counter(Metric::SinkQueuedBatches, sink),
+            dequeued: r.counter(Metric::SinkDequeuedBatches, sink),
+            shed_full: r.counter(
+                Metric::SinkDroppedBatches,
+                labels!(Sink = "counters_db", Reason = "queue_full"),
+            ),
+            shed_shutdown: r.counter(
+                Metric::SinkDroppedBatches,
+                labels!(Sink = "counters_db", Reason = "shutdown"),
+            ),
+            rounds: c(Metric::CountersDbWriteRounds),
+            fields: c(Metric::CountersDbWrittenFields),
+            rates: c(Metric::CountersDbWrittenRates),
+            rate_resets: c(Metric::CountersDbRateResets),
+            no_oid: g(Metric::CountersDbObjectsWithoutOid),
+            deferred: c(Metric::CountersDbDeferredWrites),
+            resolved: g(Metric::CountersDbResolvedOids),
+            oid_changes: c(Metric::CountersDbOidChanges),
+            errors: c(Metric::CountersDbErrors),
+            connects: c(Metric::CountersDbConnects),
+            connected: g(Metric::CountersDbConnected),
+            lag: r.histogram(Metric::CountersDbLag, labels!()),
+            registry: r,
         }
     }
 }
@@ -141,28 +116,35 @@ impl CountersDbHandle {
     /// # Errors
     /// [`Shed`] when the batch was dropped (counted by reason).
     pub fn submit(&self, batch: Arc<CounterBatch>) -> Result<(), Shed> {
+        self.shared.received.add(1);
         if self.shared.stopping.load(Ordering::Relaxed) {
-            self.shared.shed_shutdown.fetch_add(1, Ordering::Relaxed);
+            self.shared.shed_shutdown.add(1);
             return Err(Shed::ShuttingDown);
         }
         match self.tx.try_send((batch, Instant::now())) {
             Ok(()) => {
-                self.shared.submitted.fetch_add(1, Ordering::Relaxed);
+                self.shared.queued.add(1);
                 Ok(())
             }
             Err(TrySendError::Full(_)) => {
-                self.shared.shed_full.fetch_add(1, Ordering::Relaxed);
+                self.shared.shed_full.add(1);
                 Err(Shed::QueueFull)
             }
             Err(TrySendError::Disconnected(_)) => {
-                self.shared.shed_shutdown.fetch_add(1, Ordering::Relaxed);
+                self.shared.shed_shutdown.add(1);
                 Err(Shed::ShuttingDown)
             }
         }
     }
 
-    pub fn stats(&self) -> CountersDbStats {
-        self.shared.stats()
+    /// The sink's counters now (`stel_counters_db_*`, `stel_sink_*{sink="counters_db"}`).
+    pub fn stats(&self) -> Snapshot {
+        self.shared.registry.snapshot()
+    }
+
+    /// Batch arrival → values acknowledged by Redis.
+    pub fn lag(&self) -> &Histogram {
+        &self.shared.lag
     }
 }
 
@@ -179,10 +161,15 @@ impl CountersDbSink {
     ///
     /// # Errors
     /// A bad config or URL, or the thread could not be spawned.
-    pub fn start(cfg: CountersDbConfig) -> Result<CountersDbSink, Error> {
+    /// With a `registry`, the counters are registered in it (a child; see
+    /// [`crate::metrics::Registry::child`]).
+    pub fn start(
+        cfg: CountersDbConfig,
+        registry: Option<&Arc<Registry>>,
+    ) -> Result<CountersDbSink, Error> {
         let client = cfg.validate()?;
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_batches);
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new(registry));
         let writer = Writer::new(cfg, client, rx, Arc::clone(&shared));
         let thread = std::thread::Builder::new()
             .name("stel-countersdb".into())
@@ -206,8 +193,14 @@ impl CountersDbSink {
         self.handle.clone()
     }
 
-    pub fn stats(&self) -> CountersDbStats {
+    /// The sink's counters now (`stel_counters_db_*`, `stel_sink_*{sink="counters_db"}`).
+    pub fn stats(&self) -> Snapshot {
         self.handle.stats()
+    }
+
+    /// Batch arrival → values acknowledged by Redis.
+    pub fn lag(&self) -> &Histogram {
+        self.handle.lag()
     }
 
     /// Forgets lag samples so far (e.g. after a benchmark's warm-up).
@@ -341,7 +334,7 @@ impl SessionState {
     }
 
     /// Takes the batch's latest values and its rate samples.
-    fn ingest(&mut self, b: &CounterBatch, alpha: [f64; 2], resets: &AtomicU64) {
+    fn ingest(&mut self, b: &CounterBatch, alpha: [f64; 2], resets: &Counter) {
         let rows = b.rows();
         if rows == 0 {
             return;
@@ -389,7 +382,7 @@ impl SessionState {
                 };
                 let out = ro.state.update(&s, a);
                 if out == Outcome::Reset {
-                    resets.fetch_add(1, Ordering::Relaxed);
+                    resets.add(1);
                 }
                 ro.dirty |= out.changed();
             }
@@ -513,12 +506,12 @@ impl Writer {
                 }
             }
         }
-        self.shared.connected.store(false, Ordering::Relaxed);
+        self.shared.connected.set(0);
         tracing::info!("Counters-db writer stopped.");
     }
 
     fn take(&mut self, (batch, arrived): Msg) {
-        self.shared.processed.fetch_add(1, Ordering::Relaxed);
+        self.shared.dequeued.add(1);
         let s = &batch.schema;
         let id = (s.profile.clone(), s.group.clone(), s.domain);
         let interval =
@@ -593,8 +586,8 @@ impl Writer {
                 }
             }
         }
-        self.shared.no_oid.store(no, Ordering::Relaxed);
-        self.shared.resolved.store(yes, Ordering::Relaxed);
+        self.shared.no_oid.set(no);
+        self.shared.resolved.set(yes);
     }
 
     fn connect(&mut self) {
@@ -614,8 +607,8 @@ impl Writer {
             Ok(c) => {
                 tracing::info!(url = %self.cfg.url, "Connected to COUNTERS_DB.");
                 self.conn = Some(c);
-                self.shared.connects.fetch_add(1, Ordering::Relaxed);
-                self.shared.connected.store(true, Ordering::Relaxed);
+                self.shared.connects.add(1);
+                self.shared.connected.set(1);
                 self.backoff = Duration::from_millis(self.cfg.reconnect_min_ms);
                 self.err_log.reset();
                 // A new server may have lost everything: write all values and rates again.
@@ -633,8 +626,8 @@ impl Writer {
     }
 
     fn failed(&mut self, what: &'static str, e: &redis::RedisError) {
-        self.shared.errors.fetch_add(1, Ordering::Relaxed);
-        self.shared.connected.store(false, Ordering::Relaxed);
+        self.shared.errors.add(1);
+        self.shared.connected.set(0);
         self.conn = None;
         self.retry_at = Instant::now() + self.backoff;
         if let Some(suppressed) = self.err_log.allow() {
@@ -746,9 +739,7 @@ impl Writer {
         }
         self.sessions = sessions;
         if changes > 0 {
-            self.shared
-                .oid_changes
-                .fetch_add(changes, Ordering::Relaxed);
+            self.shared.oid_changes.add(changes);
             tracing::info!(
                 objects = changes,
                 "Name maps changed: objects re-resolved to new OIDs."
@@ -824,7 +815,7 @@ impl Writer {
             }
         }
         if deferred > 0 {
-            self.shared.deferred.fetch_add(deferred, Ordering::Relaxed);
+            self.shared.deferred.add(deferred);
         }
         if cmds > 0 {
             if let Err(e) = p.query::<()>(conn) {
@@ -860,8 +851,8 @@ impl Writer {
                 }
             }
         }
-        self.shared.rounds.fetch_add(1, Ordering::Relaxed);
-        self.shared.fields.fetch_add(fields, Ordering::Relaxed);
-        self.shared.rates.fetch_add(rates, Ordering::Relaxed);
+        self.shared.rounds.add(1);
+        self.shared.fields.add(fields);
+        self.shared.rates.add(rates);
     }
 }

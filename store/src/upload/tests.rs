@@ -10,6 +10,41 @@ use crate::{
     schema::{CounterColumn, SessionSchema},
 };
 
+/// The uploader's counters under the names these assertions use, read from the registry
+/// snapshot (`stel_upload_*`).
+#[derive(Debug)]
+struct UpStats {
+    files_uploaded: u64,
+    bytes_uploaded: u64,
+    failures: u64,
+    retries: u64,
+    backing_off: bool,
+    vanished_files: u64,
+    vanished_bytes: u64,
+    pending_files: u64,
+    resumed_files: u64,
+    deleted_after_upload: u64,
+    skipped_backfill: u64,
+    scans: u64,
+}
+
+fn up_stats(s: Snapshot) -> UpStats {
+    UpStats {
+        files_uploaded: s.get(Metric::UploadFiles),
+        bytes_uploaded: s.get(Metric::UploadBytes),
+        failures: s.get(Metric::UploadFailures),
+        retries: s.get(Metric::UploadRetries),
+        backing_off: s.get(Metric::UploadBackingOff) == 1,
+        vanished_files: s.get(Metric::UploadVanishedFiles),
+        vanished_bytes: s.get(Metric::UploadVanishedBytes),
+        pending_files: s.get(Metric::UploadPendingFiles),
+        resumed_files: s.get(Metric::UploadResumedFiles),
+        deleted_after_upload: s.get(Metric::UploadDeletedFiles),
+        skipped_backfill: s.get(Metric::UploadSkippedFiles),
+        scans: s.get(Metric::UploadScans),
+    }
+}
+
 const T0: i64 = 1_700_000_000_000_000_000;
 
 fn schema() -> Arc<SessionSchema> {
@@ -37,7 +72,7 @@ fn schema() -> Arc<SessionSchema> {
 /// Publishes one file of `rows` snapshots starting at `t` through the real Parquet sink.
 fn publish(dir: &Path, t: i64, rows: usize) {
     let s = schema();
-    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir)).unwrap();
+    let sink = ParquetSink::start(ParquetSinkConfig::for_test(dir), None).unwrap();
     sink.submit(Arc::new(CounterBatch {
         schema: Arc::clone(&s),
         ts: (0..rows as i64).map(|i| t + i * 1000).collect(),
@@ -46,7 +81,7 @@ fn publish(dir: &Path, t: i64, rows: usize) {
     }))
     .unwrap();
     let st = sink.shutdown().unwrap();
-    assert_eq!(st.files_published, 1);
+    assert_eq!(st.sum(Metric::SinkPublishedFiles), 1);
 }
 
 fn published(dir: &Path) -> Vec<(String, PathBuf, u64)> {
@@ -89,13 +124,15 @@ fn uploads_to_a_directory_resumes_and_never_reuploads() {
         .0
         .starts_with("profile=lab%2F1/group=PORT/date=2023-11-14/hour=22/part-"));
     let cfg = UploadConfig::for_test(lake.path().to_str().unwrap());
-    let up = Uploader::start(cfg.clone(), data.path()).unwrap();
-    wait_for("3 uploads", || up.stats().files_uploaded == 3);
+    let up = Uploader::start(cfg.clone(), data.path(), None).unwrap();
+    wait_for("3 uploads", || up_stats(up.stats()).files_uploaded == 3);
     same_files(data.path(), lake.path());
     // A file published while it runs.
     publish(data.path(), T0 + 10_000_000, 50);
-    wait_for("the 4th upload", || up.stats().files_uploaded == 4);
-    let st = up.shutdown();
+    wait_for("the 4th upload", || {
+        up_stats(up.stats()).files_uploaded == 4
+    });
+    let st = up_stats(up.shutdown());
     assert_eq!(
         (st.failures, st.vanished_files, st.pending_files),
         (0, 0, 0)
@@ -119,9 +156,11 @@ fn uploads_to_a_directory_resumes_and_never_reuploads() {
     }
     // Restart: nothing is uploaded again; a new file is.
     publish(data.path(), T0 + 20_000_000, 50);
-    let up = Uploader::start(cfg.clone(), data.path()).unwrap();
-    wait_for("the 5th upload", || up.stats().files_uploaded == 1);
-    let st = up.shutdown();
+    let up = Uploader::start(cfg.clone(), data.path(), None).unwrap();
+    wait_for("the 5th upload", || {
+        up_stats(up.stats()).files_uploaded == 1
+    });
+    let st = up_stats(up.shutdown());
     assert_eq!((st.resumed_files, st.files_uploaded), (4, 1), "{st:?}");
     same_files(data.path(), lake.path());
     // A torn last line (crash mid-append) is not "done": that file is uploaded again.
@@ -131,9 +170,9 @@ fn uploads_to_a_directory_resumes_and_never_reuploads() {
     text.truncate(text.len() - 3);
     fs::write(&state, &text).unwrap();
     fs::remove_file(in_lake(lake.path(), &last)).unwrap();
-    let up = Uploader::start(cfg, data.path()).unwrap();
-    wait_for("the re-upload", || up.stats().files_uploaded == 1);
-    let st = up.shutdown();
+    let up = Uploader::start(cfg, data.path(), None).unwrap();
+    wait_for("the re-upload", || up_stats(up.stats()).files_uploaded == 1);
+    let st = up_stats(up.shutdown());
     assert_eq!(st.resumed_files, 4, "{st:?}");
     same_files(data.path(), lake.path());
 }
@@ -144,8 +183,15 @@ fn a_failing_destination_is_retried_counted_and_recovered() {
     let lake_parent = tempfile::tempdir().unwrap();
     let lake = lake_parent.path().join("lake");
     publish(data.path(), T0, 100);
-    let up = Uploader::start(UploadConfig::for_test(lake.to_str().unwrap()), data.path()).unwrap();
-    wait_for("the first upload", || up.stats().files_uploaded == 1);
+    let up = Uploader::start(
+        UploadConfig::for_test(lake.to_str().unwrap()),
+        data.path(),
+        None,
+    )
+    .unwrap();
+    wait_for("the first upload", || {
+        up_stats(up.stats()).files_uploaded == 1
+    });
     // The destination breaks: a plain file where the directory was (root ignores permissions,
     // so this is the failure a test can cause reliably).
     fs::remove_dir_all(&lake).unwrap();
@@ -153,12 +199,12 @@ fn a_failing_destination_is_retried_counted_and_recovered() {
     publish(data.path(), T0 + 10_000_000, 100);
     publish(data.path(), T0 + 20_000_000, 100);
     wait_for("failures and retries", || {
-        let s = up.stats();
+        let s = up_stats(up.stats());
         s.failures >= 3 && s.retries >= 1 && s.backing_off
     });
-    let s = up.stats();
+    let s = up_stats(up.stats());
     assert_eq!((s.files_uploaded, s.pending_files), (1, 2), "{s:?}");
-    assert!(s.last_error.is_some());
+    assert!(up.last_error().is_some());
     // A pending file deleted locally (retention) before the destination came back: counted.
     let victim = published(data.path())[1].1.clone();
     let victim_bytes = fs::metadata(&victim).unwrap().len();
@@ -166,8 +212,8 @@ fn a_failing_destination_is_retried_counted_and_recovered() {
     // The destination comes back.
     fs::remove_file(&lake).unwrap();
     fs::create_dir(&lake).unwrap();
-    wait_for("recovery", || up.stats().files_uploaded == 2);
-    let s = up.shutdown();
+    wait_for("recovery", || up_stats(up.stats()).files_uploaded == 2);
+    let s = up_stats(up.shutdown());
     assert_eq!(
         (s.vanished_files, s.vanished_bytes),
         (1, victim_bytes),
@@ -193,11 +239,11 @@ fn delete_after_upload_and_no_backfill() {
         delete_after_upload: true,
         ..UploadConfig::for_test(lake.path().to_str().unwrap())
     };
-    let up = Uploader::start(cfg, data.path()).unwrap();
-    wait_for("the first scan", || up.stats().scans >= 1);
+    let up = Uploader::start(cfg, data.path(), None).unwrap();
+    wait_for("the first scan", || up_stats(up.stats()).scans >= 1);
     publish(data.path(), T0 + 1_000_000, 10);
-    wait_for("one upload", || up.stats().files_uploaded == 1);
-    let s = up.shutdown();
+    wait_for("one upload", || up_stats(up.stats()).files_uploaded == 1);
+    let s = up_stats(up.shutdown());
     assert_eq!(
         (s.skipped_backfill, s.deleted_after_upload),
         (1, 1),
@@ -218,6 +264,7 @@ fn bad_configs_say_what_to_change() {
             ..UploadConfig::default()
         },
         data.path(),
+        None,
     )
     .unwrap_err()
     .to_string();
@@ -225,7 +272,7 @@ fn bad_configs_say_what_to_change() {
         e.contains("to is empty") && e.contains("concurrency") && e.contains("5 MiB"),
         "{e}"
     );
-    let e = Uploader::start(UploadConfig::for_test("ftp://x/y"), data.path())
+    let e = Uploader::start(UploadConfig::for_test("ftp://x/y"), data.path(), None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("unsupported scheme"), "{e}");
@@ -233,11 +280,12 @@ fn bad_configs_say_what_to_change() {
     let e = Uploader::start(
         UploadConfig::for_test(inside.to_str().unwrap()),
         data.path(),
+        None,
     )
     .unwrap_err()
     .to_string();
     assert!(e.contains("overlaps the data dir"), "{e}");
-    let e = Uploader::start(UploadConfig::for_test("s3:///p"), data.path())
+    let e = Uploader::start(UploadConfig::for_test("s3:///p"), data.path(), None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("no bucket"), "{e}");
@@ -253,10 +301,10 @@ fn every_file_goes_under_the_switch_prefix_and_a_new_name_uploads_again() {
         switch: "leaf01.dc2".into(),
         ..UploadConfig::for_test(lake.path().to_str().unwrap())
     };
-    let st = Uploader::start(cfg.clone(), data.path()).unwrap();
-    wait_for("one upload", || st.stats().files_uploaded == 1);
-    let s = st.shutdown();
-    assert_eq!(s.switch, "leaf01.dc2");
+    let st = Uploader::start(cfg.clone(), data.path(), None).unwrap();
+    wait_for("one upload", || up_stats(st.stats()).files_uploaded == 1);
+    assert_eq!(st.switch(), "leaf01.dc2");
+    st.shutdown();
     let key = format!("switch=leaf01.dc2/{rel}");
     assert!(lake.path().join(&key).exists(), "{key}");
     // The state file's destination is the switch's own root.
@@ -271,11 +319,11 @@ fn every_file_goes_under_the_switch_prefix_and_a_new_name_uploads_again() {
         switch: "leaf01".into(),
         ..cfg
     };
-    let st = Uploader::start(renamed, data.path()).unwrap();
+    let st = Uploader::start(renamed, data.path(), None).unwrap();
     wait_for("the upload under the new name", || {
-        st.stats().files_uploaded == 1
+        up_stats(st.stats()).files_uploaded == 1
     });
-    let s = st.shutdown();
+    let s = up_stats(st.shutdown());
     assert_eq!(s.resumed_files, 0, "{s:?}");
     assert!(lake.path().join(format!("switch=leaf01/{rel}")).exists());
 }

@@ -33,7 +33,7 @@ pub struct ReceiverOptions {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Point {
     pub metric: String,
-    /// `sum` or `gauge`.
+    /// `sum`, `gauge` or `histogram`.
     pub kind: String,
     pub monotonic: bool,
     /// 2 = cumulative.
@@ -43,7 +43,7 @@ pub struct Point {
     pub attrs: BTreeMap<String, String>,
     pub start: u64,
     pub time: u64,
-    /// `as_int`.
+    /// `as_int` (a histogram's count).
     pub value: i64,
     pub resource: BTreeMap<String, String>,
     pub scope: String,
