@@ -17,6 +17,9 @@
 //! - `STEL_BENCH_PARQUET_DELAY_US=<µs>` slows the Parquet writer by that much per batch (the
 //!   sink's test knob): the decoders must not wait, COUNTERS_DB must stay fresh, every shed batch
 //!   is counted.
+//! - `counters_db_lag_p50_ms` / `_max_ms`, `counters_db_write_rounds` and `redis_cpu_s`
+//!   (redis-server's own CPU over the run, from `INFO cpu`) show what the live view costs;
+//!   `STEL_BENCH_CDB_FLUSH_US=<µs>` overrides the COUNTERS_DB writer's `flush_interval_us`.
 use std::{
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
