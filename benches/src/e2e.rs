@@ -17,6 +17,9 @@
 //! - `STEL_BENCH_PARQUET_DELAY_US=<µs>` slows the Parquet writer by that much per batch (the
 //!   sink's test knob): the decoders must not wait, COUNTERS_DB must stay fresh, every shed batch
 //!   is counted.
+//! - `counters_db_lag_p50_ms` / `_max_ms`, `counters_db_write_rounds` and `redis_cpu_s`
+//!   (redis-server's own CPU over the run, from `INFO cpu`) show what the live view costs;
+//!   `STEL_BENCH_CDB_FLUSH_US=<µs>` overrides the COUNTERS_DB writer's `flush_interval_us`.
 use std::{
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -68,10 +71,18 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         test_write_delay_us: delay_us,
         ..ParquetSinkConfig::default()
     });
-    cfg.counters_db = Some(CountersDbConfig {
+    let mut cdb = CountersDbConfig {
         url: redis.url().to_string(),
         ..CountersDbConfig::default()
-    });
+    };
+    if let Some(us) = std::env::var("STEL_BENCH_CDB_FLUSH_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cdb.flush_interval_us = us;
+    }
+    let cdb_flush_us = cdb.flush_interval_us;
+    cfg.counters_db = Some(cdb);
     let mut topo = Topology::build(cfg, None)?;
     topo.daemon
         .register(w.emu.session_spec(), w.emu.session_config())?;
@@ -90,6 +101,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let received = AtomicU64::new(0);
     let emu_cpu = std::sync::Mutex::new(0.0f64);
     let cpu0 = crate::parquet::process_cpu_s();
+    let redis_cpu0 = redis_cpu_s(&redis);
     let t0 = Instant::now();
     let (sent, st) = std::thread::scope(|s| {
         let h = std::thread::Builder::new()
@@ -147,6 +159,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let elapsed = t0.elapsed().as_secs_f64();
     let process_cpu = crate::parquet::process_cpu_s() - cpu0;
     let emu_cpu = emu_cpu.into_inner().unwrap_or(0.0);
+    let redis_cpu = redis_cpu_s(&redis) - redis_cpu0;
     let daemon_cpu = (process_cpu - emu_cpu).max(0.0);
 
     let sent_counters = sent * w.counters_per_message;
@@ -177,10 +190,15 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "unaccounted": unaccounted,
         "parquet_bytes_per_sample": (p.bytes_published as f64 / persisted.max(1) as f64 * 1000.0).round() / 1000.0,
         "counters_db_lag_p99_ms": (cdb_lag_p99 * 10.0).round() / 10.0,
+        "counters_db_lag_p50_ms": (lag.lag_p50_ms * 10.0).round() / 10.0,
+        "counters_db_lag_max_ms": (lag.lag_max_ms * 10.0).round() / 10.0,
+        "counters_db_write_rounds": lag.write_rounds,
+        "counters_db_flush_interval_us": cdb_flush_us,
         "daemon_cpu_s_per_g_counters": (per_g * 100.0).round() / 100.0,
         "emulator_cpu_share": (emu_share * 100.0).round() / 100.0,
         "daemon_cpu_s": (daemon_cpu * 100.0).round() / 100.0,
         "emulator_cpu_s": (emu_cpu * 100.0).round() / 100.0,
+        "redis_cpu_s": (redis_cpu * 100.0).round() / 100.0,
         "parquet_shed_batches": p.shed_batches,
         "parquet_shed_samples": p.shed_samples(),
         "parquet_write_delay_us": delay_us,
@@ -191,6 +209,21 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "seconds": elapsed,
         "counters_db_fields_written": lag.get(stel_store::metrics::Metric::CountersDbWrittenFields),
     }))
+}
+
+/// CPU seconds (user + system) redis-server has used so far (`INFO cpu`); 0 when unreadable.
+fn redis_cpu_s(redis: &TestRedis) -> f64 {
+    let mut c = redis.connect(0);
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query(&mut c)
+        .unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            matches!(k, "used_cpu_sys" | "used_cpu_user").then(|| v.trim().parse::<f64>().ok())?
+        })
+        .sum()
 }
 
 /// CPU seconds (user + system) of the calling thread, from `/proc/thread-self/stat` (the same

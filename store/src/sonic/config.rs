@@ -19,7 +19,10 @@ pub struct CountersDbConfig {
     /// Least time between two write rounds, µs. A round starts as soon as new values wait and
     /// this long has passed since the previous one; values arriving in between are coalesced
     /// (only the latest per field is written). The arrival → written lag is at most about this
-    /// plus one pipeline round trip, so the default 5 ms keeps it under the 10 ms goal.
+    /// plus one pipeline round trip. Rounds are bounded by batch arrivals too (a decoder batch
+    /// is ~5.5 ms of switch time at the design session), so a short interval costs few extra
+    /// rounds: 5 → 2 ms took `stel-bench e2e --quick` lag p99 from 11.9 to 7.4 ms at 1× and
+    /// 14.4 to 9.6–10.0 ms at 2× (medians of 3–4) for +5–40 % rounds and ~+5 % redis-server CPU.
     pub flush_interval_us: u64,
     /// Interval between rate samples, ms of switch time (flex counters' `PORT_RATES` poll: 1000).
     pub rate_interval_ms: u64,
@@ -45,7 +48,7 @@ impl Default for CountersDbConfig {
             counters_db: 2,
             state_db: 6,
             appl_db: 0,
-            flush_interval_us: 5_000,
+            flush_interval_us: 2_000,
             rate_interval_ms: 1_000,
             write_rates: true,
             map_refresh_ms: 1_000,
