@@ -700,8 +700,12 @@ fn a_filter_insert_failure_leaves_no_trace() {
     });
     assert_eq!(s["filter"]["templates"], 2);
     assert_eq!(s["session_registry"]["rejected_total"], 1);
-    let v: Option<String> = c.hget(key, "config_version").unwrap();
-    assert_eq!(v.as_deref(), Some("1"));
+    // The acknowledgement is written to STATE_DB after the status counts the session applied.
+    let v = stel_testkit::redis::TestRedis::wait_for(30, "config_version acknowledged", || {
+        c.hget::<_, _, Option<String>>(key, "config_version")
+            .unwrap()
+    });
+    assert_eq!(v, "1");
     let (_, err, _k) = d.stop();
     assert!(err.contains("at most 2 template IDs"), "{err}");
 }
@@ -731,12 +735,14 @@ fn a_session_file_missing_a_field_is_refused_by_name() {
     assert!(err.contains("missing \"domain\""), "{err}");
 }
 
-/// Item 4: sessions registered and unregistered at 1,000 per second while one session's data
-/// flows: every one of its snapshots decoded exactly, every registration applied and
+/// Item 4: 2,000 sessions registered and unregistered, one per daemon step, while one session's
+/// data flows (~2 s of it): every one of its snapshots decoded exactly, every registration applied and
 /// acknowledged, the filter back to that one session's template, and the reader never waited
 /// for a decoder (the longest receive gap is printed; timing is asserted in no cargo test).
 #[test]
-fn a_thousand_session_changes_per_second_while_data_flows() {
+fn two_thousand_session_changes_while_data_flows() {
+    const CHANGES: u64 = 2_000;
+    const MESSAGES: usize = 10_000;
     use std::sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
@@ -794,8 +800,9 @@ fn a_thousand_session_changes_per_second_while_data_flows() {
             let mut ipfix = Vec::new();
             emu.template_message(&mut ipfix);
             tx.send_multicast(group, &framed(&ipfix)).unwrap();
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(2) {
+            // A fixed amount of data (~2 s at one message per 200 µs), not a fixed time: the
+            // assertions below are on counts, whatever the speed of the box.
+            for _ in 0..MESSAGES {
                 ipfix.clear();
                 emu.data_message(&mut ipfix);
                 tx.send_multicast(group, &framed(&ipfix)).unwrap();
@@ -806,11 +813,11 @@ fn a_thousand_session_changes_per_second_while_data_flows() {
         });
         let mut ops = 0u64;
         let mut registered = vec![false; churn.len()];
-        let t0 = Instant::now();
-        while !done.load(Ordering::Relaxed) {
+        // One change per step of the daemon while data flows, until both the changes and the
+        // data are done.
+        while !(done.load(Ordering::Relaxed) && ops >= CHANGES) {
             d.step().unwrap();
-            // One change per millisecond of wall time.
-            while ops < t0.elapsed().as_millis() as u64 {
+            if ops < CHANGES {
                 let i = (ops as usize / 2) % churn.len();
                 let e = &churn[i];
                 if registered[i] {
@@ -832,13 +839,16 @@ fn a_thousand_session_changes_per_second_while_data_flows() {
     });
     let st = d.finish(None, Duration::from_secs(5));
     eprintln!(
-        "churn: {ops} session changes in ~2 s; longest receive gap {} us ({} over 10 ms)",
+        "churn: {ops} session changes while data flowed; longest receive gap {} us ({} over 10 ms)",
         st.receive_gap_max_us, st.receive_gaps_over_10ms
     );
-    assert!(ops >= 1500, "{ops}");
     assert_eq!(rows.0.load(Ordering::Relaxed), sent);
     assert_eq!(st.pipeline.decode.records, sent);
     assert_eq!(st.kernel_drops, 0);
+    assert_eq!(
+        ops, CHANGES,
+        "an even number of changes leaves every churn session unregistered"
+    );
     let reg = st.session_registry;
     assert_eq!(reg.registrations_total, 1 + ops / 2);
     assert_eq!(reg.unregistrations_total, ops / 2);
