@@ -20,9 +20,15 @@
 //! counters are published to a shared snapshot every `publish_ms` (one short lock per thread
 //! per interval, never per report).
 //!
-//! Limit: the io_uring receive does not ask for the source address, so a Telemetry Report v0.5
-//! without a drop or switch-local header (the only kind that needs it for the switch id) is
-//! attributed to switch 0.0.0.0; v1.0 and v2.0 reports carry their switch id.
+//! Source address: both receive loops ask the kernel for each datagram's sender (io_uring: the
+//! name area of the multishot `RecvMsg` buffer; recvmsg loop: `recvfrom`). It is stored as
+//! `int_reports.reporter_addr` (IPv4 mapped into IPv6, like the other address columns) and is
+//! the switch id of a Telemetry Report v0.5 without a drop or switch-local header (its IPv4
+//! address as a u32); v1.0 and v2.0 reports carry their switch id.
+//!
+//! Capture files (`stel-ingestd --input`): UDP datagrams to the INT ports go through an
+//! [`IntFeed`] on the daemon's reader thread: the same decoder settings, EVC map, sink and
+//! counters as a socket thread, with the capture's source address and timestamp.
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     os::fd::{AsFd, OwnedFd},
@@ -213,6 +219,9 @@ pub struct IntSource {
     pub dir: PathBuf,
     /// The bound addresses (with the real port when 0 was asked).
     pub local_addrs: Vec<SocketAddr>,
+    /// Decoder settings, for [`IntSource::feed`].
+    decode_cfg: super::IntDecodeConfig,
+    publish: Duration,
 }
 
 impl std::fmt::Debug for IntSource {
@@ -316,7 +325,7 @@ impl IntSource {
         let mut threads = Vec::new();
         let mut figures = Vec::new();
         let mut local_addrs = Vec::new();
-        let mut reader_kind = "";
+        let mut reader_kind = if sockets.is_empty() { "file" } else { "" };
         for (i, (addr, fd)) in sockets.into_iter().enumerate() {
             if !local_addrs.contains(&addr) {
                 local_addrs.push(addr);
@@ -379,7 +388,31 @@ impl IntSource {
             reader: reader_kind,
             dir,
             local_addrs,
+            decode_cfg: cfg.decode.clone(),
+            publish: Duration::from_millis(cfg.publish_ms.max(10)),
         })
+    }
+
+    /// A decoder for INT datagrams of capture files, fed by the daemon's reader thread: same
+    /// settings, EVC map (as of now; reloads reach it too), sink and counters as the socket
+    /// threads. Finish it with [`IntFeed::finish`] before [`Self::shutdown`].
+    pub fn feed(&mut self) -> IntFeed {
+        let fig = Arc::new(Mutex::new(ThreadFigures::default()));
+        self.figures.push(Arc::clone(&fig));
+        let mut dec = IntDecoder::new(self.decode_cfg.clone());
+        dec.set_evc_map(Arc::clone(&self.evc_map.lock().expect("evc map lock")));
+        IntFeed {
+            dec,
+            sink: Arc::clone(&self.sink),
+            fig,
+            recv: RecvStats::default(),
+            generation: Arc::clone(&self.evc_generation),
+            seen_generation: self.evc_generation.load(Ordering::Acquire),
+            map: Arc::clone(&self.evc_map),
+            publish: self.publish,
+            last_publish: Instant::now(),
+            last_ns: 0,
+        }
     }
 
     /// Re-reads the EVC files; on success every decoder switches to the new map before its next
@@ -455,6 +488,77 @@ fn add_recv(a: &mut RecvStats, b: &RecvStats) {
     a.polls += b.polls;
 }
 
+/// Decodes INT datagrams handed over one by one (capture files: see [`IntSource::feed`]).
+pub struct IntFeed {
+    dec: IntDecoder,
+    sink: Arc<ParquetIntSink>,
+    fig: Arc<Mutex<ThreadFigures>>,
+    /// Datagrams and bytes handed over (the file reader's share of `recv`).
+    recv: RecvStats,
+    generation: Arc<AtomicU64>,
+    seen_generation: u64,
+    map: Arc<Mutex<Arc<super::evc::EvcMap>>>,
+    publish: Duration,
+    last_publish: Instant,
+    /// Receive time of the last datagram (for the final flush's flow expiry).
+    last_ns: i64,
+}
+
+impl std::fmt::Debug for IntFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntFeed")
+            .field("recv", &self.recv)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IntFeed {
+    /// Decodes one UDP payload from `src` received at `recv_ns` (the capture time; now when
+    /// `None`).
+    pub fn decode(&mut self, src: Option<SocketAddr>, recv_ns: Option<i64>, payload: &[u8]) {
+        self.recv.datagrams += 1;
+        self.recv.bytes += payload.len() as u64;
+        let ts = recv_ns.unwrap_or_else(wall_ns);
+        self.last_ns = ts;
+        self.dec
+            .decode(source_ip(src), ts, payload, &mut ToSink(&self.sink));
+    }
+
+    /// Once per reader poll: picks up a reloaded EVC map, publishes the counters every
+    /// `publish_ms`.
+    pub fn tick(&mut self) {
+        let g = self.generation.load(Ordering::Acquire);
+        if g != self.seen_generation {
+            self.seen_generation = g;
+            let m = Arc::clone(&self.map.lock().expect("evc map lock"));
+            self.dec.set_evc_map(m);
+        }
+        if self.last_publish.elapsed() >= self.publish {
+            self.publish_figures();
+            self.last_publish = Instant::now();
+        }
+    }
+
+    fn publish_figures(&self) {
+        let mut f = self.fig.lock().expect("int figures lock");
+        f.recv = self.recv;
+        f.decode = self.dec.stats();
+    }
+
+    /// Hands over what is batched, makes pending sequence gaps final, publishes the counters.
+    pub fn finish(mut self) {
+        self.dec.flush(self.last_ns, &mut ToSink(&self.sink));
+        self.dec.finish_sequences();
+        self.publish_figures();
+    }
+}
+
+/// The sender's IP as the decoder takes it (IPv4-mapped IPv6 from a dual-stack socket as
+/// IPv4; unknown = unspecified, which the decoder stores as null).
+fn source_ip(src: Option<SocketAddr>) -> IpAddr {
+    src.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip().to_canonical())
+}
+
 struct ThreadCtx {
     fd: OwnedFd,
     reader_cfg: ReaderConfig,
@@ -469,7 +573,7 @@ struct ThreadCtx {
 
 impl ThreadCtx {
     fn run(mut self, started: std::sync::mpsc::Sender<Result<&'static str, sys::SysError>>) {
-        let mut reader = match Reader::new(self.fd.as_fd(), &self.reader_cfg) {
+        let mut reader = match Reader::udp(self.fd.as_fd(), &self.reader_cfg) {
             Ok(r) => {
                 let _ = started.send(Ok(r.kind()));
                 r
@@ -484,7 +588,6 @@ impl ThreadCtx {
         let mut last_publish = Instant::now();
         let mut last_data = Instant::now();
         let mut idle_flushed = true;
-        let unknown = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
         let mut errors_logged = 0u32;
         loop {
             let halting = self.halt.load(Ordering::Relaxed);
@@ -499,7 +602,8 @@ impl ThreadCtx {
                 let now = wall_ns();
                 let mut to = ToSink(&self.sink);
                 for lease in leases.drain(..) {
-                    self.dec.decode(unknown, now, reader.bytes(&lease), &mut to);
+                    let src = source_ip(reader.source(&lease));
+                    self.dec.decode(src, now, reader.bytes(&lease), &mut to);
                     reader.retire(lease);
                 }
                 last_data = Instant::now();
