@@ -105,6 +105,11 @@ impl Topology {
             Some(c) => Some(int_source::bind(c).map_err(|e| e.to_string())?),
             None => None,
         };
+        // The report filter is loaded (CAP_BPF) and attached while privileged.
+        let int_filter = match (&int_cfg, &int_sockets) {
+            (Some(c), Some(s)) if !s.is_empty() => int_source::load_filter(c, s),
+            _ => None,
+        };
         let mut daemon = Daemon::setup(cfg, local)?;
         // Then drop every capability before any thread exists.
         daemon
@@ -206,7 +211,8 @@ impl Topology {
                 Some(src)
             }
             (Some(c), Some(socks)) => {
-                let src = IntSource::start(&c, socks, &history_dir).map_err(|e| e.to_string())?;
+                let src = IntSource::start_filtered(&c, socks, int_filter, &history_dir)
+                    .map_err(|e| e.to_string())?;
                 eprintln!(
                     "stel-ingestd: INT reports on {} (reader {}) into {} (stel-query int …); SIGHUP re-reads EVC names",
                     src.local_addrs

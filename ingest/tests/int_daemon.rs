@@ -595,3 +595,102 @@ print(json.dumps(out))
         "{got}"
     );
 }
+
+/// The socket's drop counter in /proc/net/udp (what SO_MEMINFO's drops report) for the port
+/// `addr` is bound to.
+fn proc_udp_drops(addr: &str) -> u64 {
+    let port = addr.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/udp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|local| local.ends_with(&want))
+        })
+        .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// `[int.filter]` with versions = [1] and one accepted sender: v0.5 reports and reports from
+/// another switch are dropped — in the kernel by the real eBPF socket filter (they never reach
+/// the socket: not received, not decoded; the socket's drop counter shows them and the daemon's
+/// `kernel_drops` does not count them as buffer loss), or by the same rule in user space with
+/// `ebpf = false` — counted by reason either way; accepted reports are decoded.
+#[test]
+fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
+    for ebpf in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let cfg = d.join("stel.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[int.filter]\nenabled = true\nversions = [1]\nsources = [\"127.0.0.1\"]\nebpf = {ebpf}\n"
+            ),
+        )
+        .unwrap();
+        let status_file = d.join("status.json");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(d.join("data"))
+            .arg("--status-file")
+            .arg(&status_file)
+            .args(["--no-inspect", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
+            v["sinks"]["int"]["listen"][0].is_string()
+        });
+        let kind = if ebpf { "kernel" } else { "user_space" };
+        assert_eq!(st["sinks"]["int"]["filter"]["kind"], kind, "{st}");
+        let addr = st["sinks"]["int"]["listen"][0]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.2:0").unwrap();
+        for seq in 1..=3 {
+            a.send_to(&v05_plain_report(seq), &addr).unwrap();
+        }
+        a.send_to(&amlight_reference_packet(), &addr).unwrap();
+        a.send_to(&[], &addr).unwrap();
+        b.send_to(&amlight_reference_packet(), &addr).unwrap();
+        let st = wait_status(&status_file, &mut child, "the filter's verdicts", |v| {
+            v["sinks"]["int"]["filter"]["seen_datagrams"] == 6
+                && v["sinks"]["int"]["decode"]["payloads"] == 2
+        });
+        if ebpf {
+            // Dropped before the socket: the kernel counts them as the socket's drops.
+            assert_eq!(proc_udp_drops(&addr), 4, "{st}");
+        }
+        kill(&child, "-TERM");
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let s = &fin["sinks"]["int"];
+        let f = &s["filter"];
+        assert_eq!(f["kind"], kind, "{f}");
+        assert_eq!(f["seen_datagrams"], 6, "{f}");
+        assert_eq!(f["kept_datagrams"], 2, "{f}");
+        assert_eq!(f["empty_datagrams"], 1, "{f}");
+        assert_eq!(f["dropped_version_datagrams"], 3, "{f}");
+        assert_eq!(f["dropped_source_datagrams"], 1, "{f}");
+        assert_eq!(s["kernel_drops"], 0, "{s}");
+        // Kernel: only the kept ones reached the socket; user space: all did.
+        assert_eq!(s["recv"]["datagrams"], if ebpf { 2 } else { 6 }, "{s}");
+        assert_eq!(s["decode"]["reports_decoded"], 1, "{s}");
+        assert_eq!(s["decode"]["reports_v05"], 0, "{s}");
+        assert_eq!(s["decode"]["malformed"]["empty"], 1, "{s}");
+    }
+}

@@ -46,6 +46,7 @@ use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig, IntSinkStats};
 
 use super::{evc::EvcSources, IntBatch, IntDecodeConfig, IntDecoder, IntSink, IntStats};
 use crate::{
+    filter::int::{IntFilter, IntFilterConfig, IntFilterRule, IntFilterStats, IntFilterStatus},
     reader::{Reader, ReaderConfig, ReaderKind},
     sys::{self, uring::RecvStats},
 };
@@ -77,6 +78,9 @@ pub struct IntConfig {
     pub evc: EvcSources,
     /// How often each thread publishes its counters, ms.
     pub publish_ms: u64,
+    /// Report filter on the sockets (`[int.filter]`, off by default): accepted versions and
+    /// senders, dropped in the kernel (eBPF socket filter) when it loads.
+    pub filter: IntFilterConfig,
 }
 
 impl Default for IntConfig {
@@ -97,6 +101,7 @@ impl Default for IntConfig {
             },
             evc: EvcSources::default(),
             publish_ms: 200,
+            filter: IntFilterConfig::default(),
         }
     }
 }
@@ -135,6 +140,7 @@ impl IntConfig {
         if let Err(e) = self.parquet.validate() {
             p.push(format!("int.parquet: {e}"));
         }
+        p.extend(self.filter.problems());
         p
     }
 }
@@ -168,8 +174,12 @@ pub struct IntSourceStats {
     /// `io_uring` or `recvmsg` (the first socket's).
     pub reader: &'static str,
     pub recv: RecvStats,
-    /// Datagrams the kernel dropped for want of socket buffer (SO_MEMINFO), all sockets.
+    /// Datagrams the kernel dropped for want of socket buffer (SO_MEMINFO, less what the INT
+    /// filter dropped in the kernel, which UDP counts there too), all sockets.
     pub kernel_drops: u64,
+    /// The report filter's counters (`[int.filter]` on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<IntFilterStatus>,
     pub decode: IntStats,
     pub sink: IntSinkStats,
     /// EVC map reloads that worked / failed (the old map stays on failure).
@@ -200,6 +210,8 @@ struct ThreadFigures {
     recv: RecvStats,
     kernel_drops: u64,
     decode: IntStats,
+    /// The user-space filter's counters (kernel filter: counted in its map).
+    filter: IntFilterStats,
 }
 
 /// The running INT receive stage.
@@ -215,6 +227,7 @@ pub struct IntSource {
     evc_reload_failures: u64,
     sink: Arc<ParquetIntSink>,
     reader: &'static str,
+    filter: Option<IntFilter>,
     /// Where the tables go.
     pub dir: PathBuf,
     /// The bound addresses (with the real port when 0 was asked).
@@ -262,6 +275,14 @@ pub fn bind(cfg: &IntConfig) -> Result<Vec<(SocketAddr, OwnedFd)>, IntSourceErro
     Ok(out)
 }
 
+/// Loads and attaches the report filter to `sockets` when `[int.filter]` is on (privileged:
+/// call before dropping capabilities); `None` when off.
+pub fn load_filter(cfg: &IntConfig, sockets: &[(SocketAddr, OwnedFd)]) -> Option<IntFilter> {
+    cfg.filter
+        .enabled
+        .then(|| IntFilter::new(&cfg.filter, sockets.iter().map(|(_, fd)| fd.as_fd())))
+}
+
 fn udp_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
@@ -300,6 +321,21 @@ impl IntSource {
         sockets: Vec<(SocketAddr, OwnedFd)>,
         history_dir: &std::path::Path,
     ) -> Result<IntSource, IntSourceError> {
+        Self::start_filtered(cfg, sockets, None, history_dir)
+    }
+
+    /// As [`Self::start`], with the report filter from [`load_filter`] (its user-space rule is
+    /// applied by every thread when the kernel program is not attached).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_filtered(
+        cfg: &IntConfig,
+        sockets: Vec<(SocketAddr, OwnedFd)>,
+        filter: Option<IntFilter>,
+        history_dir: &std::path::Path,
+    ) -> Result<IntSource, IntSourceError> {
+        let rule = filter.as_ref().and_then(|f| f.user_rule().cloned());
         let evc_map = cfg.evc.load()?;
         let mut sink_cfg = cfg.parquet.clone();
         if sink_cfg.dir.as_os_str().is_empty() {
@@ -344,6 +380,8 @@ impl IntSource {
                 generation: Arc::clone(&evc_generation),
                 map: Arc::clone(&shared_map),
                 publish: Duration::from_millis(cfg.publish_ms.max(10)),
+                rule: rule.clone(),
+                filtered: IntFilterStats::default(),
             };
             // The ring is set up on the thread that uses it: io_uring's single-issuer mode
             // refuses submissions from another task (EEXIST).
@@ -386,6 +424,7 @@ impl IntSource {
             evc_reload_failures: 0,
             sink,
             reader: reader_kind,
+            filter,
             dir,
             local_addrs,
             decode_cfg: cfg.decode.clone(),
@@ -445,11 +484,29 @@ impl IntSource {
             evcs: self.evc_map.lock().expect("evc map lock").len(),
             ..IntSourceStats::default()
         };
+        let mut filtered = IntFilterStats::default();
         for f in &self.figures {
             let f = f.lock().expect("int figures lock");
             add_recv(&mut s.recv, &f.recv);
             s.kernel_drops += f.kernel_drops;
             s.decode.add(&f.decode);
+            filtered.add(&f.filter);
+        }
+        if let Some(flt) = &self.filter {
+            let (kind, counts) = match flt.kernel_stats() {
+                Some(k) => {
+                    // UDP counts its socket filter's drops in SK_MEMINFO_DROPS: not buffer loss.
+                    s.kernel_drops = s.kernel_drops.saturating_sub(k.dropped());
+                    ("kernel", k)
+                }
+                None if flt.is_kernel() => ("kernel", IntFilterStats::default()),
+                None => ("user_space", filtered),
+            };
+            s.filter = Some(IntFilterStatus::new(
+                kind,
+                flt.fallback_reason.clone(),
+                &counts,
+            ));
         }
         s
     }
@@ -569,6 +626,9 @@ struct ThreadCtx {
     generation: Arc<AtomicU64>,
     map: Arc<Mutex<Arc<super::evc::EvcMap>>>,
     publish: Duration,
+    /// The report filter's rule when it runs in user space.
+    rule: Option<IntFilterRule>,
+    filtered: IntFilterStats,
 }
 
 impl ThreadCtx {
@@ -603,7 +663,18 @@ impl ThreadCtx {
                 let mut to = ToSink(&self.sink);
                 for lease in leases.drain(..) {
                     let src = source_ip(reader.source(&lease));
-                    self.dec.decode(src, now, reader.bytes(&lease), &mut to);
+                    let bytes = reader.bytes(&lease);
+                    let keep = match &self.rule {
+                        Some(r) => {
+                            let v = r.verdict(reader.source(&lease).map(|a| a.ip()), bytes);
+                            self.filtered.count(v);
+                            v.keep()
+                        }
+                        None => true,
+                    };
+                    if keep {
+                        self.dec.decode(src, now, bytes, &mut to);
+                    }
                     reader.retire(lease);
                 }
                 last_data = Instant::now();
@@ -637,6 +708,7 @@ impl ThreadCtx {
         f.recv = reader.stats();
         f.kernel_drops = drops;
         f.decode = self.dec.stats();
+        f.filter = self.filtered;
     }
 }
 
