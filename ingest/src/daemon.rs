@@ -510,11 +510,6 @@ impl Daemon {
         self.int_feed = Some(feed);
     }
 
-    /// True when the input is capture files (whose INT datagrams want [`Self::set_int_feed`]).
-    pub fn reads_files(&self) -> bool {
-        self.reader.input_stats().is_some()
-    }
-
     /// File input: true once every file was read and dispatched (the caller then finishes).
     pub fn input_done(&self) -> bool {
         self.reader.finished()
