@@ -196,8 +196,13 @@ impl Topology {
         daemon.start(sinks);
         let int = match (int_cfg, int_sockets) {
             (Some(c), Some(socks)) if socks.is_empty() => {
-                let mut src =
-                    IntSource::start(&c, socks, &history_dir).map_err(|e| e.to_string())?;
+                // Captures: [int.filter] applies too, in user space.
+                let filter = c
+                    .filter
+                    .enabled
+                    .then(|| crate::filter::int::IntFilter::user_space(&c.filter, "capture files"));
+                let mut src = IntSource::start_filtered(&c, socks, filter, &history_dir)
+                    .map_err(|e| e.to_string())?;
                 daemon.set_int_feed(src.feed());
                 eprintln!(
                     "stel-ingestd: INT reports in the input files (UDP to port {}) into {}",

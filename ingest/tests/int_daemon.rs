@@ -594,6 +594,41 @@ print(json.dumps(out))
         Some(last_ns),
         "{got}"
     );
+
+    // [int.filter] applies to captures too (in user space): keeping only v0.5 drops every
+    // AmLight (v1.0) report and the unknown version, counted; the empty one is kept.
+    let cfg = d.join("filter.toml");
+    std::fs::write(&cfg, "[int.filter]\nenabled = true\nversions = [0]\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--input")
+        .arg(&pcap)
+        .arg("--data-dir")
+        .arg(d.join("filtered"))
+        .args(["--no-inspect", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let s = &fin["sinks"]["int"];
+    let f = &s["filter"];
+    assert_eq!(f["kind"], "user_space", "{f}");
+    assert_eq!(
+        f["seen_datagrams"].as_u64(),
+        Some(u("packets_sent") + 2),
+        "{f}"
+    );
+    assert_eq!(
+        f["dropped_version_datagrams"].as_u64(),
+        Some(u("packets_sent") + 1),
+        "{f}"
+    );
+    assert_eq!(f["kept_datagrams"], 1, "{f}");
+    assert_eq!(f["empty_datagrams"], 1, "{f}");
+    assert_eq!(s["decode"]["reports_decoded"], 0, "{s}");
+    assert_eq!(s["decode"]["malformed"]["empty"], 1, "{s}");
 }
 
 /// The socket's drop counter in /proc/net/udp (what SO_MEMINFO's drops report) for the port

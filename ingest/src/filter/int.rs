@@ -188,6 +188,15 @@ impl IntFilter {
         }
     }
 
+    /// The rule in user space only (capture files: there is no socket to attach to).
+    pub fn user_space(cfg: &IntFilterConfig, why: &str) -> Self {
+        Self {
+            kernel: None,
+            rule: cfg.rule(),
+            fallback_reason: Some(why.into()),
+        }
+    }
+
     fn kernel<'a>(
         rule: &IntFilterRule,
         sockets: impl IntoIterator<Item = BorrowedFd<'a>>,

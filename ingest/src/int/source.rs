@@ -193,14 +193,22 @@ impl IntSourceStats {
     /// The status line's words: `int 12.3 k reports/s, 0 malformed, 0 lost`.
     pub fn line(&self, prev: &IntSourceStats, dt: f64) -> String {
         let rate = (self.decode.reports.saturating_sub(prev.decode.reports)) as f64 / dt.max(1e-3);
-        format!(
+        let mut line = format!(
             "int {:.1} k reports/s, {} malformed, {} seq lost, {} kernel drops, {} shed",
             rate / 1e3,
             self.decode.reports_malformed,
             self.decode.seq_lost,
             self.kernel_drops,
             self.sink.shed_rows()
-        )
+        );
+        if let Some(f) = &self.filter {
+            line.push_str(&format!(
+                ", {} filtered ({})",
+                f.dropped_version_datagrams + f.dropped_source_datagrams,
+                f.kind
+            ));
+        }
+        line
     }
 }
 
@@ -451,6 +459,8 @@ impl IntSource {
             publish: self.publish,
             last_publish: Instant::now(),
             last_ns: 0,
+            rule: self.filter.as_ref().and_then(|f| f.user_rule().cloned()),
+            filtered: IntFilterStats::default(),
         }
     }
 
@@ -559,6 +569,9 @@ pub struct IntFeed {
     last_publish: Instant,
     /// Receive time of the last datagram (for the final flush's flow expiry).
     last_ns: i64,
+    /// `[int.filter]`'s rule (captures: always in user space), and its counters.
+    rule: Option<IntFilterRule>,
+    filtered: IntFilterStats,
 }
 
 impl std::fmt::Debug for IntFeed {
@@ -577,6 +590,13 @@ impl IntFeed {
         self.recv.bytes += payload.len() as u64;
         let ts = recv_ns.unwrap_or_else(wall_ns);
         self.last_ns = ts;
+        if let Some(r) = &self.rule {
+            let v = r.verdict(src.map(|a| a.ip()), payload);
+            self.filtered.count(v);
+            if !v.keep() {
+                return;
+            }
+        }
         self.dec
             .decode(source_ip(src), ts, payload, &mut ToSink(&self.sink));
     }
@@ -600,6 +620,7 @@ impl IntFeed {
         let mut f = self.fig.lock().expect("int figures lock");
         f.recv = self.recv;
         f.decode = self.dec.stats();
+        f.filter = self.filtered;
     }
 
     /// Hands over what is batched, makes pending sequence gaps final, publishes the counters.
