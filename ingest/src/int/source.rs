@@ -29,6 +29,10 @@
 //! Capture files (`stel-ingestd --input`): UDP datagrams to the INT ports go through an
 //! [`IntFeed`] on the daemon's reader thread: the same decoder settings, EVC map, sink and
 //! counters as a socket thread, with the capture's source address and timestamp.
+//!
+//! Filter (`[int.filter]`, off by default; [`crate::filter::int`]): reports of other versions
+//! or from other senders are dropped by an eBPF socket filter before they reach the sockets
+//! (or, without it, by the same rule on each thread before decoding), counted by reason.
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     os::fd::{AsFd, OwnedFd},
