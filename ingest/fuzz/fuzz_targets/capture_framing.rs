@@ -1,7 +1,8 @@
 //! Arbitrary capture files (`stel-ingestd --input`) through the file readers — IPFIX, netlink
 //! recordings, pcap / pcapng (pcap-file), link layers, IP reassembly — and on through the
 //! netlink / IPFIX framing into the decoder, and UDP to the INT port (5900) into the INT
-//! decoder with the capture's source address. The first byte picks the format (else `auto`).
+//! decoder with the capture's source address; the body also goes through the sockaddr reader of
+//! the UDP receive loops. The first byte picks the format (else `auto`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use stel_ingest::{
@@ -25,6 +26,8 @@ fuzz_target!(|data: &[u8]| {
         Some((_, b)) => (InputFormat::Auto, b),
         None => return,
     };
+    // The kernel's sockaddr bytes as the receive loops read them (any bytes: never a panic).
+    let _ = stel_ingest::sys::sockaddr_from_bytes(body);
     let path = std::env::temp_dir().join(format!("stel-fuzz-capture-{}", std::process::id()));
     std::fs::write(&path, body).expect("temp file");
     let mut input = FileInput::new(vec![path.clone()], format).with_int_ports(vec![5900]);
