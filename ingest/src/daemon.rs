@@ -21,7 +21,8 @@ use crate::{
     filter::{FilterPolicy, TemplateFilter},
     genl::{GenlConfig, GenlSource, GenlSourceConfig},
     input::{FileInput, InputStats},
-    pipeline::{Pipeline, PipelineStats, Sink},
+    int::source::IntFeed,
+    pipeline::{Pipeline, PipelineStats, Sink, UnitFraming},
     reader::Reader,
     sessions::{Ack, SessionRegistry, SessionStats},
     sinks::StatusSource,
@@ -91,6 +92,9 @@ pub struct DaemonStatus {
     /// Datagrams the kernel dropped on our socket because its buffer was full (SO_MEMINFO
     /// SK_MEMINFO_DROPS): true loss, counted as lost.
     pub kernel_drops: u64,
+    /// INT datagrams of capture files discarded because no INT decoder was set up (only when
+    /// the daemon is built without `Topology`).
+    pub int_datagrams_unrouted: u64,
     pub filter: FilterStatus,
     pub pipeline: PipelineStats,
     /// Sessions registered now.
@@ -171,6 +175,10 @@ pub struct Daemon {
     last_poll_end: Option<Instant>,
     gap_max: Duration,
     gaps_over_10ms: u64,
+    /// Decodes the INT datagrams of capture files ([`UnitFraming::Int`]).
+    int_feed: Option<IntFeed>,
+    /// INT datagrams of capture files that arrived with no INT decoder set (discarded).
+    int_unrouted: u64,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -180,6 +188,15 @@ impl std::fmt::Debug for Daemon {
             .field("reader", &self.reader.kind())
             .field("filter_kernel", &self.filter.is_kernel())
             .finish_non_exhaustive()
+    }
+}
+
+/// UDP destination ports of INT reports in capture files: the `[int] listen` ports, else the
+/// default (5900).
+fn file_int_ports(cfg: &DaemonConfig) -> Vec<u16> {
+    match &cfg.int {
+        Some(i) => i.listen.iter().map(|a| a.port()).collect(),
+        None => vec![crate::int::source::DEFAULT_PORT],
     }
 }
 
@@ -270,7 +287,8 @@ impl Daemon {
         let reader = match socket.fd() {
             Some(fd) => Reader::new(fd, &cfg.reader).map_err(|e| e.to_string())?,
             None => Reader::files(
-                FileInput::new(cfg.source.files.clone(), cfg.source.input_format),
+                FileInput::new(cfg.source.files.clone(), cfg.source.input_format)
+                    .with_int_ports(file_int_ports(&cfg)),
                 &cfg.reader,
             ),
         };
@@ -298,6 +316,8 @@ impl Daemon {
             last_poll_end: None,
             gap_max: Duration::ZERO,
             gaps_over_10ms: 0,
+            int_feed: None,
+            int_unrouted: 0,
         };
         // The first genl poll resolves the family and joins the group while we still may.
         me.poll_genl(Duration::ZERO);
@@ -448,6 +468,23 @@ impl Daemon {
         polled?;
         let n = leases.len();
         let framing = self.reader.framing();
+        if framing == UnitFraming::Int {
+            // INT reports of capture files: decoded here, like on an INT socket's thread.
+            for l in leases.drain(..) {
+                match &mut self.int_feed {
+                    Some(f) => f.decode(
+                        self.reader.source(&l),
+                        self.reader.capture_ns(&l),
+                        self.reader.bytes(&l),
+                    ),
+                    None => self.int_unrouted += 1,
+                }
+                self.reader.retire(l);
+            }
+        }
+        if let Some(f) = &mut self.int_feed {
+            f.tick();
+        }
         let pipeline = self.pipeline.as_mut().expect("Daemon::start not called");
         let filter = &mut self.filter;
         let user_filter = !filter.is_kernel();
@@ -469,6 +506,12 @@ impl Daemon {
     /// Where the genl source stands (for the status line); `None` for other sources.
     pub fn genl_status(&self) -> Option<String> {
         self.genl.as_ref().map(|g| g.status().to_string())
+    }
+
+    /// Capture files: hands the INT datagrams ([`UnitFraming::Int`]) to `feed` (the INT
+    /// source's, so they land in its tables and counters).
+    pub fn set_int_feed(&mut self, feed: IntFeed) {
+        self.int_feed = Some(feed);
     }
 
     /// File input: true once every file was read and dispatched (the caller then finishes).
@@ -530,6 +573,7 @@ impl Daemon {
             receive_gaps_over_10ms: self.gaps_over_10ms,
             input,
             kernel_drops,
+            int_datagrams_unrouted: self.int_unrouted,
             filter,
             pipeline,
             sessions: self.sessions.len(),
@@ -564,6 +608,9 @@ impl Daemon {
                     break;
                 }
             }
+        }
+        if let Some(f) = self.int_feed.take() {
+            f.finish();
         }
         if let Some(p) = self.pipeline.take() {
             // Everything queued is decoded, then the last acknowledgements are collected.

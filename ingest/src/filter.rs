@@ -36,6 +36,8 @@
 
 use std::os::fd::BorrowedFd;
 
+pub mod int;
+
 pub use stel_ebpf_common::{
     classify, learn_templates, FilterStats, Framing, Verdict, CONFIG_MAP, STATS_MAP, TEMPLATE_MAP,
     TEMPLATE_MAP_MAX_ENTRIES,

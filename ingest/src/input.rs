@@ -7,6 +7,9 @@
 //!  pcap / pcapng (pcap-file crate)                                              ├──▶ reader slot ──▶ dispatch
 //!     UDP (Ethernet, VLAN, SLL, SLL2, raw IP, loopback; IPv4/IPv6, reassembled) ┤     (as a socket's datagram)
 //!     LINKTYPE_NETLINK (nlmon): 16-byte header + netlink datagram ──────────────┘
+//!     UDP to an INT port ([int] listen ports, default 5900) ─── UnitFraming::Int ──▶ the INT
+//!        decoder and sink (as a datagram of the INT sockets, with its source address and the
+//!        capture time as receive time)
 //! ```
 //!
 //! Nothing is fatal: a record that cannot be read is counted
@@ -86,8 +89,12 @@ pub struct InputStats {
     pub discarded_bytes: u64,
     /// Capture packets that are not UDP/IP or netlink (ARP, TCP, …): skipped, not malformed.
     pub skipped_packets: u64,
-    /// UDP payloads that do not start with IPFIX version 10 (other protocols on the wire).
+    /// UDP payloads that neither go to an INT port nor start with IPFIX version 10 (other
+    /// protocols on the wire): skipped.
     pub non_ipfix_datagrams: u64,
+    /// UDP payloads to an INT port, handed to the INT decoder (which counts what it makes of
+    /// them).
+    pub int_datagrams: u64,
     /// IP fragments held for reassembly, and datagrams reassembled from them.
     pub ip_fragments: u64,
     pub ip_reassembled: u64,
@@ -112,6 +119,15 @@ enum Open {
     PcapNg(Box<PcapNgReader<BufReader<File>>>, Vec<DataLink>),
 }
 
+/// Where the last UDP unit came from (capture packets only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The sender's address and port (IP source, UDP source port).
+    pub src: Option<std::net::SocketAddr>,
+    /// The capture timestamp, ns since the epoch.
+    pub capture_ns: Option<i64>,
+}
+
 /// Reads a list of files, in order, unit by unit (see the module docs).
 pub struct FileInput {
     files: VecDeque<PathBuf>,
@@ -119,6 +135,9 @@ pub struct FileInput {
     cur: Option<(PathBuf, Open)>,
     stats: InputStats,
     defrag: Defrag,
+    /// UDP destination ports whose datagrams are INT reports.
+    int_ports: Vec<u16>,
+    origin: Origin,
 }
 
 impl std::fmt::Debug for FileInput {
@@ -187,7 +206,23 @@ impl FileInput {
             cur: None,
             stats: InputStats::default(),
             defrag: Defrag::default(),
+            int_ports: Vec::new(),
+            origin: Origin::default(),
         }
+    }
+
+    /// UDP datagrams of captures to these destination ports are INT reports
+    /// ([`UnitFraming::Int`]) instead of IPFIX.
+    #[must_use]
+    pub fn with_int_ports(mut self, ports: Vec<u16>) -> Self {
+        self.int_ports = ports;
+        self
+    }
+
+    /// Sender and capture time of the unit [`Self::next_unit`] returned last (capture packets;
+    /// empty for other formats).
+    pub fn last_origin(&self) -> Origin {
+        self.origin
     }
 
     /// Counters.
@@ -265,11 +300,15 @@ impl FileInput {
             return None;
         }
         let (path, open) = self.cur.as_mut().expect("opened above");
+        self.origin = Origin::default();
+        let origin = &mut self.origin;
+        let int_ports = &self.int_ports[..];
         let r = match open {
             Open::Ipfix(r) => ipfix_unit(r, buf, &mut self.stats),
             Open::Netlink(r) => netlink_unit(r, buf, &mut self.stats),
             Open::Pcap(r) => {
                 let link = r.header().datalink;
+                let nanos = r.header().ts_resolution == pcap_file::TsResolution::NanoSecond;
                 // Raw records: the validated ones refuse a packet longer than the file's snap
                 // length, which real captures of large datagrams have.
                 match r.next_raw_packet() {
@@ -279,6 +318,12 @@ impl FileInput {
                         self.stats.bytes_read += p.data.len() as u64 + 16;
                         let complete = p.data.len() as u64 == u64::from(p.orig_len)
                             && p.incl_len as usize == p.data.len();
+                        let frac = if nanos {
+                            i64::from(p.ts_frac)
+                        } else {
+                            i64::from(p.ts_frac) * 1000
+                        };
+                        origin.capture_ns = Some(i64::from(p.ts_sec) * 1_000_000_000 + frac);
                         Ok(Some(packet_unit(
                             link,
                             &p.data,
@@ -286,6 +331,8 @@ impl FileInput {
                             buf,
                             &mut self.stats,
                             &mut self.defrag,
+                            int_ports,
+                            origin,
                         )))
                     }
                 }
@@ -303,6 +350,7 @@ impl FileInput {
                             break Ok(Some(Unit::Nothing));
                         };
                         let complete = p.data.len() as u64 == u64::from(p.original_len);
+                        origin.capture_ns = i64::try_from(p.timestamp.as_nanos()).ok();
                         break Ok(Some(packet_unit(
                             link,
                             &p.data,
@@ -310,6 +358,8 @@ impl FileInput {
                             buf,
                             &mut self.stats,
                             &mut self.defrag,
+                            int_ports,
+                            origin,
                         )));
                     }
                     Some(Ok(Block::SimplePacket(p))) => {
@@ -326,6 +376,8 @@ impl FileInput {
                             buf,
                             &mut self.stats,
                             &mut self.defrag,
+                            int_ports,
+                            origin,
                         )));
                     }
                     Some(Ok(Block::InterfaceDescription(i))) => links.push(i.linktype),
@@ -474,7 +526,9 @@ fn netlink_unit(
     }))
 }
 
-/// One capture packet → a netlink datagram or a UDP payload in `buf`.
+/// One capture packet → a netlink datagram or a UDP payload in `buf` (an INT report when its
+/// destination port is one of `int_ports`; its sender goes to `origin`).
+#[allow(clippy::too_many_arguments)]
 fn packet_unit(
     link: DataLink,
     pkt: &[u8],
@@ -482,6 +536,8 @@ fn packet_unit(
     buf: &mut [u8],
     stats: &mut InputStats,
     defrag: &mut Defrag,
+    int_ports: &[u16],
+    origin: &mut Origin,
 ) -> Unit {
     if !complete {
         // Cut by the capture's snap length: the payload is not all there.
@@ -542,8 +598,8 @@ fn packet_unit(
             return Unit::Nothing;
         }
     };
-    let payload = match &udp {
-        Ip::Udp(p) => udp_payload(p),
+    let udp = match udp {
+        Ip::Udp(p) => p,
         Ip::Held => return Unit::Nothing,
         Ip::NotUdp => {
             stats.skipped_packets += 1;
@@ -554,10 +610,26 @@ fn packet_unit(
             return Unit::Nothing;
         }
     };
-    let Some(payload) = payload else {
+    // udp_payload checked the 8-byte header.
+    let Some(payload) = udp_payload(&udp) else {
         stats.unreadable_records += 1;
         return Unit::Nothing;
     };
+    let dst_port = u16::from_be_bytes([udp[2], udp[3]]);
+    if int_ports.contains(&dst_port) {
+        if payload.len() > buf.len() {
+            stats.unreadable_records += 1;
+            return Unit::Nothing;
+        }
+        origin.src = ip_source(l3)
+            .map(|a| std::net::SocketAddr::new(a, u16::from_be_bytes([udp[0], udp[1]])));
+        stats.int_datagrams += 1;
+        buf[..payload.len()].copy_from_slice(payload);
+        return Unit::Data {
+            len: payload.len(),
+            framing: UnitFraming::Int,
+        };
+    }
     if payload.len() < 2 || u16::from_be_bytes([payload[0], payload[1]]) != VERSION {
         stats.non_ipfix_datagrams += 1;
         return Unit::Nothing;
@@ -570,6 +642,15 @@ fn packet_unit(
     Unit::Data {
         len: payload.len(),
         framing,
+    }
+}
+
+/// The source address of an IPv4/IPv6 header (checked by [`ipv4`] / [`ipv6`] before).
+fn ip_source(l3: &[u8]) -> Option<std::net::IpAddr> {
+    match l3.first()? >> 4 {
+        4 => Some(<[u8; 4]>::try_from(l3.get(12..16)?).ok()?.into()),
+        6 => Some(<[u8; 16]>::try_from(l3.get(8..24)?).ok()?.into()),
+        _ => None,
     }
 }
 

@@ -110,6 +110,9 @@ pub enum UnitFraming {
     Netlink,
     /// Raw IPFIX messages, concatenated (IPFIX files, UDP payloads of captures).
     Ipfix,
+    /// INT telemetry reports (UDP payloads of captures to an INT port): the daemon hands them to
+    /// the INT decoder, never to [`Pipeline::dispatch`].
+    Int,
 }
 
 /// Control-plane requests to a decoder (from the session registry), in order with the data.
@@ -430,6 +433,9 @@ impl Pipeline {
                     netlink::for_each_payload(bytes, &mut self.frame_errors, &mut plan)
                 }
                 UnitFraming::Ipfix => for_each_ipfix_message(bytes, &mut plan),
+                // Not IPFIX: the daemon routes these to the INT decoder (and counts any it
+                // could not, see `DaemonStatus::int_units_unrouted`).
+                UnitFraming::Int => {}
             }
         }
         for &p in &scratch {

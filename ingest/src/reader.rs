@@ -128,6 +128,8 @@ enum Imp {
 struct FileReader {
     input: FileInput,
     held: Option<(u16, usize, UnitFraming)>,
+    /// Capture time of the unit in each slot (pcap packets).
+    capture_ns: Vec<Option<i64>>,
 }
 
 /// A running receive loop over one socket.
@@ -150,6 +152,20 @@ impl Reader {
     /// # Errors
     /// io_uring requested explicitly but unavailable; dup/setsockopt failing.
     pub fn new(sock: BorrowedFd<'_>, cfg: &ReaderConfig) -> Result<Self, SysError> {
+        Self::with_names(sock, cfg, false)
+    }
+
+    /// As [`Self::new`] for a UDP socket: each datagram's source address is kept with its slot
+    /// ([`Self::source`]); io_uring asks for it in the `RecvMsg` header, the recvmsg loop uses
+    /// `recvfrom`.
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn udp(sock: BorrowedFd<'_>, cfg: &ReaderConfig) -> Result<Self, SysError> {
+        Self::with_names(sock, cfg, true)
+    }
+
+    fn with_names(sock: BorrowedFd<'_>, cfg: &ReaderConfig, names: bool) -> Result<Self, SysError> {
         let mut pool = SlotPool::new(cfg.slots.max(2), cfg.effective_slot_bytes().max(4096));
         let timeout = Duration::from_millis(cfg.poll_timeout_ms.max(1));
         sys::set_recv_timeout(sock, timeout)?;
@@ -157,10 +173,10 @@ impl Reader {
         let imp = match cfg.kind {
             ReaderKind::Recvmsg => {
                 fallback_reason = Some("recvmsg requested".into());
-                Imp::Recv(RecvLoop::new(sock)?)
+                Imp::Recv(RecvLoop::new(sock, names)?)
             }
-            ReaderKind::IoUring => Imp::Uring(Box::new(UringRecv::new(sock, &mut pool)?)),
-            ReaderKind::Auto => match UringRecv::new(sock, &mut pool) {
+            ReaderKind::IoUring => Imp::Uring(Box::new(UringRecv::new(sock, &mut pool, names)?)),
+            ReaderKind::Auto => match UringRecv::new(sock, &mut pool, names) {
                 Ok(u) => Imp::Uring(Box::new(u)),
                 Err(e) => {
                     let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
@@ -169,7 +185,7 @@ impl Reader {
                     let why = format!("{e} (kernel.io_uring_disabled = {disabled})");
                     tracing::warn!(reason = %why, "io_uring unavailable; using the recvmsg loop.");
                     fallback_reason = Some(why);
-                    Imp::Recv(RecvLoop::new(sock)?)
+                    Imp::Recv(RecvLoop::new(sock, names)?)
                 }
             },
         };
@@ -185,9 +201,15 @@ impl Reader {
 
     /// A reader over capture files instead of a socket (no privileges needed).
     pub fn files(input: FileInput, cfg: &ReaderConfig) -> Self {
+        let pool = SlotPool::new(cfg.slots.max(2), cfg.effective_slot_bytes().max(4096));
+        let capture_ns = vec![None; pool.slots() as usize];
         Self {
-            pool: SlotPool::new(cfg.slots.max(2), cfg.effective_slot_bytes().max(4096)),
-            imp: Imp::File(Box::new(FileReader { input, held: None })),
+            pool,
+            imp: Imp::File(Box::new(FileReader {
+                input,
+                held: None,
+                capture_ns,
+            })),
             stats: RecvStats::default(),
             timeout: Duration::from_millis(cfg.poll_timeout_ms.max(1)),
             framing: UnitFraming::Netlink,
@@ -253,6 +275,20 @@ impl Reader {
         self.pool.bytes(lease)
     }
 
+    /// The source address of a lease's datagram: UDP readers ([`Self::udp`]) and UDP packets
+    /// of captures; `None` otherwise.
+    pub fn source(&self, lease: &Lease) -> Option<std::net::SocketAddr> {
+        self.pool.source(lease)
+    }
+
+    /// When a lease's datagram was captured (units of pcap files); `None` for sockets.
+    pub fn capture_ns(&self, lease: &Lease) -> Option<i64> {
+        match &self.imp {
+            Imp::File(f) => f.capture_ns.get(lease.slot() as usize).copied().flatten(),
+            _ => None,
+        }
+    }
+
     /// A sub-range lease for a decoder.
     pub fn sublease(&mut self, of: &Lease, start: usize, end: usize) -> Lease {
         self.pool.sublease(of, start, end)
@@ -310,6 +346,9 @@ impl FileReader {
             };
             match self.input.next_unit(pool.slot_mut(slot)) {
                 Some(Unit::Data { len, framing: f }) => {
+                    let origin = self.input.last_origin();
+                    pool.set_source(slot, origin.src);
+                    self.capture_ns[slot as usize] = origin.capture_ns;
                     if framing.is_some_and(|g| g != f) {
                         self.held = Some((slot, len, f));
                         break;

@@ -85,7 +85,14 @@ impl Topology {
         let upload_cfg = cfg.upload.clone();
         let otlp_cfg = cfg.otlp.clone();
         let inspect_cfg = cfg.inspect.clone();
-        let int_cfg = cfg.int.clone();
+        let files = cfg.source.kind == crate::config::SourceKind::File;
+        // Capture files: INT reports in them (UDP to the [int] listen ports, default 5900) are
+        // decoded into the tables (no INT socket is opened); with the history off, only when
+        // [int] asks for it.
+        let int_cfg = match &cfg.int {
+            None if files && cfg.history.enabled => Some(int_source::IntConfig::default()),
+            c => c.clone(),
+        };
         let metrics_listen = cfg.metrics.listen;
         let registry = Registry::new();
         registry
@@ -104,8 +111,14 @@ impl Topology {
 
         // Privileged set-up: INT sockets (SO_RCVBUFFORCE), then the counter path.
         let int_sockets = match &int_cfg {
+            Some(_) if files => Some(Vec::new()),
             Some(c) => Some(int_source::bind(c).map_err(|e| e.to_string())?),
             None => None,
+        };
+        // The report filter is loaded (CAP_BPF) and attached while privileged.
+        let int_filter = match (&int_cfg, &int_sockets) {
+            (Some(c), Some(s)) if !s.is_empty() => int_source::load_filter(c, s),
+            _ => None,
         };
         let mut daemon = Daemon::setup(cfg, local)?;
         // Then drop every capability before any thread exists.
@@ -192,8 +205,29 @@ impl Topology {
         };
         daemon.start(sinks);
         let int = match (int_cfg, int_sockets) {
+            (Some(c), Some(socks)) if socks.is_empty() => {
+                // Captures: [int.filter] applies too, in user space.
+                let filter = c
+                    .filter
+                    .enabled
+                    .then(|| crate::filter::int::IntFilter::user_space(&c.filter, "capture files"));
+                let mut src = IntSource::start_filtered(&c, socks, filter, &history_dir)
+                    .map_err(|e| e.to_string())?;
+                daemon.set_int_feed(src.feed());
+                eprintln!(
+                    "stel-ingestd: INT reports in the input files (UDP to port {}) into {}",
+                    c.listen
+                        .iter()
+                        .map(|a| a.port().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    src.dir.display()
+                );
+                Some(src)
+            }
             (Some(c), Some(socks)) => {
-                let src = IntSource::start(&c, socks, &history_dir).map_err(|e| e.to_string())?;
+                let src = IntSource::start_filtered(&c, socks, int_filter, &history_dir)
+                    .map_err(|e| e.to_string())?;
                 eprintln!(
                     "stel-ingestd: INT reports on {} (reader {}) into {} (stel-query int …); SIGHUP re-reads EVC names",
                     src.local_addrs

@@ -194,12 +194,9 @@ print(json.dumps(out))
     assert_eq!(got["evc_null"], 0);
 }
 
-/// Reference §6.3, AmLight's one-hop test packet, written byte by byte from the spec tables (not
-/// by our generator), through `stel-ingestd --int-only` with no config file (the defaults a new
-/// user gets): every field lands in the tables as the reference gives it; all-ones hop latency
-/// is a null, the latency comes from the timestamps.
-#[test]
-fn reference_amlight_vector_through_the_daemon_with_defaults() {
+/// Reference §6.3, AmLight's one-hop test report (Telemetry Report v1.0), written byte by byte
+/// from the spec tables (not by our generator).
+fn amlight_reference_packet() -> Vec<u8> {
     let be = |ws: &[u32]| -> Vec<u8> { ws.iter().flat_map(|w| w.to_be_bytes()).collect() };
     // INT shim (Type 1, Length 9, DSCP 0x02) + INT v1.0 header (Hop ML 6, RHC 9, bitmap 0xFC00)
     // + one hop: switch id, in/out port, hop latency (all ones), queue id/occupancy, ingress
@@ -218,7 +215,7 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
     ]
     .concat();
     let udp_len = (8 + int.len()) as u16;
-    let packet = [
+    [
         // Telemetry Report v1.0: Ver 1, Length 4, NProt 0, F; switch id, sequence, ingress ts.
         &[0x14, 0x00, 0x00, 0x40][..],
         &be(&[0xFB65_D675, 1_408_972_298, 980_327_565]),
@@ -235,7 +232,16 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
         &[0, 0],
         &int,
     ]
-    .concat();
+    .concat()
+}
+
+/// Reference §6.3, AmLight's one-hop test packet, written byte by byte from the spec tables (not
+/// by our generator), through `stel-ingestd --int-only` with no config file (the defaults a new
+/// user gets): every field lands in the tables as the reference gives it; all-ones hop latency
+/// is a null, the latency comes from the timestamps.
+#[test]
+fn reference_amlight_vector_through_the_daemon_with_defaults() {
+    let packet = amlight_reference_packet();
 
     let dir = tempfile::tempdir().unwrap();
     let status_file = dir.path().join("status.json");
@@ -313,4 +319,413 @@ print(json.dumps({{"reports": len(r), "hops": len(h), "r": {{k: r[0][k] for k in
         "egress_ts": 980_327_060u32, "latency_ns": 1456
     });
     assert_eq!(got["h"], want_h, "{got}");
+}
+
+/// A Telemetry Report v0.5 without a drop or switch-local header (NProto 0): its switch id is
+/// the sender's address. Inner packet: Ethernet, 802.1Q VLAN 42, IPv4 9.9.9.9 → 8.8.8.8, UDP
+/// 50000 → 50001, no INT.
+fn v05_plain_report(seq: u32) -> Vec<u8> {
+    let mut p = vec![0x00, 0x00, 0x00, 3];
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&1_000u32.to_be_bytes());
+    p.extend_from_slice(&[
+        2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x81, 0x00, 0, 42, 0x08, 0x00,
+    ]);
+    p.extend_from_slice(&[
+        0x45, 0, 0, 28, 0, 1, 0, 0, 64, 17, 0, 0, 9, 9, 9, 9, 8, 8, 8, 8,
+    ]);
+    p.extend_from_slice(&[0xc3, 0x50, 0xc3, 0x51, 0, 8, 0, 0]);
+    p
+}
+
+/// The sender's address reaches the tables through both receive loops: `int_reports.
+/// reporter_addr` is the address each datagram came from (127.0.0.1 and 127.0.0.2), and a v0.5
+/// report without a switch header is attributed to that address (as a u32), so two switches'
+/// sequence streams stay apart.
+#[test]
+fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
+    for reader in ["io_uring", "recvmsg"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let cfg = d.join("stel.toml");
+        std::fs::write(&cfg, format!("[int]\nreader = \"{reader}\"\n")).unwrap();
+        let status_file = d.join("status.json");
+        let data = d.join("data");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .arg("--status-file")
+            .arg(&status_file)
+            .args(["--no-inspect", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
+            v["sinks"]["int"]["listen"][0].is_string()
+        });
+        assert_eq!(st["sinks"]["int"]["reader"], reader, "{st}");
+        let addr = st["sinks"]["int"]["listen"][0]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.2:0").unwrap();
+        a.send_to(&v05_plain_report(1), &addr).unwrap();
+        a.send_to(&v05_plain_report(2), &addr).unwrap();
+        b.send_to(&v05_plain_report(1), &addr).unwrap();
+        b.send_to(&amlight_reference_packet(), &addr).unwrap();
+        wait_status(&status_file, &mut child, "the reports", |v| {
+            v["sinks"]["int"]["recv"]["datagrams"] == 4
+        });
+        kill(&child, "-TERM");
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let s = &fin["sinks"]["int"]["decode"];
+        assert_eq!(s["reports_decoded"], 4, "{s}");
+        assert_eq!(s["reports_malformed"], 0, "{s}");
+        assert_eq!(s["seq_lost"], 0, "{s}");
+
+        let script = format!(
+            r#"
+import ipaddress, json, pyarrow.dataset as ds
+t = ds.dataset({root:?} + "/table=int_reports", format="parquet", partitioning="hive").to_table(
+    columns=["report_version", "seq", "switch_id", "reporter_addr"]).to_pylist()
+rows = sorted([r["report_version"], r["seq"], r["switch_id"],
+               str(ipaddress.IPv6Address(r["reporter_addr"]).ipv4_mapped)] for r in t)
+print(json.dumps(rows))
+"#,
+            root = data.to_str().unwrap()
+        );
+        let o = python3(&script).output().unwrap();
+        assert!(
+            o.status.success(),
+            "pyarrow: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            got,
+            serde_json::json!([
+                [0, 1, 0x7f00_0001u32, "127.0.0.1"],
+                [0, 1, 0x7f00_0002u32, "127.0.0.2"],
+                [0, 2, 0x7f00_0001u32, "127.0.0.1"],
+                [1, 1_408_972_298u32, 0xFB65_D675u32, "127.0.0.2"],
+            ]),
+            "{reader}"
+        );
+    }
+}
+
+/// Capture files of INT reports go through the same decoder, sink and counters as live UDP:
+/// `stel-emu int --pcap` (Ethernet/IPv4/UDP to port 5900, from 10.255.x.y per switch) plus
+/// other UDP and a bad report, replayed with `stel-ingestd --input`, and the tables compared
+/// with the emulator's ground truth exactly. Receive time = capture time; reporter = the
+/// capture's IP source.
+#[test]
+fn int_reports_in_a_pcap_ingest_exactly_like_live_udp() {
+    use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let evcs = d.join("evcs.json");
+    let emu_pcap = d.join("emu.pcap");
+    let truth_path = d.join("truth.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-emu"))
+        .args(["int", "--format", "amlight", "--count", "20000"])
+        .args(["--rate", "0", "--flows", "8", "--max-hops", "10"])
+        .args(["--loss", "0.01", "--drops", "0.05"])
+        .args(["--path-change-every", "500", "--seq-start", "4294967000"])
+        .arg("--pcap")
+        .arg(&emu_pcap)
+        .arg("--truth")
+        .arg(&truth_path)
+        .arg("--kytos-evcs")
+        .arg(&evcs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
+    let u = |k: &str| truth[k].as_u64().unwrap();
+
+    // The emulator's packets, then: UDP to another port (skipped, counted), and an empty and
+    // an unknown-version report to 5900 (malformed, counted by the INT decoder).
+    let udp_frame = |dst_port: u16, payload: &[u8]| -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 9, 10, 0, 0, 1]);
+        f.extend_from_slice(&6000u16.to_be_bytes());
+        f.extend_from_slice(&dst_port.to_be_bytes());
+        f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(payload);
+        f
+    };
+    let mut r = PcapReader::new(std::fs::File::open(&emu_pcap).unwrap()).unwrap();
+    let mut w = PcapWriter::with_header(Vec::new(), r.header()).unwrap();
+    let (mut first_ns, mut last_ns) = (u128::MAX, 0u128);
+    let mut last = std::time::Duration::ZERO;
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        first_ns = first_ns.min(p.timestamp.as_nanos());
+        last_ns = last_ns.max(p.timestamp.as_nanos());
+        last = p.timestamp;
+        w.write_packet(&p).unwrap();
+    }
+    for (port, payload) in [
+        (53u16, &b"\x12\x34\x01\x00"[..]),
+        (5900, &[]),
+        (5900, &[0xf0, 0, 0, 0]),
+    ] {
+        let f = udp_frame(port, payload);
+        w.write_packet(&PcapPacket::new(last, f.len() as u32, &f))
+            .unwrap();
+    }
+    let pcap = d.join("int.pcap");
+    std::fs::write(&pcap, w.into_writer()).unwrap();
+
+    let data = d.join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--input")
+        .arg(&pcap)
+        .arg("--int-kytos-evcs")
+        .arg(&evcs)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--no-inspect", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let i = &fin["input"];
+    assert_eq!(
+        i["int_datagrams"].as_u64(),
+        Some(u("packets_sent") + 2),
+        "{i}"
+    );
+    assert_eq!(i["non_ipfix_datagrams"], 1, "{i}");
+    assert_eq!(i["unreadable_records"], 0, "{i}");
+    assert_eq!(fin["int_datagrams_unrouted"], 0, "{fin}");
+    let s = &fin["sinks"]["int"];
+    assert_eq!(s["reader"], "file", "{s}");
+    assert_eq!(
+        s["recv"]["datagrams"].as_u64(),
+        Some(u("packets_sent") + 2),
+        "{s}"
+    );
+    assert_eq!(
+        s["decode"]["reports_decoded"].as_u64(),
+        Some(u("reports_sent")),
+        "{s}"
+    );
+    assert_eq!(s["decode"]["hops"].as_u64(), Some(u("hops_sent")), "{s}");
+    assert_eq!(s["decode"]["drops"].as_u64(), Some(u("drops_sent")), "{s}");
+    assert_eq!(
+        s["decode"]["seq_lost"].as_u64(),
+        Some(u("packets_lost_detectable")),
+        "{s}"
+    );
+    assert!(u("packets_lost_detectable") > 0);
+    assert_eq!(
+        s["decode"]["evc_matched"].as_u64(),
+        Some(u("reports_sent")),
+        "{s}"
+    );
+    assert_eq!(s["decode"]["reports_malformed"], 2, "{s}");
+    assert_eq!(s["decode"]["malformed"]["empty"], 1, "{s}");
+    assert_eq!(s["decode"]["malformed"]["unknown_report_version"], 1, "{s}");
+    assert_eq!(
+        s["sink"]["rows_written"].as_u64(),
+        Some(u("reports_sent") + u("hops_sent") + u("drops_sent")),
+        "{s}"
+    );
+
+    let script = format!(
+        r#"
+import ipaddress, json, pyarrow.dataset as ds, pyarrow.compute as pc
+root = {root:?}
+out = {{}}
+for t in ["int_reports", "int_hops", "int_drops"]:
+    tb = ds.dataset(root + "/table=" + t, format="parquet", partitioning="hive").to_table()
+    out[t] = tb.num_rows
+    if t == "int_reports":
+        out["latency_sum"] = pc.sum(tb["latency_sum_ns"]).as_py()
+        out["evc_null"] = tb["evc_id"].null_count
+        ts = tb["ts"].cast("int64")
+        out["ts_min"] = pc.min(ts).as_py()
+        out["ts_max"] = pc.max(ts).as_py()
+        # stel-emu's pcap: the reporter is 10.255.<switch id bytes 2, 3>.
+        out["reporter_mismatch"] = sum(
+            1 for sw, a in zip(tb["switch_id"].to_pylist(), tb["reporter_addr"].to_pylist())
+            if str(ipaddress.IPv6Address(a).ipv4_mapped) != "10.255.%d.%d" % ((sw >> 8) & 255, sw & 255))
+print(json.dumps(out))
+"#,
+        root = data.to_str().unwrap()
+    );
+    let o = python3(&script).output().unwrap();
+    assert!(
+        o.status.success(),
+        "pyarrow: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(got["int_reports"].as_u64(), Some(u("reports_sent")));
+    assert_eq!(got["int_hops"].as_u64(), Some(u("hops_sent")));
+    assert_eq!(got["int_drops"].as_u64(), Some(u("drops_sent")));
+    assert_eq!(got["latency_sum"], truth["latency_sum_ns"]);
+    assert_eq!(got["evc_null"], 0);
+    assert_eq!(got["reporter_mismatch"], 0, "{got}");
+    assert_eq!(
+        got["ts_min"].as_u64().map(u128::from),
+        Some(first_ns),
+        "{got}"
+    );
+    assert_eq!(
+        got["ts_max"].as_u64().map(u128::from),
+        Some(last_ns),
+        "{got}"
+    );
+
+    // [int.filter] applies to captures too (in user space): keeping only v0.5 drops every
+    // AmLight (v1.0) report and the unknown version, counted; the empty one is kept.
+    let cfg = d.join("filter.toml");
+    std::fs::write(&cfg, "[int.filter]\nenabled = true\nversions = [0]\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--input")
+        .arg(&pcap)
+        .arg("--data-dir")
+        .arg(d.join("filtered"))
+        .args(["--no-inspect", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let s = &fin["sinks"]["int"];
+    let f = &s["filter"];
+    assert_eq!(f["kind"], "user_space", "{f}");
+    assert_eq!(
+        f["seen_datagrams"].as_u64(),
+        Some(u("packets_sent") + 2),
+        "{f}"
+    );
+    assert_eq!(
+        f["dropped_version_datagrams"].as_u64(),
+        Some(u("packets_sent") + 1),
+        "{f}"
+    );
+    assert_eq!(f["kept_datagrams"], 1, "{f}");
+    assert_eq!(f["empty_datagrams"], 1, "{f}");
+    assert_eq!(s["decode"]["reports_decoded"], 0, "{s}");
+    assert_eq!(s["decode"]["malformed"]["empty"], 1, "{s}");
+}
+
+/// The socket's drop counter in /proc/net/udp (what SO_MEMINFO's drops report) for the port
+/// `addr` is bound to.
+fn proc_udp_drops(addr: &str) -> u64 {
+    let port = addr.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/udp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|local| local.ends_with(&want))
+        })
+        .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// `[int.filter]` with versions = [1] and one accepted sender: v0.5 reports and reports from
+/// another switch are dropped — in the kernel by the real eBPF socket filter (they never reach
+/// the socket: not received, not decoded; the socket's drop counter shows them and the daemon's
+/// `kernel_drops` does not count them as buffer loss), or by the same rule in user space with
+/// `ebpf = false` — counted by reason either way; accepted reports are decoded.
+#[test]
+fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
+    for ebpf in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let cfg = d.join("stel.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[int.filter]\nenabled = true\nversions = [1]\nsources = [\"127.0.0.1\"]\nebpf = {ebpf}\n"
+            ),
+        )
+        .unwrap();
+        let status_file = d.join("status.json");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(d.join("data"))
+            .arg("--status-file")
+            .arg(&status_file)
+            .args(["--no-inspect", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
+            v["sinks"]["int"]["listen"][0].is_string()
+        });
+        let kind = if ebpf { "kernel" } else { "user_space" };
+        assert_eq!(st["sinks"]["int"]["filter"]["kind"], kind, "{st}");
+        let addr = st["sinks"]["int"]["listen"][0]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.2:0").unwrap();
+        for seq in 1..=3 {
+            a.send_to(&v05_plain_report(seq), &addr).unwrap();
+        }
+        a.send_to(&amlight_reference_packet(), &addr).unwrap();
+        a.send_to(&[], &addr).unwrap();
+        b.send_to(&amlight_reference_packet(), &addr).unwrap();
+        let st = wait_status(&status_file, &mut child, "the filter's verdicts", |v| {
+            v["sinks"]["int"]["filter"]["seen_datagrams"] == 6
+                && v["sinks"]["int"]["decode"]["payloads"] == 2
+        });
+        if ebpf {
+            // Dropped before the socket: the kernel counts them as the socket's drops.
+            assert_eq!(proc_udp_drops(&addr), 4, "{st}");
+        }
+        kill(&child, "-TERM");
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let s = &fin["sinks"]["int"];
+        let f = &s["filter"];
+        assert_eq!(f["kind"], kind, "{f}");
+        assert_eq!(f["seen_datagrams"], 6, "{f}");
+        assert_eq!(f["kept_datagrams"], 2, "{f}");
+        assert_eq!(f["empty_datagrams"], 1, "{f}");
+        assert_eq!(f["dropped_version_datagrams"], 3, "{f}");
+        assert_eq!(f["dropped_source_datagrams"], 1, "{f}");
+        assert_eq!(s["kernel_drops"], 0, "{s}");
+        // Kernel: only the kept ones reached the socket; user space: all did.
+        assert_eq!(s["recv"]["datagrams"], if ebpf { 2 } else { 6 }, "{s}");
+        assert_eq!(s["decode"]["reports_decoded"], 1, "{s}");
+        assert_eq!(s["decode"]["reports_v05"], 0, "{s}");
+        assert_eq!(s["decode"]["malformed"]["empty"], 1, "{s}");
+    }
 }

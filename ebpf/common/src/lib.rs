@@ -546,3 +546,173 @@ where
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The INT report filter (UDP sockets of `[int]`).
+// ---------------------------------------------------------------------------------------------
+
+/// Name of the INT socket filter program in the object file.
+pub const INT_PROGRAM_NAME: &str = "stel_int_filter";
+/// Name of the INT filter's config array (key: u32 index, value: u32).
+pub const INT_CONFIG_MAP: &str = "STEL_INT_CONFIG";
+/// Entries of [`INT_CONFIG_MAP`].
+pub const INT_CONFIG_ENTRIES: u32 = 2;
+/// Index of the accepted report versions in [`INT_CONFIG_MAP`]: bit `v` set = Telemetry Report
+/// `Ver` nibble `v` is accepted (0 = v0.5, 1 = v1.0, 2 = v2.0). A missing entry accepts all.
+pub const INT_CONFIG_VERSIONS: u32 = 0;
+/// Index of the flags in [`INT_CONFIG_MAP`].
+pub const INT_CONFIG_FLAGS: u32 = 1;
+/// Flag: accept only senders listed in [`INT_SOURCES_MAP`].
+pub const INT_FLAG_SOURCES: u32 = 1;
+/// Name of the hash map of accepted senders (key: IPv6 address or IPv4 mapped into IPv6, as
+/// [`int_source_key_v4`]; value: u8 1).
+pub const INT_SOURCES_MAP: &str = "STEL_INT_SOURCES";
+/// Most senders [`INT_SOURCES_MAP`] holds.
+pub const INT_SOURCES_MAX_ENTRIES: u32 = 4096;
+/// Name of the INT filter's per-CPU stats array (one [`IntFilterStats`] at [`STATS_INDEX`]).
+pub const INT_STATS_MAP: &str = "STEL_INT_STATS";
+/// A UDP socket filter sees the skb at the UDP header: the report starts after it.
+pub const UDP_HEADER_LEN: u32 = 8;
+
+/// Per-CPU INT filter counters (kernel) / the user-space fallback's counters.
+///
+/// `seen = kept + dropped_version + dropped_source`; `empty ⊆ kept`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IntFilterStats {
+    pub seen: u64,
+    pub kept: u64,
+    /// Reports whose version is not accepted.
+    pub dropped_version: u64,
+    /// Reports from a sender not in the accepted list.
+    pub dropped_source: u64,
+    /// Empty datagrams (kept: the decoder counts them).
+    pub empty: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<IntFilterStats>() == 40);
+
+// SAFETY: IntFilterStats is `#[repr(C)]`, five u64 and no padding (size asserted above), so every
+// bit pattern is a valid value and it can be copied to and from BPF map memory.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for IntFilterStats {}
+
+impl IntFilterStats {
+    /// Counts one verdict.
+    #[inline(always)]
+    pub fn count(&mut self, v: IntVerdict) {
+        self.seen += 1;
+        match v {
+            IntVerdict::Keep => self.kept += 1,
+            IntVerdict::Empty => {
+                self.kept += 1;
+                self.empty += 1;
+            }
+            IntVerdict::DropVersion => self.dropped_version += 1,
+            IntVerdict::DropSource => self.dropped_source += 1,
+        }
+    }
+
+    /// Field-wise sum (per-CPU values → total).
+    #[inline]
+    pub fn add(&mut self, o: &IntFilterStats) {
+        self.seen += o.seen;
+        self.kept += o.kept;
+        self.dropped_version += o.dropped_version;
+        self.dropped_source += o.dropped_source;
+        self.empty += o.empty;
+    }
+
+    /// Datagrams dropped, for any reason.
+    #[inline]
+    pub fn dropped(&self) -> u64 {
+        self.dropped_version + self.dropped_source
+    }
+}
+
+/// What the INT filter decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntVerdict {
+    /// Accepted version (and sender, when checked): kept.
+    Keep,
+    /// No report byte at all: kept, so the decoder counts it as malformed (`empty`).
+    Empty,
+    /// The report's version nibble is not accepted: dropped.
+    DropVersion,
+    /// The sender is not an accepted switch: dropped.
+    DropSource,
+}
+
+impl IntVerdict {
+    /// Whether the datagram is kept.
+    #[inline(always)]
+    pub fn keep(self) -> bool {
+        matches!(self, IntVerdict::Keep | IntVerdict::Empty)
+    }
+}
+
+/// The INT filter's rule, run by the kernel program and the user-space fallback alike:
+/// `first` is the report's first byte (`None`: empty datagram), `versions` the accepted-version
+/// bits ([`INT_CONFIG_VERSIONS`]), `source_accepted` whether the sender is listed (`None`: not
+/// checked). The version is checked first.
+#[inline(always)]
+pub fn int_verdict(first: Option<u8>, versions: u32, source_accepted: Option<bool>) -> IntVerdict {
+    let Some(b) = first else {
+        return IntVerdict::Empty;
+    };
+    if versions & (1u32 << (b >> 4)) == 0 {
+        return IntVerdict::DropVersion;
+    }
+    if source_accepted == Some(false) {
+        return IntVerdict::DropSource;
+    }
+    IntVerdict::Keep
+}
+
+/// Key of an IPv4 sender in [`INT_SOURCES_MAP`]: the address mapped into IPv6 (`::ffff:a.b.c.d`).
+#[inline(always)]
+pub fn int_source_key_v4(a: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+    ]
+}
+
+#[cfg(test)]
+mod int_tests {
+    use super::*;
+
+    #[test]
+    fn version_then_source_decide_and_empty_is_kept() {
+        let v1 = 1 << 1;
+        assert_eq!(int_verdict(Some(0x14), v1, None), IntVerdict::Keep);
+        assert_eq!(int_verdict(Some(0x02), v1, None), IntVerdict::DropVersion);
+        assert_eq!(
+            int_verdict(Some(0xf0), u32::MAX >> 1, None),
+            IntVerdict::Keep
+        );
+        assert_eq!(
+            int_verdict(Some(0x02), v1, Some(false)),
+            IntVerdict::DropVersion
+        );
+        assert_eq!(
+            int_verdict(Some(0x14), v1, Some(false)),
+            IntVerdict::DropSource
+        );
+        assert_eq!(int_verdict(Some(0x14), v1, Some(true)), IntVerdict::Keep);
+        assert_eq!(int_verdict(None, 0, Some(false)), IntVerdict::Empty);
+        let mut s = IntFilterStats::default();
+        for v in [
+            IntVerdict::Keep,
+            IntVerdict::Empty,
+            IntVerdict::DropVersion,
+            IntVerdict::DropSource,
+        ] {
+            s.count(v);
+        }
+        assert_eq!((s.seen, s.kept, s.empty, s.dropped()), (4, 2, 1, 2));
+        assert_eq!(
+            int_source_key_v4([127, 0, 0, 2])[10..],
+            [0xff, 0xff, 127, 0, 0, 2]
+        );
+    }
+}

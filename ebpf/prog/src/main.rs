@@ -8,22 +8,29 @@
 //! the learn policy (`STEL_FILTER_CONFIG`), a kept template set's IDs go into the template map
 //! here, in the sender's context ([`stel_ebpf_common::learn_templates`]), before the sender's
 //! next datagram reaches this filter.
+//!
+//! A second program, `stel_int_filter`, is attached to the `[int]` UDP sockets when
+//! `[int.filter]` is on: it keeps the reports of accepted Telemetry Report versions (and,
+//! optionally, accepted senders) and drops the rest in the kernel, counted per CPU; the rule is
+//! [`stel_ebpf_common::int_verdict`], shared with the user-space fallback.
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
-    bindings::__sk_buff,
+    bindings::{__sk_buff, bpf_hdr_start_off::BPF_HDR_START_NET},
     cty::c_void,
-    helpers::bpf_loop,
+    helpers::{bpf_loop, bpf_skb_load_bytes_relative},
     macros::{map, socket_filter},
     maps::{Array, HashMap, PerCpuArray},
     programs::SkBuffContext,
     EbpfContext,
 };
 use stel_ebpf_common::{
-    classify, FilterStats, Framing, LearnStep, LearnWalk, Packet, Verdict, BPF_NOEXIST,
-    CONFIG_MAP_ENTRIES, CONFIG_POLICY, FIRST_SET_ID_OFFSET, MAX_LEARN_STEPS, POLICY_LEARN,
-    STATS_INDEX, STATS_MAP_ENTRIES, TEMPLATE_LEARNED, TEMPLATE_MAP_MAX_ENTRIES,
+    classify, int_source_key_v4, int_verdict, FilterStats, Framing, IntFilterStats, LearnStep,
+    LearnWalk, Packet, Verdict, BPF_NOEXIST, CONFIG_MAP_ENTRIES, CONFIG_POLICY,
+    FIRST_SET_ID_OFFSET, INT_CONFIG_ENTRIES, INT_CONFIG_FLAGS, INT_CONFIG_VERSIONS,
+    INT_FLAG_SOURCES, INT_SOURCES_MAX_ENTRIES, MAX_LEARN_STEPS, POLICY_LEARN, STATS_INDEX,
+    STATS_MAP_ENTRIES, TEMPLATE_LEARNED, TEMPLATE_MAP_MAX_ENTRIES, UDP_HEADER_LEN,
 };
 
 /// Registered template IDs (`stel_ebpf_common::TEMPLATE_MAP`), written by user space.
@@ -37,6 +44,20 @@ static STEL_FILTER_CONFIG: Array<u32> = Array::with_max_entries(CONFIG_MAP_ENTRI
 /// Per-CPU counters (`stel_ebpf_common::STATS_MAP`), read and summed by user space.
 #[map(name = "STEL_FILTER_STATS")]
 static STEL_FILTER_STATS: PerCpuArray<FilterStats> =
+    PerCpuArray::with_max_entries(STATS_MAP_ENTRIES, 0);
+
+/// INT filter settings (`stel_ebpf_common::INT_CONFIG_MAP`), written by user space.
+#[map(name = "STEL_INT_CONFIG")]
+static STEL_INT_CONFIG: Array<u32> = Array::with_max_entries(INT_CONFIG_ENTRIES, 0);
+
+/// Accepted INT senders (`stel_ebpf_common::INT_SOURCES_MAP`), written by user space.
+#[map(name = "STEL_INT_SOURCES")]
+static STEL_INT_SOURCES: HashMap<[u8; 16], u8> =
+    HashMap::with_max_entries(INT_SOURCES_MAX_ENTRIES, 0);
+
+/// Per-CPU INT filter counters (`stel_ebpf_common::INT_STATS_MAP`).
+#[map(name = "STEL_INT_STATS")]
+static STEL_INT_STATS: PerCpuArray<IntFilterStats> =
     PerCpuArray::with_max_entries(STATS_MAP_ENTRIES, 0);
 
 /// The skb as the walk's byte source: `bpf_skb_load_bytes` (bounds-checked by the helper).
@@ -122,6 +143,72 @@ fn try_filter(ctx: &SkBuffContext) -> bool {
         }
     }
     !matches!(v, Verdict::Drop)
+}
+
+/// INT socket filter entry point (UDP socket: the skb starts at the UDP header). Keeps the whole
+/// datagram (`skb->len`) or drops it (0), as [`stel_template_filter`].
+#[socket_filter]
+pub fn stel_int_filter(ctx: SkBuffContext) -> i64 {
+    let versions = STEL_INT_CONFIG
+        .get(INT_CONFIG_VERSIONS)
+        .copied()
+        .unwrap_or(u32::MAX);
+    let flags = STEL_INT_CONFIG.get(INT_CONFIG_FLAGS).copied().unwrap_or(0);
+    let first = ctx.load::<u8>(UDP_HEADER_LEN as usize).ok();
+    let source = if flags & INT_FLAG_SOURCES != 0 {
+        Some(int_source_listed(&ctx))
+    } else {
+        None
+    };
+    let v = int_verdict(first, versions, source);
+    if let Some(s) = STEL_INT_STATS.get_ptr_mut(STATS_INDEX) {
+        // SAFETY: a per-CPU array slot, only this CPU writes it (as in `try_filter`).
+        unsafe { (*s).count(v) };
+    }
+    if v.keep() {
+        ctx.len() as i64
+    } else {
+        0
+    }
+}
+
+/// Reads `N` bytes at `off` from the network (IP) header.
+#[inline(always)]
+fn load_net<const N: usize>(ctx: &SkBuffContext, off: u32) -> Option<[u8; N]> {
+    let mut b = [0u8; N];
+    // SAFETY: the helper writes at most `N` bytes into `b`, a live array on this stack frame;
+    // the skb pointer is the program's own context.
+    let rc = unsafe {
+        bpf_skb_load_bytes_relative(
+            ctx.as_ptr(),
+            off,
+            b.as_mut_ptr().cast(),
+            N as u32,
+            BPF_HDR_START_NET,
+        )
+    };
+    (rc == 0).then_some(b)
+}
+
+/// Whether the datagram's IP source is in the accepted-senders map.
+#[inline(always)]
+fn int_source_listed(ctx: &SkBuffContext) -> bool {
+    let Some([first]) = load_net::<1>(ctx, 0) else {
+        return false;
+    };
+    let key = match first >> 4 {
+        4 => match load_net::<4>(ctx, 12) {
+            Some(a) => int_source_key_v4(a),
+            None => return false,
+        },
+        6 => match load_net::<16>(ctx, 8) {
+            Some(a) => a,
+            None => return false,
+        },
+        _ => return false,
+    };
+    // SAFETY: the value is only tested for presence.
+    unsafe { STEL_INT_SOURCES.get(&key) }.is_some()
 }
 
 /// The learn walk's state across `bpf_loop` callbacks (on the program's stack).

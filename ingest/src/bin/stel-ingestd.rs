@@ -772,8 +772,8 @@ fn run(a: Args) -> Result<(), String> {
     );
     if let Some(i) = &st.input {
         eprintln!(
-            "stel-ingestd: input: {} files ({} unreadable), {} bytes, {} units; {} unreadable records, {} packets skipped, {} non-IPFIX datagrams, {} IP datagrams reassembled",
-            i.files, i.files_failed, i.bytes_read, i.units, i.unreadable_records, i.skipped_packets, i.non_ipfix_datagrams, i.ip_reassembled
+            "stel-ingestd: input: {} files ({} unreadable), {} bytes, {} units; {} unreadable records, {} packets skipped, {} INT datagrams, {} other UDP datagrams, {} IP datagrams reassembled",
+            i.files, i.files_failed, i.bytes_read, i.units, i.unreadable_records, i.skipped_packets, i.int_datagrams, i.non_ipfix_datagrams, i.ip_reassembled
         );
     }
     match st.nothing_decoded() {

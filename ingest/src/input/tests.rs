@@ -330,3 +330,106 @@ fn damaged_captures_never_panic_or_hang() {
         }
     }
 }
+
+#[test]
+fn pcap_udp_to_an_int_port_is_an_int_unit_with_its_sender_and_capture_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("int.pcap");
+    let report = [0x14u8, 0, 0, 0x40, 1, 2, 3, 4];
+    let m1 = ipfix_message(3, 10, &[9; 20]);
+    let mut w = PcapWriter::with_header(
+        Vec::new(),
+        PcapHeader {
+            ts_resolution: pcap_file::TsResolution::NanoSecond,
+            ..PcapHeader::default()
+        },
+    )
+    .unwrap();
+    let mut pkt = |data: Vec<u8>, ns: u64| {
+        w.write_packet(&PcapPacket {
+            timestamp: Duration::from_nanos(ns),
+            orig_len: data.len() as u32,
+            data: Cow::Owned(data),
+        })
+        .unwrap();
+    };
+    // IPv4 to 5900 (from 10.0.0.1:1234), IPFIX to 4739, something else to 9999, and IPv6 to
+    // 5901 (from 2001:db8::9:1234).
+    pkt(
+        udp_ipv4(&udp(&report, 5900), None),
+        1_700_000_000_123_456_789,
+    );
+    pkt(udp_ipv4(&udp(&m1, 4739), None), 1_700_000_001_000_000_000);
+    pkt(
+        udp_ipv4(&udp(b"junk", 9999), None),
+        1_700_000_002_000_000_000,
+    );
+    let u6 = udp(&report[..4], 5901);
+    let mut v6 = vec![0u8; 12];
+    v6.extend_from_slice(&0x86ddu16.to_be_bytes());
+    v6.extend_from_slice(&[0x60, 0, 0, 0]);
+    v6.extend_from_slice(&(u6.len() as u16).to_be_bytes());
+    v6.extend_from_slice(&[17, 64]);
+    v6.extend_from_slice(
+        &"2001:db8::9"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    v6.extend_from_slice(
+        &"2001:db8::1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    v6.extend_from_slice(&u6);
+    pkt(v6, 1_700_000_003_000_000_001);
+    std::fs::write(&p, w.into_writer()).unwrap();
+
+    let mut input = FileInput::new(vec![p], InputFormat::Auto).with_int_ports(vec![5900, 5901]);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got = Vec::new();
+    while let Some(u) = input.next_unit(&mut buf) {
+        if let Unit::Data { len, framing } = u {
+            got.push((buf[..len].to_vec(), framing, input.last_origin()));
+        }
+    }
+    let o = |src: &str, ns: i64| Origin {
+        src: Some(src.parse().unwrap()),
+        capture_ns: Some(ns),
+    };
+    assert_eq!(
+        got,
+        vec![
+            (
+                report.to_vec(),
+                UnitFraming::Int,
+                o("10.0.0.1:1234", 1_700_000_000_123_456_789)
+            ),
+            (
+                m1.clone(),
+                UnitFraming::Ipfix,
+                Origin {
+                    src: None,
+                    capture_ns: Some(1_700_000_001_000_000_000)
+                }
+            ),
+            (
+                report[..4].to_vec(),
+                UnitFraming::Int,
+                o("[2001:db8::9]:1234", 1_700_000_003_000_000_001)
+            ),
+        ]
+    );
+    let st = input.stats();
+    assert_eq!(st.int_datagrams, 2);
+    assert_eq!(st.non_ipfix_datagrams, 1);
+
+    // Without INT ports (the IPFIX-only default) the reports are other UDP, skipped.
+    let (units, st) = all_units(FileInput::new(
+        vec![dir.path().join("int.pcap")],
+        InputFormat::Auto,
+    ));
+    assert_eq!(units, vec![(m1, UnitFraming::Ipfix)]);
+    assert_eq!((st.int_datagrams, st.non_ipfix_datagrams), (0, 3));
+}

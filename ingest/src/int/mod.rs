@@ -246,6 +246,8 @@ pub struct IntDecoder {
     /// Bumped by every [`IntDecoder::set_evc_map`]: flows' cached EVCs are stale after it.
     evc_epoch: u32,
     batch: IntBatch,
+    /// Sender of the datagram being decoded (IPv4 mapped into IPv6); `None` when unknown.
+    reporter: Option<[u8; 16]>,
 }
 
 impl IntDecoder {
@@ -260,6 +262,7 @@ impl IntDecoder {
             evc: Arc::new(EvcMap::default()),
             evc_epoch: 1,
             batch,
+            reporter: None,
         }
     }
 
@@ -293,11 +296,18 @@ impl IntDecoder {
     }
 
     /// Decodes one UDP payload received at `recv_ns` from `src` (the reporting switch's
-    /// address: the switch id of a v0.5 report without a drop/local header is its IPv4 address
-    /// as a u32, or the low 32 bits of an IPv6 one).
+    /// address, `int_reports.reporter_addr`; unspecified = unknown, stored as null; the switch
+    /// id of a v0.5 report without a drop/local header is its IPv4 address as a u32, or the low
+    /// 32 bits of an IPv6 one).
     pub fn decode<S: IntSink>(&mut self, src: IpAddr, recv_ns: i64, payload: &[u8], sink: &mut S) {
         self.stats.payloads += 1;
         self.stats.bytes += payload.len() as u64;
+        self.reporter = match src {
+            IpAddr::V4(a) if a.is_unspecified() => None,
+            IpAddr::V6(a) if a.is_unspecified() => None,
+            IpAddr::V4(a) => Some(a.to_ipv6_mapped().octets()),
+            IpAddr::V6(a) => Some(a.octets()),
+        };
         let Some(&first) = payload.first() else {
             self.stats.reports += 1;
             self.stats.count(Malformed::Empty);
@@ -687,6 +697,7 @@ impl IntDecoder {
             .rep_tx_util(md.tx_util)
             .rep_buffer_id(md.buffer_id)
             .rep_buffer_occupancy(md.buffer_occupancy)
+            .reporter_addr(self.reporter)
             .vlan(inner.vlan)
             .inner_vlan(inner.inner_vlan)
             .ip_version(inner.ip_version)

@@ -20,9 +20,19 @@
 //! counters are published to a shared snapshot every `publish_ms` (one short lock per thread
 //! per interval, never per report).
 //!
-//! Limit: the io_uring receive does not ask for the source address, so a Telemetry Report v0.5
-//! without a drop or switch-local header (the only kind that needs it for the switch id) is
-//! attributed to switch 0.0.0.0; v1.0 and v2.0 reports carry their switch id.
+//! Source address: both receive loops ask the kernel for each datagram's sender (io_uring: the
+//! name area of the multishot `RecvMsg` buffer; recvmsg loop: `recvfrom`). It is stored as
+//! `int_reports.reporter_addr` (IPv4 mapped into IPv6, like the other address columns) and is
+//! the switch id of a Telemetry Report v0.5 without a drop or switch-local header (its IPv4
+//! address as a u32); v1.0 and v2.0 reports carry their switch id.
+//!
+//! Capture files (`stel-ingestd --input`): UDP datagrams to the INT ports go through an
+//! [`IntFeed`] on the daemon's reader thread: the same decoder settings, EVC map, sink and
+//! counters as a socket thread, with the capture's source address and timestamp.
+//!
+//! Filter (`[int.filter]`, off by default; [`crate::filter::int`]): reports of other versions
+//! or from other senders are dropped by an eBPF socket filter before they reach the sockets
+//! (or, without it, by the same rule on each thread before decoding), counted by reason.
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     os::fd::{AsFd, OwnedFd},
@@ -40,6 +50,7 @@ use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig, IntSinkStats};
 
 use super::{evc::EvcSources, IntBatch, IntDecodeConfig, IntDecoder, IntSink, IntStats};
 use crate::{
+    filter::int::{IntFilter, IntFilterConfig, IntFilterRule, IntFilterStats, IntFilterStatus},
     reader::{Reader, ReaderConfig, ReaderKind},
     sys::{self, uring::RecvStats},
 };
@@ -71,6 +82,9 @@ pub struct IntConfig {
     pub evc: EvcSources,
     /// How often each thread publishes its counters, ms.
     pub publish_ms: u64,
+    /// Report filter on the sockets (`[int.filter]`, off by default): accepted versions and
+    /// senders, dropped in the kernel (eBPF socket filter) when it loads.
+    pub filter: IntFilterConfig,
 }
 
 impl Default for IntConfig {
@@ -91,6 +105,7 @@ impl Default for IntConfig {
             },
             evc: EvcSources::default(),
             publish_ms: 200,
+            filter: IntFilterConfig::default(),
         }
     }
 }
@@ -129,6 +144,7 @@ impl IntConfig {
         if let Err(e) = self.parquet.validate() {
             p.push(format!("int.parquet: {e}"));
         }
+        p.extend(self.filter.problems());
         p
     }
 }
@@ -162,8 +178,12 @@ pub struct IntSourceStats {
     /// `io_uring` or `recvmsg` (the first socket's).
     pub reader: &'static str,
     pub recv: RecvStats,
-    /// Datagrams the kernel dropped for want of socket buffer (SO_MEMINFO), all sockets.
+    /// Datagrams the kernel dropped for want of socket buffer (SO_MEMINFO, less what the INT
+    /// filter dropped in the kernel, which UDP counts there too), all sockets.
     pub kernel_drops: u64,
+    /// The report filter's counters (`[int.filter]` on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<IntFilterStatus>,
     pub decode: IntStats,
     pub sink: IntSinkStats,
     /// EVC map reloads that worked / failed (the old map stays on failure).
@@ -177,14 +197,22 @@ impl IntSourceStats {
     /// The status line's words: `int 12.3 k reports/s, 0 malformed, 0 lost`.
     pub fn line(&self, prev: &IntSourceStats, dt: f64) -> String {
         let rate = (self.decode.reports.saturating_sub(prev.decode.reports)) as f64 / dt.max(1e-3);
-        format!(
+        let mut line = format!(
             "int {:.1} k reports/s, {} malformed, {} seq lost, {} kernel drops, {} shed",
             rate / 1e3,
             self.decode.reports_malformed,
             self.decode.seq_lost,
             self.kernel_drops,
             self.sink.shed_rows()
-        )
+        );
+        if let Some(f) = &self.filter {
+            line.push_str(&format!(
+                ", {} filtered ({})",
+                f.dropped_version_datagrams + f.dropped_source_datagrams,
+                f.kind
+            ));
+        }
+        line
     }
 }
 
@@ -194,6 +222,8 @@ struct ThreadFigures {
     recv: RecvStats,
     kernel_drops: u64,
     decode: IntStats,
+    /// The user-space filter's counters (kernel filter: counted in its map).
+    filter: IntFilterStats,
 }
 
 /// The running INT receive stage.
@@ -209,10 +239,14 @@ pub struct IntSource {
     evc_reload_failures: u64,
     sink: Arc<ParquetIntSink>,
     reader: &'static str,
+    filter: Option<IntFilter>,
     /// Where the tables go.
     pub dir: PathBuf,
     /// The bound addresses (with the real port when 0 was asked).
     pub local_addrs: Vec<SocketAddr>,
+    /// Decoder settings, for [`IntSource::feed`].
+    decode_cfg: super::IntDecodeConfig,
+    publish: Duration,
 }
 
 impl std::fmt::Debug for IntSource {
@@ -253,6 +287,14 @@ pub fn bind(cfg: &IntConfig) -> Result<Vec<(SocketAddr, OwnedFd)>, IntSourceErro
     Ok(out)
 }
 
+/// Loads and attaches the report filter to `sockets` when `[int.filter]` is on (privileged:
+/// call before dropping capabilities); `None` when off.
+pub fn load_filter(cfg: &IntConfig, sockets: &[(SocketAddr, OwnedFd)]) -> Option<IntFilter> {
+    cfg.filter
+        .enabled
+        .then(|| IntFilter::new(&cfg.filter, sockets.iter().map(|(_, fd)| fd.as_fd())))
+}
+
 fn udp_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
@@ -291,6 +333,21 @@ impl IntSource {
         sockets: Vec<(SocketAddr, OwnedFd)>,
         history_dir: &std::path::Path,
     ) -> Result<IntSource, IntSourceError> {
+        Self::start_filtered(cfg, sockets, None, history_dir)
+    }
+
+    /// As [`Self::start`], with the report filter from [`load_filter`] (its user-space rule is
+    /// applied by every thread when the kernel program is not attached).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_filtered(
+        cfg: &IntConfig,
+        sockets: Vec<(SocketAddr, OwnedFd)>,
+        filter: Option<IntFilter>,
+        history_dir: &std::path::Path,
+    ) -> Result<IntSource, IntSourceError> {
+        let rule = filter.as_ref().and_then(|f| f.user_rule().cloned());
         let evc_map = cfg.evc.load()?;
         let mut sink_cfg = cfg.parquet.clone();
         if sink_cfg.dir.as_os_str().is_empty() {
@@ -316,7 +373,7 @@ impl IntSource {
         let mut threads = Vec::new();
         let mut figures = Vec::new();
         let mut local_addrs = Vec::new();
-        let mut reader_kind = "";
+        let mut reader_kind = if sockets.is_empty() { "file" } else { "" };
         for (i, (addr, fd)) in sockets.into_iter().enumerate() {
             if !local_addrs.contains(&addr) {
                 local_addrs.push(addr);
@@ -335,6 +392,8 @@ impl IntSource {
                 generation: Arc::clone(&evc_generation),
                 map: Arc::clone(&shared_map),
                 publish: Duration::from_millis(cfg.publish_ms.max(10)),
+                rule: rule.clone(),
+                filtered: IntFilterStats::default(),
             };
             // The ring is set up on the thread that uses it: io_uring's single-issuer mode
             // refuses submissions from another task (EEXIST).
@@ -377,9 +436,36 @@ impl IntSource {
             evc_reload_failures: 0,
             sink,
             reader: reader_kind,
+            filter,
             dir,
             local_addrs,
+            decode_cfg: cfg.decode.clone(),
+            publish: Duration::from_millis(cfg.publish_ms.max(10)),
         })
+    }
+
+    /// A decoder for INT datagrams of capture files, fed by the daemon's reader thread: same
+    /// settings, EVC map (as of now; reloads reach it too), sink and counters as the socket
+    /// threads. Finish it with [`IntFeed::finish`] before [`Self::shutdown`].
+    pub fn feed(&mut self) -> IntFeed {
+        let fig = Arc::new(Mutex::new(ThreadFigures::default()));
+        self.figures.push(Arc::clone(&fig));
+        let mut dec = IntDecoder::new(self.decode_cfg.clone());
+        dec.set_evc_map(Arc::clone(&self.evc_map.lock().expect("evc map lock")));
+        IntFeed {
+            dec,
+            sink: Arc::clone(&self.sink),
+            fig,
+            recv: RecvStats::default(),
+            generation: Arc::clone(&self.evc_generation),
+            seen_generation: self.evc_generation.load(Ordering::Acquire),
+            map: Arc::clone(&self.evc_map),
+            publish: self.publish,
+            last_publish: Instant::now(),
+            last_ns: 0,
+            rule: self.filter.as_ref().and_then(|f| f.user_rule().cloned()),
+            filtered: IntFilterStats::default(),
+        }
     }
 
     /// Re-reads the EVC files; on success every decoder switches to the new map before its next
@@ -412,11 +498,29 @@ impl IntSource {
             evcs: self.evc_map.lock().expect("evc map lock").len(),
             ..IntSourceStats::default()
         };
+        let mut filtered = IntFilterStats::default();
         for f in &self.figures {
             let f = f.lock().expect("int figures lock");
             add_recv(&mut s.recv, &f.recv);
             s.kernel_drops += f.kernel_drops;
             s.decode.add(&f.decode);
+            filtered.add(&f.filter);
+        }
+        if let Some(flt) = &self.filter {
+            let (kind, counts) = match flt.kernel_stats() {
+                Some(k) => {
+                    // UDP counts its socket filter's drops in SK_MEMINFO_DROPS: not buffer loss.
+                    s.kernel_drops = s.kernel_drops.saturating_sub(k.dropped());
+                    ("kernel", k)
+                }
+                None if flt.is_kernel() => ("kernel", IntFilterStats::default()),
+                None => ("user_space", filtered),
+            };
+            s.filter = Some(IntFilterStatus::new(
+                kind,
+                flt.fallback_reason.clone(),
+                &counts,
+            ));
         }
         s
     }
@@ -455,6 +559,88 @@ fn add_recv(a: &mut RecvStats, b: &RecvStats) {
     a.polls += b.polls;
 }
 
+/// Decodes INT datagrams handed over one by one (capture files: see [`IntSource::feed`]).
+pub struct IntFeed {
+    dec: IntDecoder,
+    sink: Arc<ParquetIntSink>,
+    fig: Arc<Mutex<ThreadFigures>>,
+    /// Datagrams and bytes handed over (the file reader's share of `recv`).
+    recv: RecvStats,
+    generation: Arc<AtomicU64>,
+    seen_generation: u64,
+    map: Arc<Mutex<Arc<super::evc::EvcMap>>>,
+    publish: Duration,
+    last_publish: Instant,
+    /// Receive time of the last datagram (for the final flush's flow expiry).
+    last_ns: i64,
+    /// `[int.filter]`'s rule (captures: always in user space), and its counters.
+    rule: Option<IntFilterRule>,
+    filtered: IntFilterStats,
+}
+
+impl std::fmt::Debug for IntFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntFeed")
+            .field("recv", &self.recv)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IntFeed {
+    /// Decodes one UDP payload from `src` received at `recv_ns` (the capture time; now when
+    /// `None`).
+    pub fn decode(&mut self, src: Option<SocketAddr>, recv_ns: Option<i64>, payload: &[u8]) {
+        self.recv.datagrams += 1;
+        self.recv.bytes += payload.len() as u64;
+        let ts = recv_ns.unwrap_or_else(wall_ns);
+        self.last_ns = ts;
+        if let Some(r) = &self.rule {
+            let v = r.verdict(src.map(|a| a.ip()), payload);
+            self.filtered.count(v);
+            if !v.keep() {
+                return;
+            }
+        }
+        self.dec
+            .decode(source_ip(src), ts, payload, &mut ToSink(&self.sink));
+    }
+
+    /// Once per reader poll: picks up a reloaded EVC map, publishes the counters every
+    /// `publish_ms`.
+    pub fn tick(&mut self) {
+        let g = self.generation.load(Ordering::Acquire);
+        if g != self.seen_generation {
+            self.seen_generation = g;
+            let m = Arc::clone(&self.map.lock().expect("evc map lock"));
+            self.dec.set_evc_map(m);
+        }
+        if self.last_publish.elapsed() >= self.publish {
+            self.publish_figures();
+            self.last_publish = Instant::now();
+        }
+    }
+
+    fn publish_figures(&self) {
+        let mut f = self.fig.lock().expect("int figures lock");
+        f.recv = self.recv;
+        f.decode = self.dec.stats();
+        f.filter = self.filtered;
+    }
+
+    /// Hands over what is batched, makes pending sequence gaps final, publishes the counters.
+    pub fn finish(mut self) {
+        self.dec.flush(self.last_ns, &mut ToSink(&self.sink));
+        self.dec.finish_sequences();
+        self.publish_figures();
+    }
+}
+
+/// The sender's IP as the decoder takes it (IPv4-mapped IPv6 from a dual-stack socket as
+/// IPv4; unknown = unspecified, which the decoder stores as null).
+fn source_ip(src: Option<SocketAddr>) -> IpAddr {
+    src.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip().to_canonical())
+}
+
 struct ThreadCtx {
     fd: OwnedFd,
     reader_cfg: ReaderConfig,
@@ -465,11 +651,14 @@ struct ThreadCtx {
     generation: Arc<AtomicU64>,
     map: Arc<Mutex<Arc<super::evc::EvcMap>>>,
     publish: Duration,
+    /// The report filter's rule when it runs in user space.
+    rule: Option<IntFilterRule>,
+    filtered: IntFilterStats,
 }
 
 impl ThreadCtx {
     fn run(mut self, started: std::sync::mpsc::Sender<Result<&'static str, sys::SysError>>) {
-        let mut reader = match Reader::new(self.fd.as_fd(), &self.reader_cfg) {
+        let mut reader = match Reader::udp(self.fd.as_fd(), &self.reader_cfg) {
             Ok(r) => {
                 let _ = started.send(Ok(r.kind()));
                 r
@@ -484,7 +673,6 @@ impl ThreadCtx {
         let mut last_publish = Instant::now();
         let mut last_data = Instant::now();
         let mut idle_flushed = true;
-        let unknown = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
         let mut errors_logged = 0u32;
         loop {
             let halting = self.halt.load(Ordering::Relaxed);
@@ -499,7 +687,19 @@ impl ThreadCtx {
                 let now = wall_ns();
                 let mut to = ToSink(&self.sink);
                 for lease in leases.drain(..) {
-                    self.dec.decode(unknown, now, reader.bytes(&lease), &mut to);
+                    let src = source_ip(reader.source(&lease));
+                    let bytes = reader.bytes(&lease);
+                    let keep = match &self.rule {
+                        Some(r) => {
+                            let v = r.verdict(reader.source(&lease).map(|a| a.ip()), bytes);
+                            self.filtered.count(v);
+                            v.keep()
+                        }
+                        None => true,
+                    };
+                    if keep {
+                        self.dec.decode(src, now, bytes, &mut to);
+                    }
                     reader.retire(lease);
                 }
                 last_data = Instant::now();
@@ -533,6 +733,7 @@ impl ThreadCtx {
         f.recv = reader.stats();
         f.kernel_drops = drops;
         f.decode = self.dec.stats();
+        f.filter = self.filtered;
     }
 }
 

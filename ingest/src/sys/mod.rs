@@ -229,3 +229,69 @@ pub fn disable_transparent_huge_pages() -> bool {
         rc == 0
     })
 }
+
+/// Bytes the receivers ask the kernel for a datagram's source address: a `sockaddr_in6`, which
+/// also holds a `sockaddr_in`.
+pub const SOCKADDR_BYTES: u32 = std::mem::size_of::<libc::sockaddr_in6>() as u32;
+
+/// Reads a `sockaddr_in` / `sockaddr_in6` as the kernel wrote it (`name`: the bytes it filled).
+/// `None` for other families (netlink, unix) or when too short.
+pub fn sockaddr_from_bytes(name: &[u8]) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+    let family = u16::from_ne_bytes([*name.first()?, *name.get(1)?]);
+    let port = u16::from_be_bytes([*name.get(2)?, *name.get(3)?]);
+    match i32::from(family) {
+        libc::AF_INET => {
+            let a: [u8; 4] = name.get(4..8)?.try_into().ok()?;
+            Some(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(a), port)))
+        }
+        libc::AF_INET6 => {
+            let flow = u32::from_be_bytes(name.get(4..8)?.try_into().ok()?);
+            let a: [u8; 16] = name.get(8..24)?.try_into().ok()?;
+            let scope = u32::from_ne_bytes(name.get(24..28)?.try_into().ok()?);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a),
+                port,
+                flow,
+                scope,
+            )))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod sockaddr_tests {
+    use super::*;
+
+    #[test]
+    fn ip_socket_addresses_are_read_and_others_refused() {
+        let mut v4 = [0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&5900u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[127, 0, 0, 2]);
+        assert_eq!(
+            sockaddr_from_bytes(&v4),
+            Some("127.0.0.2:5900".parse().unwrap())
+        );
+        assert_eq!(sockaddr_from_bytes(&v4[..7]), None);
+        let mut v6 = [0u8; 28];
+        v6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        v6[2..4].copy_from_slice(&6000u16.to_be_bytes());
+        v6[8..24].copy_from_slice(
+            &"2001:db8::7"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        assert_eq!(
+            sockaddr_from_bytes(&v6),
+            Some("[2001:db8::7]:6000".parse().unwrap())
+        );
+        assert_eq!(sockaddr_from_bytes(&v6[..20]), None);
+        // AF_NETLINK: not an IP address.
+        let mut nl = [0u8; 12];
+        nl[..2].copy_from_slice(&(libc::AF_NETLINK as u16).to_ne_bytes());
+        assert_eq!(sockaddr_from_bytes(&nl), None);
+    }
+}

@@ -19,6 +19,7 @@
 //! decodes straight out of the buffer the kernel wrote.
 use std::{
     alloc::{self, Layout},
+    net::SocketAddr,
     ptr::NonNull,
     sync::{
         atomic::{AtomicU32, Ordering},
@@ -110,6 +111,9 @@ pub struct SlotPool {
     region: Arc<Region>,
     leases: Vec<u16>,
     free: Vec<u16>,
+    /// Source address of the datagram in each slot (UDP readers that ask for it; `None` for
+    /// netlink, or when the kernel gave none).
+    sources: Vec<Option<SocketAddr>>,
 }
 
 impl SlotPool {
@@ -139,6 +143,7 @@ impl SlotPool {
             }),
             leases: vec![0; slots as usize],
             free: (0..slots).rev().collect(),
+            sources: vec![None; slots as usize],
         }
     }
 
@@ -210,6 +215,17 @@ impl SlotPool {
                 len,
             )
         }
+    }
+
+    /// Records the source address of the datagram just received into `slot` (before leasing).
+    pub(crate) fn set_source(&mut self, slot: u16, src: Option<SocketAddr>) {
+        self.sources[slot as usize] = src;
+    }
+
+    /// The source address of the datagram a lease reads, when its reader asked for it.
+    pub fn source(&self, lease: &Lease) -> Option<SocketAddr> {
+        assert_eq!(lease.pool, self.region.id, "lease from another slot pool");
+        self.sources[lease.slot as usize]
     }
 
     /// Makes the first lease on a just-filled slot, covering `start..end`.

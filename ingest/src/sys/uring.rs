@@ -29,7 +29,7 @@ use io_uring::{cqueue, opcode, types, IoUring};
 
 use super::{
     slots::{Lease, SlotPool},
-    SysError,
+    SysError, SOCKADDR_BYTES,
 };
 
 /// What the receivers count. Plain numbers; the reader thread owns them.
@@ -80,8 +80,9 @@ pub struct UringRecv {
     /// Slot length given to the kernel.
     slot_len: u32,
     /// Boxed so its address is stable while the multishot request is live: the kernel reads
-    /// `msg_namelen`/`msg_controllen` (both 0: the payload starts right after the 16-byte
-    /// `io_uring_recvmsg_out`).
+    /// `msg_namelen`/`msg_controllen`. Control is 0; the name is 0 (netlink: the payload starts
+    /// right after the 16-byte `io_uring_recvmsg_out`) or [`super::SOCKADDR_BYTES`] (UDP: the
+    /// kernel writes the sender's address between that header and the payload).
     msghdr: Box<libc::msghdr>,
     armed: bool,
     pending_publish: bool,
@@ -106,12 +107,13 @@ fn uring_err(call: &'static str, source: std::io::Error) -> SysError {
 }
 
 impl UringRecv {
-    /// Sets up a ring for `sock` and gives the kernel every free slot of `pool`.
+    /// Sets up a ring for `sock` and gives the kernel every free slot of `pool`. `names`: ask
+    /// for each datagram's source address (UDP), readable with [`SlotPool::source`].
     ///
     /// # Errors
     /// `io_uring_setup` failing (io_uring disabled: EPERM; too old: ENOSYS) or the buffer ring
     /// registration failing (kernel < 5.19).
-    pub fn new(sock: BorrowedFd<'_>, pool: &mut SlotPool) -> Result<Self, SysError> {
+    pub fn new(sock: BorrowedFd<'_>, pool: &mut SlotPool, names: bool) -> Result<Self, SysError> {
         // DEFER_TASKRUN + SINGLE_ISSUER (6.1): completions are produced only when this thread
         // enters the kernel to wait, in one batch, instead of the sender's wakeup interrupting
         // the reader for every datagram. Older kernels: plain setup.
@@ -148,7 +150,12 @@ impl UringRecv {
         }
         // SAFETY: msghdr is plain old data; all-zero means no name, no control, no iovec
         // (multishot recvmsg takes the buffer from the ring).
-        let msghdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        let mut msghdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        if names {
+            // Multishot recvmsg reserves this many bytes for the name in every buffer; the
+            // pointer stays null (the kernel writes into the buffer, not msg_name).
+            msghdr.msg_namelen = super::SOCKADDR_BYTES;
+        }
         let mut me = Self {
             ring,
             fd: dup(sock)?,
@@ -315,6 +322,10 @@ impl UringRecv {
             Ok(m) if !m.is_payload_truncated() && m.flags() & libc::MSG_TRUNC as u32 == 0 => {
                 let start = buf.len() - m.payload_data().len();
                 let end = buf.len();
+                if self.msghdr.msg_namelen > 0 {
+                    let src = super::sockaddr_from_bytes(m.name_data());
+                    pool.set_source(slot, src);
+                }
                 stats.datagrams += 1;
                 stats.bytes += (end - start) as u64;
                 out.push(pool.lease_filled(slot, start, end));
@@ -368,6 +379,8 @@ impl Drop for UringRecv {
 #[derive(Debug)]
 pub struct RecvLoop {
     fd: OwnedFd,
+    /// Ask for each datagram's source address (`recvfrom`).
+    names: bool,
 }
 
 impl RecvLoop {
@@ -375,8 +388,11 @@ impl RecvLoop {
     ///
     /// # Errors
     /// `dup` failing.
-    pub fn new(sock: BorrowedFd<'_>) -> Result<Self, SysError> {
-        Ok(Self { fd: dup(sock)? })
+    pub fn new(sock: BorrowedFd<'_>, names: bool) -> Result<Self, SysError> {
+        Ok(Self {
+            fd: dup(sock)?,
+            names,
+        })
     }
 
     /// Receives up to `max` datagrams: the first waits (up to the socket's timeout), the rest
@@ -399,18 +415,32 @@ impl RecvLoop {
             };
             let buf = pool.slot_mut(slot);
             let flags = libc::MSG_TRUNC | if i == 0 { 0 } else { libc::MSG_DONTWAIT };
-            // SAFETY: `buf` is a live, writable slice owned by this thread for the call.
+            // SAFETY: sockaddr_in6 is plain old data.
+            let mut name: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+            let mut name_len: libc::socklen_t = if self.names { SOCKADDR_BYTES } else { 0 };
+            // SAFETY: `buf` is a live, writable slice owned by this thread for the call; `name`
+            // is a live sockaddr_in6 of `name_len` bytes (or null with 0 when not asked).
             let rc = unsafe {
-                libc::recv(
+                libc::recvfrom(
                     self.fd.as_raw_fd(),
                     buf.as_mut_ptr().cast(),
                     buf.len(),
                     flags,
+                    if self.names {
+                        (&mut name as *mut libc::sockaddr_in6).cast()
+                    } else {
+                        std::ptr::null_mut()
+                    },
+                    if self.names {
+                        &mut name_len
+                    } else {
+                        std::ptr::null_mut()
+                    },
                 )
             };
             if rc < 0 {
                 pool.put_free(slot);
-                let e = SysError::last("recv(netlink)");
+                let e = SysError::last("recvfrom(socket)");
                 if e.is_transient() {
                     return Ok(());
                 }
@@ -422,6 +452,17 @@ impl RecvLoop {
                 stats.truncated += 1;
                 pool.put_free(slot);
                 continue;
+            }
+            if self.names {
+                // SAFETY: `name` is a live sockaddr_in6; the kernel wrote `name_len` bytes of
+                // it (clamped to its size), read as bytes.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        (&name as *const libc::sockaddr_in6).cast::<u8>(),
+                        (name_len as usize).min(std::mem::size_of::<libc::sockaddr_in6>()),
+                    )
+                };
+                pool.set_source(slot, super::sockaddr_from_bytes(bytes));
             }
             stats.datagrams += 1;
             stats.bytes += len as u64;

@@ -340,6 +340,9 @@ table! {
         rep_tx_util: U32,
         rep_buffer_id: U8,
         rep_buffer_occupancy: U32,
+        /// Sender of the report datagram (the reporting switch's IP, IPv4 mapped into IPv6);
+        /// null when unknown.
+        reporter_addr: Addr,
         /// Outer 802.1Q/802.1ad VLAN id of the inner packet (AmLight's EVC key).
         vlan: U16,
         /// Second (customer) VLAN id with QinQ.
