@@ -150,7 +150,11 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let sent = sent?;
     let (fin, lag) = st.ok_or("daemon failed")?;
     let st = fin.status;
-    let cdb_lag_p99 = lag_p99_ms(&lag);
+    let cdb_lag = lag
+        .histogram(stel_store::metrics::Metric::CountersDbLag)
+        .cloned()
+        .unwrap_or_default();
+    let cdb_lag_p99 = cdb_lag.p99_ms;
     let p = crate::parquet::ParquetStats::of(
         fin.parquet
             .as_ref()
@@ -190,9 +194,9 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "unaccounted": unaccounted,
         "parquet_bytes_per_sample": (p.bytes_published as f64 / persisted.max(1) as f64 * 1000.0).round() / 1000.0,
         "counters_db_lag_p99_ms": (cdb_lag_p99 * 10.0).round() / 10.0,
-        "counters_db_lag_p50_ms": (lag.lag_p50_ms * 10.0).round() / 10.0,
-        "counters_db_lag_max_ms": (lag.lag_max_ms * 10.0).round() / 10.0,
-        "counters_db_write_rounds": lag.write_rounds,
+        "counters_db_lag_p50_ms": (cdb_lag.p50_ms * 10.0).round() / 10.0,
+        "counters_db_lag_max_ms": (cdb_lag.max_ms * 10.0).round() / 10.0,
+        "counters_db_write_rounds": lag.sum(stel_store::metrics::Metric::CountersDbWriteRounds),
         "counters_db_flush_interval_us": cdb_flush_us,
         "daemon_cpu_s_per_g_counters": (per_g * 100.0).round() / 100.0,
         "emulator_cpu_share": (emu_share * 100.0).round() / 100.0,
