@@ -191,6 +191,12 @@ impl StatusMetrics {
             self.total(M::InputDiscardedBytes, labels!(), i.discarded_bytes);
             self.total(M::InputSkippedPackets, labels!(), i.skipped_packets);
             self.total(M::InputNonIpfixDatagrams, labels!(), i.non_ipfix_datagrams);
+            self.total(M::InputIntDatagrams, labels!(), i.int_datagrams);
+            self.total(
+                M::InputUnroutedIntDatagrams,
+                labels!(),
+                st.int_datagrams_unrouted,
+            );
             self.total(M::InputIpFragments, labels!(), i.ip_fragments);
             self.total(M::InputReassembledDatagrams, labels!(), i.ip_reassembled);
             self.total(
@@ -346,6 +352,17 @@ impl StatusMetrics {
             self.total(M::IntDecodedReports, labels!(), i.decode.reports_decoded);
             self.total(M::IntDecodedHops, labels!(), i.decode.hops);
             self.total(M::IntSeqLostReports, labels!(), i.decode.seq_lost);
+            if let Some(f) = &i.filter {
+                self.total(M::IntFilterSeenDatagrams, labels!(), f.seen_datagrams);
+                self.total(M::IntFilterKeptDatagrams, labels!(), f.kept_datagrams);
+                for (reason, v) in [
+                    ("version", f.dropped_version_datagrams),
+                    ("source", f.dropped_source_datagrams),
+                    ("empty", f.empty_datagrams),
+                ] {
+                    self.total(M::IntFilterDroppedDatagrams, labels!(Reason = reason), v);
+                }
+            }
             for r in crate::int::Malformed::ALL {
                 self.total(
                     M::IntMalformedReports,

@@ -162,6 +162,9 @@ impl Metric {
             | M::SinkProfileEndpoints
             | M::SinkConfigDbErrors => Some("[otlp]"),
             M::DaemonScrapes => Some("--metrics"),
+            M::IntFilterSeenDatagrams
+            | M::IntFilterKeptDatagrams
+            | M::IntFilterDroppedDatagrams => Some("[int.filter]"),
             _ => match self.stage() {
                 "input" => Some("--input"),
                 "state_db" => Some("[state_db]"),
@@ -969,6 +972,10 @@ metrics! {
     InputSkippedPackets: Counter "stel_input_skipped_packets_total" [];
     /// UDP payloads that do not start with IPFIX version 10 (other protocols on the wire).
     InputNonIpfixDatagrams: Counter "stel_input_non_ipfix_datagrams_total" [];
+    /// UDP datagrams in capture files addressed to an INT port, handed to the INT decoder.
+    InputIntDatagrams: Counter "stel_input_int_datagrams_total" [];
+    /// INT datagrams in capture files counted but not decoded (no `[int]` and no history).
+    InputUnroutedIntDatagrams: Counter "stel_input_unrouted_int_datagrams_total" [];
     /// IP fragments held for reassembly.
     InputIpFragments: Counter "stel_input_ip_fragments_total" [];
     /// IP datagrams reassembled from fragments.
@@ -1253,6 +1260,13 @@ metrics! {
     IntMalformedReports: Counter "stel_int_malformed_reports_total" [Reason];
     /// INT reports missing per their sequence numbers (final, per switch and hw_id).
     IntSeqLostReports: Counter "stel_int_seq_lost_reports_total" [];
+    /// Datagrams the INT report filter (`[int.filter]`, kernel or user space) looked at.
+    IntFilterSeenDatagrams: Counter "stel_int_filter_seen_datagrams_total" [];
+    /// Datagrams the INT report filter let through.
+    IntFilterKeptDatagrams: Counter "stel_int_filter_kept_datagrams_total" [];
+    /// Datagrams the INT report filter dropped: `version` (not an accepted report version),
+    /// `source` (not an accepted switch), `empty`.
+    IntFilterDroppedDatagrams: Counter "stel_int_filter_dropped_datagrams_total" [Reason];
 
     // ── daemon ───────────────────────────────────────────────────────────────────────────────
     /// 1 while the data path is live (what /health answers 200 for), 0 otherwise.
