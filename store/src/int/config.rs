@@ -3,8 +3,9 @@
 use std::{path::PathBuf, time::Duration};
 
 use ::parquet::{
-    basic::{Compression, ZstdLevel},
+    basic::{Compression, Encoding, ZstdLevel},
     file::properties::{EnabledStatistics, WriterProperties, WriterVersion},
+    schema::types::ColumnPath,
 };
 use serde::{Deserialize, Serialize};
 
@@ -131,11 +132,22 @@ impl IntSinkConfig {
             Codec::Lz4 => Compression::LZ4_RAW,
             Codec::None => Compression::UNCOMPRESSED,
         };
-        WriterProperties::builder()
+        // Dictionaries only for the EVC strings: hashing every value of every column was the
+        // writer's largest cost (perf: parquet's Interner::intern), and the integer columns
+        // encode as well with DELTA_BINARY_PACKED (sorted times, constant or slowly changing
+        // ids) plus the codec. Random-looking columns (hashes, addresses) stay PLAIN.
+        let mut b = WriterProperties::builder()
             .set_writer_version(WriterVersion::PARQUET_2_0)
             .set_compression(compression)
             .set_max_row_group_row_count(Some(self.row_group_rows))
             .set_statistics_enabled(EnabledStatistics::Page)
-            .build()
+            .set_dictionary_enabled(false);
+        for c in ["evc_id", "evc_name"] {
+            b = b.set_column_dictionary_enabled(ColumnPath::from(c), true);
+        }
+        for c in ["flow_key", "path_id", "src_addr", "dst_addr"] {
+            b = b.set_column_encoding(ColumnPath::from(c), Encoding::PLAIN);
+        }
+        b.build()
     }
 }
