@@ -19,7 +19,7 @@
 //! partitioned per reporting switch: `<root>/table=<t>/switch=<switch_id>/date=…/hour=…/part-….parquet`
 //! ([`crate::paths::TableDir`]), written by [`sink::IntSink`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::{
     builder::StringBuilder,
@@ -234,38 +234,40 @@ fn nulls_of<R>(rows: &[R], valid: impl Fn(&R) -> u64, bit: u32) -> Option<NullBu
 /// Nanoseconds per hour: files are split at UTC hour boundaries.
 pub const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
-/// Splits `rows` by `key`, keeping each group's order (the common single-key case moves the
-/// `Vec`, copies nothing).
+/// Splits `rows` by `key` (more than one key), keeping each group's order.
 fn group_by<R: Copy, K: Copy + Eq + std::hash::Hash>(
-    rows: Vec<R>,
+    rows: &[R],
     key: impl Fn(&R) -> K,
 ) -> Vec<(K, Vec<R>)> {
-    let Some(k0) = rows.first().map(&key) else {
-        return Vec::new();
-    };
-    let Some(first_other) = rows.iter().position(|r| key(r) != k0) else {
-        return vec![(k0, rows)];
-    };
-    let mut groups: Vec<(K, Vec<R>)> = vec![(k0, rows[..first_other].to_vec())];
+    let mut groups: Vec<(K, Vec<R>)> = Vec::new();
     let mut index: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
-    index.insert(k0, 0);
-    let mut last = (k0, 0usize);
-    for r in &rows[first_other..] {
+    let mut last: Option<(K, usize)> = None;
+    for r in rows {
         let k = key(r);
-        let g = if k == last.0 {
-            last.1
-        } else {
-            let g = *index.entry(k).or_insert_with(|| {
-                groups.push((k, Vec::new()));
-                groups.len() - 1
-            });
-            last = (k, g);
-            g
+        let g = match last {
+            Some((lk, g)) if lk == k => g,
+            _ => {
+                let g = *index.entry(k).or_insert_with(|| {
+                    groups.push((k, Vec::new()));
+                    groups.len() - 1
+                });
+                last = Some((k, g));
+                g
+            }
         };
         groups[g].1.push(*r);
     }
     groups
 }
+
+/// Emptied batches kept for reuse: a decoder's batch is several MB, and a fresh allocation of
+/// that size is fresh pages (a page fault per 4 KiB, measured at ~15 % of decode time), so
+/// the writer hands finished batches back ([`IntBatch::recycle`]) and
+/// [`IntBatch::with_capacity`] takes them. One short lock per batch, never per row; at most
+/// [`POOL_MAX`] batches are kept (outside the sink's memory budget).
+static POOL: Mutex<Vec<IntBatch>> = Mutex::new(Vec::new());
+/// Most emptied batches [`POOL`] keeps.
+pub const POOL_MAX: usize = 4;
 
 /// Name of the time column of every INT table: when the collector received the report (ns since
 /// the epoch, UTC). Device timestamps (32-bit wrapping ns in v0.5/v1.0) are kept in their own
@@ -333,6 +335,15 @@ macro_rules! table {
                 self.rows.push(row);
             }
 
+            /// Appends a row with every nullable column null and returns it to fill in place
+            /// (no copy of the finished row).
+            #[inline(always)]
+            pub fn push_new(&mut self, ts: i64, switch_id: u32) -> &mut $row {
+                let i = self.rows.len();
+                self.rows.push($row::new(ts, switch_id));
+                &mut self.rows[i]
+            }
+
             pub fn rows(&self) -> usize {
                 self.rows.len()
             }
@@ -361,7 +372,7 @@ macro_rules! table {
             }
 
             /// The rows grouped by (reporting switch, UTC hour number), each group a record
-            /// batch in arrival order, leaving this table empty.
+            /// batch in arrival order, leaving this table empty (its capacity kept).
             ///
             /// # Errors
             /// Arrow rejecting a column (a bug).
@@ -369,11 +380,20 @@ macro_rules! table {
                 &mut self,
                 evcs: &[EvcName],
             ) -> Result<Vec<((u32, i64), RecordBatch)>, ArrowError> {
-                let rows = std::mem::take(&mut self.rows);
-                group_by(rows, |r| (r.switch_id, r.ts.div_euclid(NS_PER_HOUR)))
-                    .into_iter()
-                    .map(|(k, rows)| Ok((k, Self::to_batch(&rows, evcs)?)))
-                    .collect()
+                let key = |r: &$row| (r.switch_id, r.ts.div_euclid(NS_PER_HOUR));
+                let out = match self.rows.first().map(key) {
+                    None => Ok(Vec::new()),
+                    Some(k0) if self.rows.iter().all(|r| key(r) == k0) => {
+                        Self::to_batch(&self.rows, evcs).map(|b| vec![(k0, b)])
+                    }
+                    Some(_) => group_by(&self.rows, key)
+                        .into_iter()
+                        .map(|(k, rows)| Ok((k, Self::to_batch(&rows, evcs)?)))
+                        .collect(),
+                };
+                // The rows' memory stays for reuse ([`IntBatch::recycle`]).
+                self.rows.clear();
+                out
             }
 
             /// `rows` as a record batch: one pass per column over the rows, validity from
@@ -548,13 +568,35 @@ pub struct IntBatch {
 }
 
 impl IntBatch {
-    /// Room for `reports` reports and `hops` hops without reallocating.
+    /// Room for `reports` reports and `hops` hops without reallocating: an emptied batch from
+    /// the pool when one is big enough, else a new one.
     pub fn with_capacity(reports: usize, hops: usize) -> Self {
+        if let Ok(mut pool) = POOL.lock() {
+            if let Some(i) = pool.iter().position(|b| {
+                b.reports.rows.capacity() >= reports && b.hops.rows.capacity() >= hops
+            }) {
+                return pool.swap_remove(i);
+            }
+        }
         Self {
             reports: Reports::with_capacity(reports),
             hops: Hops::with_capacity(hops),
             drops: Drops::with_capacity(reports / 16 + 1),
             evcs: Arc::new([]),
+        }
+    }
+
+    /// Gives the batch's memory back for reuse by [`IntBatch::with_capacity`] (rows dropped;
+    /// freed instead when the pool is full).
+    pub fn recycle(mut self) {
+        self.reports.rows.clear();
+        self.hops.rows.clear();
+        self.drops.rows.clear();
+        self.evcs = Arc::new([]);
+        if let Ok(mut pool) = POOL.lock() {
+            if pool.len() < POOL_MAX {
+                pool.push(self);
+            }
         }
     }
 

@@ -132,7 +132,10 @@ impl Writer {
         // Rows are grouped by (table, switch, hour) before the transpose: one pass over the
         // rows, no column filtering afterwards.
         let pieces = match batch.finish_split() {
-            Ok(t) => t,
+            Ok(t) => {
+                batch.recycle();
+                t
+            }
             Err(e) => {
                 self.c.write_errors.fetch_add(1, Relaxed);
                 self.c
