@@ -32,7 +32,6 @@ use std::{
 use serde::{Deserialize, Serialize};
 pub use stats::{IntStats, Malformed, MalformedCounts};
 pub use stel_store::int::IntBatch;
-use stel_store::int::{DropRow, HopRow, ReportRow};
 
 use self::{
     evc::EvcMap,
@@ -679,8 +678,9 @@ impl IntDecoder {
         let md = &rep.md;
         let ip = inner.ip_version.is_some();
         let ih = sc.int;
-        let mut r = ReportRow::new(ts, rep.switch_id);
-        r.report_version(Some(rep.version))
+        b.reports
+            .push_new(ts, rep.switch_id)
+            .report_version(Some(rep.version))
             .hw_id(Some(rep.hw_id))
             .seq(Some(rep.seq))
             .seq_gap(Some(gap))
@@ -723,10 +723,10 @@ impl IntDecoder {
             .latency_over(over)
             .evc_id(evc_index)
             .evc_name(evc_index);
-        b.reports.push(r);
         for (i, hop) in hops.iter().enumerate() {
-            let mut h = HopRow::new(ts, rep.switch_id);
-            h.seq(Some(rep.seq))
+            b.hops
+                .push_new(ts, rep.switch_id)
+                .seq(Some(rep.seq))
                 .flow_key(flow_key)
                 .vlan(inner.vlan)
                 .hop_index(Some(i as u8))
@@ -748,15 +748,15 @@ impl IntDecoder {
                     Some(&l) => l,
                     None => Self::hop_latency(hop, &mut 0),
                 });
-            b.hops.push(h);
         }
         st.hops += nh as u64;
         if nh > 0 {
             st.int_stacks += 1;
         }
         if rep.drop_header || rep.d || md.drop_reason.is_some() {
-            let mut x = DropRow::new(ts, rep.switch_id);
-            x.report_version(Some(rep.version))
+            b.drops
+                .push_new(ts, rep.switch_id)
+                .report_version(Some(rep.version))
                 .hw_id(Some(rep.hw_id))
                 .seq(Some(rep.seq))
                 .ingress_port(md.ingress_port)
@@ -771,7 +771,6 @@ impl IntDecoder {
                 .dst_port(inner.dport)
                 .flow_key(flow_key)
                 .evc_id(evc_index);
-            b.drops.push(x);
             st.drops += 1;
         }
     }
