@@ -32,7 +32,6 @@ use std::{
 use serde::{Deserialize, Serialize};
 pub use stats::{IntStats, Malformed, MalformedCounts};
 pub use stel_store::int::IntBatch;
-use stel_store::int::{DropRow, HopRow, ReportRow};
 
 use self::{
     evc::EvcMap,
@@ -221,6 +220,16 @@ struct Flow {
     /// EVC index + 1 (0 = none), valid while `evc_epoch` matches the decoder's.
     evc: u32,
     evc_epoch: u32,
+}
+
+/// Hops whose latency [`IntDecoder::push`] keeps between the sum and the rows (AmLight: ≤ 10;
+/// deeper stacks compute the rest twice).
+const LAT_HOPS: usize = 16;
+
+/// One cheap mixing step (rotate, xor, multiply) for chaining words into a key.
+#[inline]
+fn fold(h: u64, v: u64) -> u64 {
+    (h.rotate_left(26) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 #[inline]
@@ -495,44 +504,46 @@ impl IntDecoder {
 
         let has_flow = inner.ip_version.is_some() || inner.vlan.is_some();
         let flow_key = has_flow.then(|| {
-            let mut h = mix(0, u64::from(inner.vlan.unwrap_or(0xffff)));
-            h = mix(h, u64::from(inner.inner_vlan.unwrap_or(0xffff)));
-            h = mix(h, u64::from(inner.ip_version.unwrap_or(0)));
-            h = mix(
-                h,
-                u64::from_be_bytes(inner.src[..8].try_into().unwrap_or([0; 8])),
-            );
-            h = mix(
-                h,
-                u64::from_be_bytes(inner.src[8..].try_into().unwrap_or([0; 8])),
-            );
-            h = mix(
-                h,
-                u64::from_be_bytes(inner.dst[..8].try_into().unwrap_or([0; 8])),
-            );
-            h = mix(
-                h,
-                u64::from_be_bytes(inner.dst[8..].try_into().unwrap_or([0; 8])),
-            );
+            // One multiply per word on a single chain, one finishing mix: the key must only
+            // spread flows (the flow table and `flow_key` column), it is not a defence.
+            let w = |b: &[u8; 16], i: usize| {
+                let mut x = [0u8; 8];
+                x.copy_from_slice(&b[i..i + 8]);
+                u64::from_be_bytes(x)
+            };
+            let vlans = u64::from(inner.vlan.unwrap_or(0xffff)) << 32
+                | u64::from(inner.inner_vlan.unwrap_or(0xffff)) << 16
+                | u64::from(inner.ip_version.unwrap_or(0));
             let ports = u64::from(inner.proto.unwrap_or(0)) << 32
                 | u64::from(inner.sport.unwrap_or(0)) << 16
                 | u64::from(inner.dport.unwrap_or(0));
+            let mut h = fold(0x243f_6a88_85a3_08d3, vlans);
+            h = fold(h, w(&inner.src, 0));
+            h = fold(h, w(&inner.src, 8));
+            h = fold(h, w(&inner.dst, 0));
+            h = fold(h, w(&inner.dst, 8));
             mix(h, ports)
         });
 
-        // Per-hop latencies, their sum, the path.
+        // The path (switch ids in order) and the sum of per-hop latencies.
         let mut sum: Option<u64> = (nh > 0).then_some(0);
         let mut path: Option<u64> = (nh > 0).then_some(0x5157_4e41_4d50_4154);
-        for h in hops {
-            sum = match (sum, Self::hop_latency(h, &mut st.negative_hop_latency)) {
+        let mut lat = [None; LAT_HOPS];
+        for (i, h) in hops.iter().enumerate() {
+            let l = Self::hop_latency(h, &mut st.negative_hop_latency);
+            if let Some(slot) = lat.get_mut(i) {
+                *slot = l;
+            }
+            sum = match (sum, l) {
                 (Some(s), Some(l)) => Some(s.saturating_add(l)),
                 _ => None,
             };
             path = match (path, h.node_id) {
-                (Some(p), Some(n)) => Some(mix(p, u64::from(n))),
+                (Some(p), Some(n)) => Some(fold(p, u64::from(n))),
                 _ => None,
             };
         }
+        let path = path.map(|p| mix(p, nh as u64));
         let e2e = if self.cfg.clocks_synchronized && nh > 0 {
             match (hops[0].ingress_ts, hops[nh - 1].egress_ts) {
                 (Some(i), Some(e)) => ts_diff(e, i, hops[0].ts_bits),
@@ -542,8 +553,11 @@ impl IntDecoder {
             None
         };
 
-        // Flow state: path changes and threshold crossings.
+        // Flow state: path changes, threshold crossings, and the flow's cached EVC (one
+        // lookup per report).
         let (mut path_changed, mut over) = (None, None);
+        let epoch = self.evc_epoch;
+        let mut cached: Option<u32> = None;
         if let Some(fk) = flow_key {
             let latency = sum;
             let threshold = self.cfg.latency_threshold_ns;
@@ -553,8 +567,9 @@ impl IntDecoder {
             match self.flows.get_mut(&fk) {
                 Some(f) => {
                     f.last_ns = f.last_ns.max(ts);
+                    let mut changed = false;
                     if let Some(p) = path {
-                        let changed = f.path != p;
+                        changed = f.path != p;
                         path_changed = Some(changed);
                         if changed {
                             st.path_changes += 1;
@@ -586,6 +601,9 @@ impl IntDecoder {
                             f.over = o;
                         }
                         over = Some(o);
+                    }
+                    if f.evc_epoch == epoch && !changed {
+                        cached = Some(f.evc);
                     }
                 }
                 None if n_flows < max_flows => {
@@ -621,11 +639,6 @@ impl IntDecoder {
 
         // EVC: the sink switch with its egress (UNI) port, then the path's first switch with
         // its ingress port. Cached per flow until the map or the flow's path changes.
-        let epoch = self.evc_epoch;
-        let cached = flow_key
-            .and_then(|fk| self.flows.get(&fk))
-            .filter(|f| f.evc_epoch == epoch && path_changed != Some(true))
-            .map(|f| f.evc);
         let evc_index = match cached {
             Some(c) => c.checked_sub(1),
             None => {
@@ -675,8 +688,9 @@ impl IntDecoder {
         let md = &rep.md;
         let ip = inner.ip_version.is_some();
         let ih = sc.int;
-        let mut r = ReportRow::new(ts, rep.switch_id);
-        r.report_version(Some(rep.version))
+        b.reports
+            .push_new(ts, rep.switch_id)
+            .report_version(Some(rep.version))
             .hw_id(Some(rep.hw_id))
             .seq(Some(rep.seq))
             .seq_gap(Some(gap))
@@ -720,10 +734,10 @@ impl IntDecoder {
             .latency_over(over)
             .evc_id(evc_index)
             .evc_name(evc_index);
-        b.reports.push(r);
         for (i, hop) in hops.iter().enumerate() {
-            let mut h = HopRow::new(ts, rep.switch_id);
-            h.seq(Some(rep.seq))
+            b.hops
+                .push_new(ts, rep.switch_id)
+                .seq(Some(rep.seq))
                 .flow_key(flow_key)
                 .vlan(inner.vlan)
                 .hop_index(Some(i as u8))
@@ -741,16 +755,19 @@ impl IntDecoder {
                 .tx_util(hop.tx_util)
                 .buffer_id(hop.buffer_id)
                 .buffer_occupancy(hop.buffer_occupancy)
-                .latency_ns(Self::hop_latency(hop, &mut 0));
-            b.hops.push(h);
+                .latency_ns(match lat.get(i) {
+                    Some(&l) => l,
+                    None => Self::hop_latency(hop, &mut 0),
+                });
         }
         st.hops += nh as u64;
         if nh > 0 {
             st.int_stacks += 1;
         }
         if rep.drop_header || rep.d || md.drop_reason.is_some() {
-            let mut x = DropRow::new(ts, rep.switch_id);
-            x.report_version(Some(rep.version))
+            b.drops
+                .push_new(ts, rep.switch_id)
+                .report_version(Some(rep.version))
                 .hw_id(Some(rep.hw_id))
                 .seq(Some(rep.seq))
                 .ingress_port(md.ingress_port)
@@ -765,7 +782,6 @@ impl IntDecoder {
                 .dst_port(inner.dport)
                 .flow_key(flow_key)
                 .evc_id(evc_index);
-            b.drops.push(x);
             st.drops += 1;
         }
     }

@@ -61,7 +61,8 @@ impl Stream {
 #[derive(Debug)]
 pub struct SeqTracker {
     window: u32,
-    streams: FastMap<(u32, u8, u8), Stream>,
+    /// Keyed by `switch << 16 | hw_id << 8 | bits` (one word to hash).
+    streams: FastMap<u64, Stream>,
     /// Final losses.
     pub lost: u64,
     /// Missing numbers still inside a window.
@@ -103,7 +104,10 @@ impl SeqTracker {
         let half = 1u32 << (bits - 1);
         let seq = seq & mask;
         let w = self.window.min(half);
-        let s = match self.streams.entry((switch, hw_id, bits)) {
+        let s = match self
+            .streams
+            .entry(u64::from(switch) << 16 | u64::from(hw_id) << 8 | u64::from(bits))
+        {
             std::collections::hash_map::Entry::Vacant(v) => {
                 let mut st = Stream {
                     next: seq.wrapping_add(1) & mask,

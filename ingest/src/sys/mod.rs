@@ -177,6 +177,47 @@ pub fn send(fd: std::os::fd::BorrowedFd<'_>, datagram: &[u8]) -> Result<(), SysE
     }
 }
 
+/// Most datagrams [`send_many`] passes to one `sendmmsg`.
+pub const SEND_MANY_MAX: usize = 256;
+
+/// Sends up to [`SEND_MANY_MAX`] datagrams on a connected socket with one `sendmmsg` call;
+/// returns how many the kernel took (the rest: call again). Blocks like `send` while the
+/// peer's queue is full.
+///
+/// # Errors
+/// `sendmmsg` failing before the first datagram (EINTR is retried).
+pub fn send_many(fd: std::os::fd::BorrowedFd<'_>, datagrams: &[&[u8]]) -> Result<usize, SysError> {
+    use std::os::fd::AsRawFd;
+    let n = datagrams.len().min(SEND_MANY_MAX);
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: plain C structs; all-zero is a valid (empty) value for both.
+    let mut iov: [libc::iovec; SEND_MANY_MAX] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; SEND_MANY_MAX] = unsafe { std::mem::zeroed() };
+    for (i, d) in datagrams[..n].iter().enumerate() {
+        iov[i] = libc::iovec {
+            iov_base: d.as_ptr() as *mut libc::c_void,
+            iov_len: d.len(),
+        };
+        msgs[i].msg_hdr.msg_iov = &mut iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    loop {
+        // SAFETY: `msgs[..n]` point at `iov[..n]`, which point at the live `datagrams`; the
+        // kernel only reads them (and writes `msg_len`) during the call.
+        let rc = unsafe { libc::sendmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), n as u32, 0) };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let e = SysError::last("sendmmsg(datagrams)");
+        if e.source.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
 /// Datagrams the kernel dropped on a socket because its receive buffer was full
 /// (`getsockopt(SO_MEMINFO)`, entry SK_MEMINFO_DROPS): the true loss count. ENOBUFS from
 /// `recv` only marks that some happened.

@@ -3,8 +3,9 @@
 use std::{path::PathBuf, time::Duration};
 
 use ::parquet::{
-    basic::{Compression, ZstdLevel},
+    basic::{Compression, Encoding, ZstdLevel},
     file::properties::{EnabledStatistics, WriterProperties, WriterVersion},
+    schema::types::ColumnPath,
 };
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +32,9 @@ pub struct IntSinkConfig {
     pub flush_interval_ms: u64,
     /// Rows per row group.
     pub row_group_rows: usize,
-    /// Compression codec.
+    /// Compression codec. Default `lz4`: parquet's zstd sets up a fresh context per page
+    /// (clearing its tables: a fifth of the writer's page faults); LZ4 raised the collector's
+    /// reports per CPU-second by ~28 % for ~9 % more bytes (`stel-bench int`, 64 → 69 B/report).
     pub compression: Codec,
     /// zstd level (1..=22).
     pub compression_level: i32,
@@ -58,7 +61,7 @@ impl Default for IntSinkConfig {
             max_file_bytes: 128 << 20,
             flush_interval_ms: 60_000,
             row_group_rows: 128 * 1024,
-            compression: Codec::Zstd,
+            compression: Codec::Lz4,
             compression_level: 3,
             memory_budget_bytes: 512 << 20,
             retention_max_bytes: 0,
@@ -131,11 +134,22 @@ impl IntSinkConfig {
             Codec::Lz4 => Compression::LZ4_RAW,
             Codec::None => Compression::UNCOMPRESSED,
         };
-        WriterProperties::builder()
+        // Dictionaries only for the EVC strings: hashing every value of every column was the
+        // writer's largest cost (perf: parquet's Interner::intern), and the integer columns
+        // encode as well with DELTA_BINARY_PACKED (sorted times, constant or slowly changing
+        // ids) plus the codec. Random-looking columns (hashes, addresses) stay PLAIN.
+        let mut b = WriterProperties::builder()
             .set_writer_version(WriterVersion::PARQUET_2_0)
             .set_compression(compression)
             .set_max_row_group_row_count(Some(self.row_group_rows))
             .set_statistics_enabled(EnabledStatistics::Page)
-            .build()
+            .set_dictionary_enabled(false);
+        for c in ["evc_id", "evc_name"] {
+            b = b.set_column_dictionary_enabled(ColumnPath::from(c), true);
+        }
+        for c in ["flow_key", "path_id", "src_addr", "dst_addr"] {
+            b = b.set_column_encoding(ColumnPath::from(c), Encoding::PLAIN);
+        }
+        b.build()
     }
 }

@@ -19,14 +19,15 @@
 //! partitioned per reporting switch: `<root>/table=<t>/switch=<switch_id>/date=…/hour=…/part-….parquet`
 //! ([`crate::paths::TableDir`]), written by [`sink::IntSink`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::{
+    builder::StringBuilder,
     types::{UInt16Type, UInt32Type, UInt64Type, UInt8Type},
-    ArrayRef, BooleanArray, FixedSizeBinaryArray, PrimitiveArray, RecordBatch, StringArray,
+    ArrayRef, BooleanArray, FixedSizeBinaryArray, PrimitiveArray, RecordBatch,
     TimestampNanosecondArray,
 };
-use arrow_buffer::{Buffer, NullBuffer};
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 pub mod config;
@@ -85,8 +86,12 @@ pub struct EvcName {
 pub trait Kind {
     type T: Copy + Default + std::fmt::Debug + PartialEq;
     fn data_type() -> DataType;
+    /// The column of `n` rows: `value(i)` is row `i`'s value (the type's default where the row
+    /// is null), `nulls` the validity (`None`: every row valid).
     fn column(
-        values: impl Iterator<Item = Option<Self::T>>,
+        n: usize,
+        value: impl Fn(usize) -> Self::T,
+        nulls: Option<NullBuffer>,
         evcs: &[EvcName],
     ) -> Result<ArrayRef, ArrowError>;
 }
@@ -101,10 +106,16 @@ macro_rules! prim_kind {
                 $dt
             }
             fn column(
-                values: impl Iterator<Item = Option<$t>>,
+                n: usize,
+                value: impl Fn(usize) -> $t,
+                nulls: Option<NullBuffer>,
                 _: &[EvcName],
             ) -> Result<ArrayRef, ArrowError> {
-                Ok(Arc::new(PrimitiveArray::<$at>::from_iter(values)))
+                let values: Vec<$t> = (0..n).map(value).collect();
+                Ok(Arc::new(PrimitiveArray::<$at>::try_new(
+                    ScalarBuffer::from(values),
+                    nulls,
+                )?))
             }
         }
     };
@@ -124,10 +135,15 @@ impl Kind for Bool {
         DataType::Boolean
     }
     fn column(
-        values: impl Iterator<Item = Option<bool>>,
+        n: usize,
+        value: impl Fn(usize) -> bool,
+        nulls: Option<NullBuffer>,
         _: &[EvcName],
     ) -> Result<ArrayRef, ArrowError> {
-        Ok(Arc::new(BooleanArray::from_iter(values)))
+        Ok(Arc::new(BooleanArray::new(
+            BooleanBuffer::collect_bool(n, value),
+            nulls,
+        )))
     }
 }
 
@@ -140,19 +156,15 @@ impl Kind for Addr {
         DataType::FixedSizeBinary(ADDR_LEN as i32)
     }
     fn column(
-        values: impl Iterator<Item = Option<[u8; ADDR_LEN]>>,
+        n: usize,
+        value: impl Fn(usize) -> [u8; ADDR_LEN],
+        nulls: Option<NullBuffer>,
         _: &[EvcName],
     ) -> Result<ArrayRef, ArrowError> {
-        let values: Vec<Option<[u8; ADDR_LEN]>> = values.collect();
-        let n = values.len();
         let mut flat = Vec::with_capacity(n * ADDR_LEN);
-        for v in &values {
-            flat.extend_from_slice(&v.unwrap_or_default());
+        for i in 0..n {
+            flat.extend_from_slice(&value(i));
         }
-        let nulls = values
-            .iter()
-            .any(Option::is_none)
-            .then(|| NullBuffer::from_iter(values.iter().map(Option::is_some)));
         Ok(Arc::new(FixedSizeBinaryArray::try_new(
             ADDR_LEN as i32,
             Buffer::from_vec(flat),
@@ -161,42 +173,101 @@ impl Kind for Addr {
     }
 }
 
-/// EVC id column (UTF-8) from an index into the batch's EVC names.
-#[derive(Debug)]
-pub struct EvcId;
-impl Kind for EvcId {
-    type T = u32;
-    fn data_type() -> DataType {
-        DataType::Utf8
-    }
-    fn column(
-        values: impl Iterator<Item = Option<u32>>,
-        evcs: &[EvcName],
-    ) -> Result<ArrayRef, ArrowError> {
-        Ok(Arc::new(StringArray::from_iter(values.map(|i| {
-            i.and_then(|i| evcs.get(i as usize)).map(|e| e.id.as_str())
-        }))))
-    }
+/// Column kinds for the EVC id and name: the row holds an index into the batch's EVC names.
+macro_rules! evc_kind {
+    ($(#[doc = $doc:literal])* $k:ident, $field:ident) => {
+        $(#[doc = $doc])*
+        #[derive(Debug)]
+        pub struct $k;
+        impl Kind for $k {
+            type T = u32;
+            fn data_type() -> DataType {
+                DataType::Utf8
+            }
+            fn column(
+                n: usize,
+                value: impl Fn(usize) -> u32,
+                nulls: Option<NullBuffer>,
+                evcs: &[EvcName],
+            ) -> Result<ArrayRef, ArrowError> {
+                let mut b = StringBuilder::with_capacity(n, n * 8);
+                for i in 0..n {
+                    let e = if nulls.as_ref().is_none_or(|v| v.is_valid(i)) {
+                        evcs.get(value(i) as usize)
+                    } else {
+                        None
+                    };
+                    match e {
+                        Some(e) => b.append_value(&e.$field),
+                        None => b.append_null(),
+                    }
+                }
+                Ok(Arc::new(b.finish()))
+            }
+        }
+    };
 }
 
-/// EVC name column (UTF-8) from an index into the batch's EVC names.
-#[derive(Debug)]
-pub struct EvcNameCol;
-impl Kind for EvcNameCol {
-    type T = u32;
-    fn data_type() -> DataType {
-        DataType::Utf8
-    }
-    fn column(
-        values: impl Iterator<Item = Option<u32>>,
-        evcs: &[EvcName],
-    ) -> Result<ArrayRef, ArrowError> {
-        Ok(Arc::new(StringArray::from_iter(values.map(|i| {
-            i.and_then(|i| evcs.get(i as usize))
-                .map(|e| e.name.as_str())
-        }))))
-    }
+evc_kind!(
+    /// EVC id column (UTF-8) from an index into the batch's EVC names.
+    EvcId,
+    id
+);
+evc_kind!(
+    /// EVC name column (UTF-8) from an index into the batch's EVC names.
+    EvcNameCol,
+    name
+);
+
+/// Validity of bit `bit` over `rows` (`None`: every row valid).
+#[inline]
+fn nulls_of<R>(rows: &[R], valid: impl Fn(&R) -> u64, bit: u32) -> Option<NullBuffer> {
+    let n = rows.len();
+    let set = rows.iter().filter(|r| valid(r) >> bit & 1 == 1).count();
+    (set != n).then(|| {
+        NullBuffer::new(BooleanBuffer::collect_bool(n, |i| {
+            valid(&rows[i]) >> bit & 1 == 1
+        }))
+    })
 }
+
+/// Nanoseconds per hour: files are split at UTC hour boundaries.
+pub const NS_PER_HOUR: i64 = 3_600_000_000_000;
+
+/// Splits `rows` by `key` (more than one key), keeping each group's order.
+fn group_by<R: Copy, K: Copy + Eq + std::hash::Hash>(
+    rows: &[R],
+    key: impl Fn(&R) -> K,
+) -> Vec<(K, Vec<R>)> {
+    let mut groups: Vec<(K, Vec<R>)> = Vec::new();
+    let mut index: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
+    let mut last: Option<(K, usize)> = None;
+    for r in rows {
+        let k = key(r);
+        let g = match last {
+            Some((lk, g)) if lk == k => g,
+            _ => {
+                let g = *index.entry(k).or_insert_with(|| {
+                    groups.push((k, Vec::new()));
+                    groups.len() - 1
+                });
+                last = Some((k, g));
+                g
+            }
+        };
+        groups[g].1.push(*r);
+    }
+    groups
+}
+
+/// Emptied batches kept for reuse: a decoder's batch is several MB, and a fresh allocation of
+/// that size is fresh pages (a page fault per 4 KiB, measured at ~15 % of decode time), so
+/// the writer hands finished batches back ([`IntBatch::recycle`]) and
+/// [`IntBatch::with_capacity`] takes them. One short lock per batch, never per row; at most
+/// [`POOL_MAX`] batches are kept (outside the sink's memory budget).
+static POOL: Mutex<Vec<IntBatch>> = Mutex::new(Vec::new());
+/// Most emptied batches [`POOL`] keeps.
+pub const POOL_MAX: usize = 4;
 
 /// Name of the time column of every INT table: when the collector received the report (ns since
 /// the epoch, UTC). Device timestamps (32-bit wrapping ns in v0.5/v1.0) are kept in their own
@@ -264,6 +335,15 @@ macro_rules! table {
                 self.rows.push(row);
             }
 
+            /// Appends a row with every nullable column null and returns it to fill in place
+            /// (no copy of the finished row).
+            #[inline(always)]
+            pub fn push_new(&mut self, ts: i64, switch_id: u32) -> &mut $row {
+                let i = self.rows.len();
+                self.rows.push($row::new(ts, switch_id));
+                &mut self.rows[i]
+            }
+
             pub fn rows(&self) -> usize {
                 self.rows.len()
             }
@@ -287,13 +367,52 @@ macro_rules! table {
             /// # Errors
             /// Arrow rejecting a column (a bug).
             pub fn finish(&mut self, evcs: &[EvcName]) -> Result<RecordBatch, ArrowError> {
-                const _: () = assert!([$($bits::$col as u32,)*].len() <= 64);
                 let rows = std::mem::take(&mut self.rows);
+                Self::to_batch(&rows, evcs)
+            }
+
+            /// The rows grouped by (reporting switch, UTC hour number), each group a record
+            /// batch in arrival order, leaving this table empty (its capacity kept).
+            ///
+            /// # Errors
+            /// Arrow rejecting a column (a bug).
+            pub fn finish_split(
+                &mut self,
+                evcs: &[EvcName],
+            ) -> Result<Vec<((u32, i64), RecordBatch)>, ArrowError> {
+                let key = |r: &$row| (r.switch_id, r.ts.div_euclid(NS_PER_HOUR));
+                let out = match self.rows.first().map(key) {
+                    None => Ok(Vec::new()),
+                    Some(k0) if self.rows.iter().all(|r| key(r) == k0) => {
+                        Self::to_batch(&self.rows, evcs).map(|b| vec![(k0, b)])
+                    }
+                    Some(_) => group_by(&self.rows, key)
+                        .into_iter()
+                        .map(|(k, rows)| Ok((k, Self::to_batch(&rows, evcs)?)))
+                        .collect(),
+                };
+                // The rows' memory stays for reuse ([`IntBatch::recycle`]).
+                self.rows.clear();
+                out
+            }
+
+            /// `rows` as a record batch: one pass per column over the rows, validity from
+            /// the rows' masks (no null buffer when a column has no nulls).
+            ///
+            /// # Errors
+            /// Arrow rejecting a column (a bug).
+            pub fn to_batch(rows: &[$row], evcs: &[EvcName]) -> Result<RecordBatch, ArrowError> {
+                const _: () = assert!([$($bits::$col as u32,)*].len() <= 64);
+                let n = rows.len();
+                let ts: Vec<i64> = rows.iter().map(|r| r.ts).collect();
+                let sw: Vec<u32> = rows.iter().map(|r| r.switch_id).collect();
                 let cols: Vec<ArrayRef> = vec![
-                    Arc::new(TimestampNanosecondArray::from_iter_values(rows.iter().map(|r| r.ts)).with_timezone("UTC")),
-                    Arc::new(PrimitiveArray::<UInt32Type>::from_iter_values(rows.iter().map(|r| r.switch_id))),
+                    Arc::new(TimestampNanosecondArray::new(ScalarBuffer::from(ts), None).with_timezone("UTC")),
+                    Arc::new(PrimitiveArray::<UInt32Type>::new(ScalarBuffer::from(sw), None)),
                     $(<$kind>::column(
-                        rows.iter().map(|r| (r.valid >> ($bits::$col as u32) & 1 == 1).then_some(r.$col)),
+                        n,
+                        |i| rows[i].$col,
+                        nulls_of(rows, |r| r.valid, $bits::$col as u32),
                         evcs,
                     )?,)*
                 ];
@@ -452,13 +571,35 @@ pub struct IntBatch {
 }
 
 impl IntBatch {
-    /// Room for `reports` reports and `hops` hops without reallocating.
+    /// Room for `reports` reports and `hops` hops without reallocating: an emptied batch from
+    /// the pool when one is big enough, else a new one.
     pub fn with_capacity(reports: usize, hops: usize) -> Self {
+        if let Ok(mut pool) = POOL.lock() {
+            if let Some(i) = pool.iter().position(|b| {
+                b.reports.rows.capacity() >= reports && b.hops.rows.capacity() >= hops
+            }) {
+                return pool.swap_remove(i);
+            }
+        }
         Self {
             reports: Reports::with_capacity(reports),
             hops: Hops::with_capacity(hops),
             drops: Drops::with_capacity(reports / 16 + 1),
             evcs: Arc::new([]),
+        }
+    }
+
+    /// Gives the batch's memory back for reuse by [`IntBatch::with_capacity`] (rows dropped;
+    /// freed instead when the pool is full).
+    pub fn recycle(mut self) {
+        self.reports.rows.clear();
+        self.hops.rows.clear();
+        self.drops.rows.clear();
+        self.evcs = Arc::new([]);
+        if let Ok(mut pool) = POOL.lock() {
+            if pool.len() < POOL_MAX {
+                pool.push(self);
+            }
         }
     }
 
@@ -474,6 +615,24 @@ impl IntBatch {
     /// Bytes held (the sink's memory budget).
     pub fn bytes(&self) -> usize {
         self.reports.bytes() + self.hops.bytes() + self.drops.bytes()
+    }
+
+    /// The rows as record batches per (table, reporting switch, UTC hour number), leaving
+    /// `self` empty: what the writer needs, without filtering columns after the transpose.
+    ///
+    /// # Errors
+    /// Arrow rejecting a column (a bug).
+    pub fn finish_split(&mut self) -> Result<Vec<(Table, u32, i64, RecordBatch)>, ArrowError> {
+        let evcs = Arc::clone(&self.evcs);
+        let mut out = Vec::new();
+        for (t, parts) in [
+            (Table::Reports, self.reports.finish_split(&evcs)?),
+            (Table::Hops, self.hops.finish_split(&evcs)?),
+            (Table::Drops, self.drops.finish_split(&evcs)?),
+        ] {
+            out.extend(parts.into_iter().map(|((sw, h), rb)| (t, sw, h, rb)));
+        }
+        Ok(out)
     }
 
     /// The three tables as record batches (empty ones included), leaving `self` empty.
@@ -492,7 +651,7 @@ impl IntBatch {
 
 #[cfg(test)]
 mod tests {
-    use arrow_array::Array;
+    use arrow_array::{Array, StringArray};
 
     use super::*;
 

@@ -13,20 +13,14 @@ use std::{
 };
 
 use ::parquet::{arrow::ArrowWriter, file::metadata::KeyValue};
-use arrow_array::{
-    cast::AsArray,
-    types::{TimestampNanosecondType, UInt32Type},
-    BooleanArray, RecordBatch,
-};
+use arrow_array::{cast::AsArray, types::TimestampNanosecondType, RecordBatch};
 
-use super::{sink::Counters, IntBatch, IntSinkConfig, Table, SWITCH_COLUMN, TS_COLUMN};
+use super::{sink::Counters, IntBatch, IntSinkConfig, Table, NS_PER_HOUR, TS_COLUMN};
 use crate::{
     log_limit::LogLimiter,
     parquet::keys,
     paths::{classify_table, PartName, PartPaths, TableDir, TableEntry},
 };
-
-const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
 struct OpenPart {
     paths: PartPaths,
@@ -65,33 +59,6 @@ impl std::fmt::Debug for Writer {
             .field("open_parts", &self.parts.len())
             .finish_non_exhaustive()
     }
-}
-
-/// Row ranges of `batch` by (switch, hour): for each key, a mask (None = every row).
-fn split(batch: &RecordBatch) -> Vec<((u32, i64), Option<BooleanArray>)> {
-    let n = batch.num_rows();
-    let (Some(ts), Some(sw)) = (
-        batch.column_by_name(TS_COLUMN),
-        batch.column_by_name(SWITCH_COLUMN),
-    ) else {
-        return Vec::new();
-    };
-    let ts = ts.as_primitive::<TimestampNanosecondType>().values();
-    let sw = sw.as_primitive::<UInt32Type>().values();
-    let key = |i: usize| (sw[i], ts[i].div_euclid(NS_PER_HOUR));
-    let k0 = key(0);
-    if (1..n).all(|i| key(i) == k0) {
-        return vec![(k0, None)];
-    }
-    let mut keys: Vec<(u32, i64)> = (0..n).map(key).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    keys.into_iter()
-        .map(|k| {
-            let mask = BooleanArray::from_iter((0..n).map(|i| Some(key(i) == k)));
-            (k, Some(mask))
-        })
-        .collect()
 }
 
 impl Writer {
@@ -163,8 +130,13 @@ impl Writer {
     }
 
     pub(crate) fn push(&mut self, mut batch: IntBatch) {
-        let tables = match batch.finish() {
-            Ok(t) => t,
+        // Rows are grouped by (table, switch, hour) before the transpose: one pass over the
+        // rows, no column filtering afterwards.
+        let pieces = match batch.finish_split() {
+            Ok(t) => {
+                batch.recycle();
+                t
+            }
             Err(e) => {
                 self.c.write_errors.fetch_add(1, Relaxed);
                 self.c
@@ -174,7 +146,7 @@ impl Writer {
                 return;
             }
         };
-        for (table, rb) in tables {
+        for (table, switch, hour, rb) in pieces {
             if rb.num_rows() == 0 {
                 continue;
             }
@@ -187,19 +159,7 @@ impl Writer {
                 }
                 self.paused_until = None;
             }
-            for ((switch, hour), mask) in split(&rb) {
-                let piece = match mask {
-                    None => rb.clone(),
-                    Some(m) => match arrow_select::filter::filter_record_batch(&rb, &m) {
-                        Ok(p) => p,
-                        Err(e) => {
-                            self.failed(None, rb.num_rows() as u64, &e);
-                            continue;
-                        }
-                    },
-                };
-                self.write_piece(table, switch, hour * NS_PER_HOUR, &piece);
-            }
+            self.write_piece(table, switch, hour * NS_PER_HOUR, &rb);
         }
         self.update_memory();
     }
@@ -207,18 +167,11 @@ impl Writer {
     fn write_piece(&mut self, table: Table, switch: u32, hour_start: i64, rb: &RecordBatch) {
         let key = (table, switch);
         let rows = rb.num_rows() as u64;
-        let ts = rb
+        let (first, last) = rb
             .column_by_name(TS_COLUMN)
-            .map(|c| {
-                c.as_primitive::<TimestampNanosecondType>()
-                    .values()
-                    .to_vec()
-            })
-            .unwrap_or_default();
-        let (first, last) = (
-            ts.iter().copied().min().unwrap_or(hour_start),
-            ts.iter().copied().max().unwrap_or(hour_start),
-        );
+            .map(|c| c.as_primitive::<TimestampNanosecondType>().values())
+            .and_then(|ts| Some((*ts.iter().min()?, *ts.iter().max()?)))
+            .unwrap_or((hour_start, hour_start));
         if self
             .parts
             .get(&key)
