@@ -28,7 +28,7 @@ use datafusion::{
     },
     error::{DataFusionError, Result as DfResult},
     execution::{SendableRecordBatchStream, TaskContext},
-    logical_expr::{col, lit, Expr, Operator, TableProviderFilterPushDown, TableType},
+    logical_expr::{Expr, Operator, TableProviderFilterPushDown, TableType},
     physical_expr::{EquivalenceProperties, PhysicalExpr},
     physical_plan::{
         empty::EmptyExec,
@@ -538,6 +538,7 @@ impl ExecutionPlan for UnpivotExec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::logical_expr::{col, lit};
 
     #[test]
     fn filters_are_classified_and_bounded() {

@@ -11,13 +11,13 @@ use stel_store::{
 };
 
 /// First snapshot time of the generated history (2023-11-14T22:13:20Z).
-pub const START_NS: i64 = 1_700_000_000_000_000_000;
+pub(crate) const START_NS: i64 = 1_700_000_000_000_000_000;
 /// Snapshots per submitted batch (the decoder's default maximum).
 const ROWS_PER_BATCH: usize = 8192;
 
 /// The bench session's schema: `ports` PORT objects × the first `stats` PORT stats, which
 /// include the rate inputs.
-pub fn bench_schema(ports: usize, stats: usize) -> SessionSchema {
+pub(crate) fn bench_schema(ports: usize, stats: usize) -> SessionSchema {
     let wanted = [
         "IF_IN_OCTETS",
         "IF_IN_UCAST_PKTS",
@@ -66,7 +66,7 @@ pub fn bench_schema(ports: usize, stats: usize) -> SessionSchema {
 /// Parquet sink (the daemon's writer: production encoding, codec, row-group and page sizes).
 /// Files rotate at the hour and at the size limit only (not on the wall clock), so the layout is
 /// the same however fast this runs.
-pub fn generate(
+pub(crate) fn generate(
     root: &std::path::Path,
     schema: &Arc<SessionSchema>,
     rows: usize,
