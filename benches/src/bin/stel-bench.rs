@@ -187,8 +187,7 @@ fn query(quick: bool) -> Result<serde_json::Value, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut args = vec![
         "run",
-        "--profile",
-        "release-query",
+        "--release",
         "-q",
         "-p",
         "stel-query",
