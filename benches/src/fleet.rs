@@ -231,6 +231,16 @@ fn session_json(emu: &Emulator) -> Value {
     stel_ingest::config::SessionFile::to_json(&emu.session_spec(), &emu.session_config())
 }
 
+/// A registry series from a status-file section: unlabelled metrics are a number, labelled ones a
+/// list of `{labels, value}` (summed); absent (unregistered) counts as 0.
+fn metric(section: &Value, name: &str) -> u64 {
+    match &section[name] {
+        Value::Number(n) => n.as_u64().unwrap_or(0),
+        Value::Array(a) => a.iter().map(|x| x["value"].as_u64().unwrap_or(0)).sum(),
+        _ => 0,
+    }
+}
+
 fn read_json(path: &Path) -> Option<Value> {
     std::fs::read_to_string(path)
         .ok()
@@ -404,9 +414,11 @@ pub fn generate(
                         let (up, pq) = (&st["sinks"]["upload"], &st["sinks"]["parquet"]);
                         let lost = st["pipeline"]["lost_messages"].as_u64().unwrap_or(0)
                             + st["kernel_drops"].as_u64().unwrap_or(0);
-                        if up["files_uploaded"] != pq["files_published"]
-                            || up["failures"].as_u64() != Some(0)
-                            || up["pending_files"].as_u64() != Some(0)
+                        // The status file's sink sections are their registry series.
+                        let files_uploaded = metric(up, "stel_upload_files_total");
+                        if files_uploaded != metric(pq, "stel_sink_published_files_total")
+                            || metric(up, "stel_upload_failures_total") != 0
+                            || metric(up, "stel_upload_pending_files") != 0
                         {
                             return Err(format!(
                                 "{}: not everything was uploaded: {up}\n{pq}",
@@ -420,8 +432,8 @@ pub fn generate(
                                 o.daemon_runs += 1;
                                 o.samples += samples;
                                 o.lost += lost;
-                                o.files_uploaded += up["files_uploaded"].as_u64().unwrap_or(0);
-                                o.bytes_uploaded += up["bytes_uploaded"].as_u64().unwrap_or(0);
+                                o.files_uploaded += metric(&up, "stel_upload_files_total");
+                                o.bytes_uploaded += metric(&up, "stel_upload_bytes_total");
                             }
                         }
                         Err(e) => {
