@@ -38,6 +38,28 @@ use std::os::fd::BorrowedFd;
 
 pub mod int;
 
+/// Takes socket-filter program `name` out of a loaded eBPF object and loads it into the kernel
+/// (the verifier runs here): the step both filters (netlink templates, INT reports) share.
+fn load_socket_filter<'a>(
+    ebpf: &'a mut aya::Ebpf,
+    name: &str,
+    what: &'static str,
+) -> Result<&'a mut aya::programs::SocketFilter, FilterError> {
+    let program: &mut aya::programs::SocketFilter = ebpf
+        .program_mut(name)
+        .ok_or(FilterError::Missing(what))?
+        .try_into()
+        .map_err(|source| FilterError::Program {
+            what: "type",
+            source,
+        })?;
+    program.load().map_err(|source| FilterError::Program {
+        what: "load (verifier)",
+        source,
+    })?;
+    Ok(program)
+}
+
 pub use stel_ebpf_common::{
     classify, learn_templates, FilterStats, Framing, Verdict, CONFIG_MAP, STATS_MAP, TEMPLATE_MAP,
     TEMPLATE_MAP_MAX_ENTRIES,
@@ -299,18 +321,11 @@ impl TemplateFilter {
         let mut ebpf = aya::EbpfLoader::new()
             .map_max_entries(TEMPLATE_MAP, max_templates)
             .load(obj)?;
-        let program: &mut aya::programs::SocketFilter = ebpf
-            .program_mut(stel_ebpf_common::PROGRAM_NAME)
-            .ok_or(FilterError::Missing("socket filter program"))?
-            .try_into()
-            .map_err(|source| FilterError::Program {
-                what: "type",
-                source,
-            })?;
-        program.load().map_err(|source| FilterError::Program {
-            what: "load (verifier)",
-            source,
-        })?;
+        load_socket_filter(
+            &mut ebpf,
+            stel_ebpf_common::PROGRAM_NAME,
+            "socket filter program",
+        )?;
         let templates = ebpf
             .take_map(TEMPLATE_MAP)
             .ok_or(FilterError::Missing(TEMPLATE_MAP))?;

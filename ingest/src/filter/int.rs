@@ -240,18 +240,8 @@ impl IntFilter {
                 })?;
             }
         }
-        let program: &mut aya::programs::SocketFilter = ebpf
-            .program_mut(INT_PROGRAM_NAME)
-            .ok_or(FilterError::Missing("INT socket filter program"))?
-            .try_into()
-            .map_err(|source| FilterError::Program {
-                what: "type",
-                source,
-            })?;
-        program.load().map_err(|source| FilterError::Program {
-            what: "load (verifier)",
-            source,
-        })?;
+        let program =
+            super::load_socket_filter(&mut ebpf, INT_PROGRAM_NAME, "INT socket filter program")?;
         for s in sockets {
             program.attach(s).map_err(|source| FilterError::Program {
                 what: "attach (SO_ATTACH_BPF)",
