@@ -42,17 +42,20 @@
 //! not receive, so the socket buffer absorbs the burst; if that overflows, the kernel's own drop
 //! counter (SO_MEMINFO) reports it. Nothing is lost silently.
 use std::{
+    cell::RefCell,
     collections::VecDeque,
     sync::{
-        atomic::{AtomicBool, Ordering},
-        mpsc, Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc, Arc,
     },
     thread::JoinHandle,
     time::{Duration, Instant},
 };
 
 use crate::{
-    decode::{CounterBatch, DecodeConfig, DecodeStats, Decoder, Malformed, SessionSpec},
+    decode::{
+        CounterBatch, DecodeConfig, DecodeStats, Decoder, DomainSeqStats, Malformed, SessionSpec,
+    },
     ipfix::{MESSAGE_HEADER_LEN, VERSION},
     netlink::{self, FrameErrors},
     reader::Reader,
@@ -182,11 +185,72 @@ pub struct PipelineStats {
     pub per_decoder_counters: Vec<u64>,
 }
 
+/// What one decoder thread shares with the reader thread: its counters (written by the decoder
+/// only) and the reader's requests (written by the reader only), each on cache lines of its own.
 #[derive(Debug, Default)]
 struct Shared {
-    stats: Mutex<DecodeStats>,
-    closing: AtomicBool,
+    counters: CounterBlock,
+    requests: Requests,
 }
+
+/// A decoder's published counters. The decoder counts in plain integers ([`DecodeStats`]) and
+/// copies them here with relaxed stores every [`PUBLISH_INTERVAL`] and when it stops — never per
+/// record or per message, and with no lock; the status tick reads them with relaxed loads. The
+/// alignment (128 bytes: a cache line and its adjacent-line prefetch partner) gives every decoder
+/// lines no other thread writes, so decoders never invalidate each other's caches.
+#[derive(Debug)]
+#[repr(align(128))]
+struct CounterBlock {
+    plain: [AtomicU64; DecodeStats::PLAIN_COUNTERS],
+    malformed: [AtomicU64; Malformed::ALL.len()],
+}
+
+impl Default for CounterBlock {
+    fn default() -> Self {
+        Self {
+            plain: std::array::from_fn(|_| AtomicU64::new(0)),
+            malformed: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl CounterBlock {
+    /// Decoder side: publishes its totals (one relaxed store per counter).
+    fn store(&self, s: &DecodeStats) {
+        for (a, v) in self.plain.iter().zip(s.plain_counters()) {
+            a.store(v, Ordering::Relaxed);
+        }
+        for (a, &v) in self.malformed.iter().zip(s.malformed.iter()) {
+            a.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Reader side: the totals last published (no `domains`).
+    fn load(&self) -> DecodeStats {
+        let mut s = DecodeStats::default();
+        s.set_plain_counters(&std::array::from_fn(|i| {
+            self.plain[i].load(Ordering::Relaxed)
+        }));
+        for (v, a) in s.malformed.iter_mut().zip(self.malformed.iter()) {
+            *v = a.load(Ordering::Relaxed);
+        }
+        s
+    }
+}
+
+/// What the reader thread asks of a decoder (written by the reader, read by the decoder).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Requests {
+    /// Stop once the jobs ring is empty.
+    closing: AtomicBool,
+    /// Status ticks that asked for the per-domain sequence figures: the decoder sends a copy on
+    /// its `domains` ring at its next publish when this moved (per status tick, not per batch).
+    domains_wanted: AtomicU64,
+}
+
+/// How often a decoder publishes its counters (and answers a request for its domain figures).
+const PUBLISH_INTERVAL: Duration = Duration::from_millis(5);
 
 #[derive(Debug)]
 struct Worker {
@@ -195,6 +259,10 @@ struct Worker {
     /// Control jobs waiting for room in `jobs` (kept in order; data waits behind them).
     deferred: VecDeque<Job>,
     shared: Arc<Shared>,
+    /// The decoder's per-domain sequence figures, sent when asked ([`Requests::domains_wanted`])
+    /// and when it stops, and the newest received. Only the reader thread touches it (a
+    /// `RefCell`: [`Pipeline::stats`] takes `&self`, and `Pipeline` is not `Sync`).
+    domains: RefCell<(rtrb::Consumer<Vec<DomainSeqStats>>, Vec<DomainSeqStats>)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -287,6 +355,9 @@ impl Pipeline {
                 // the worker's hands, so the returns ring can never be full.
                 let (returns_tx, returns) = rtrb::RingBuffer::<Lease>::new(depth + 1);
                 let shared = Arc::new(Shared::default());
+                // At most one answer per status tick plus the final one are in flight between
+                // two reads (the reader drains it whenever it asks).
+                let (domains_tx, domains_rx) = rtrb::RingBuffer::new(4);
                 let mut w = DecodeWorker {
                     decoder: Decoder::new(cfg.decode.clone()),
                     jobs: jobs_rx,
@@ -295,6 +366,8 @@ impl Pipeline {
                     view: view.clone(),
                     sinks: Arc::clone(&sinks),
                     shared: Arc::clone(&shared),
+                    domains_tx,
+                    domains_served: 0,
                     flush_interval: Duration::from_millis(cfg.flush_interval_ms.max(1)),
                     batches: Vec::new(),
                 };
@@ -307,6 +380,7 @@ impl Pipeline {
                     returns,
                     deferred: VecDeque::new(),
                     shared,
+                    domains: RefCell::new((domains_rx, Vec::new())),
                     thread: Some(thread),
                 }
             })
@@ -501,14 +575,27 @@ impl Pipeline {
         }
     }
 
-    /// Snapshot of all counters (decoders publish theirs every few ms).
+    /// Snapshot of all counters (decoders publish theirs every few ms). The per-domain sequence
+    /// figures are those the decoders sent for the previous call (they are asked here and answer
+    /// within a few ms); after [`Self::finish`] they are final.
     pub fn stats(&self) -> PipelineStats {
         let mut s = PipelineStats {
             dispatch: self.stats,
             ..Default::default()
         };
         for w in &self.workers {
-            let d = w.shared.stats.lock().map(|g| g.clone()).unwrap_or_default();
+            let mut d = w.shared.counters.load();
+            {
+                let (rx, newest) = &mut *w.domains.borrow_mut();
+                while let Ok(v) = rx.pop() {
+                    *newest = v;
+                }
+                d.domains.clone_from(newest);
+            }
+            w.shared
+                .requests
+                .domains_wanted
+                .fetch_add(1, Ordering::Relaxed);
             s.per_decoder_counters.push(d.counters);
             s.decode.add(&d);
         }
@@ -537,7 +624,7 @@ impl Pipeline {
             std::thread::sleep(Duration::from_micros(200));
         }
         for w in &self.workers {
-            w.shared.closing.store(true, Ordering::Release);
+            w.shared.requests.closing.store(true, Ordering::Release);
         }
         for i in 0..self.workers.len() {
             while self.workers[i]
@@ -567,6 +654,9 @@ struct DecodeWorker {
     view: SlotView,
     sinks: Arc<[Arc<dyn Sink>]>,
     shared: Arc<Shared>,
+    domains_tx: rtrb::Producer<Vec<DomainSeqStats>>,
+    /// The last [`Requests::domains_wanted`] answered.
+    domains_served: u64,
     flush_interval: Duration,
     batches: Vec<CounterBatch>,
 }
@@ -613,14 +703,14 @@ impl DecodeWorker {
                 self.flush();
                 last_emit = now;
             }
-            if now.duration_since(last_publish) >= Duration::from_millis(5) {
-                self.publish();
+            if now.duration_since(last_publish) >= PUBLISH_INTERVAL {
+                self.publish(false);
                 last_publish = now;
             }
             if did == 0 {
-                if self.shared.closing.load(Ordering::Acquire) && self.jobs.is_empty() {
+                if self.shared.requests.closing.load(Ordering::Acquire) && self.jobs.is_empty() {
                     self.flush();
-                    self.publish();
+                    self.publish(true);
                     return;
                 }
                 std::thread::sleep(idle_sleep);
@@ -683,9 +773,44 @@ impl DecodeWorker {
         }
     }
 
-    fn publish(&self) {
-        if let Ok(mut g) = self.shared.stats.lock() {
-            g.clone_from(self.decoder.stats());
+    /// Copies the counters into the shared block; sends the per-domain figures when the reader
+    /// asked for them since the last time, or when `last`.
+    fn publish(&mut self, last: bool) {
+        let stats = self.decoder.stats();
+        self.shared.counters.store(stats);
+        let wanted = self.shared.requests.domains_wanted.load(Ordering::Relaxed);
+        if (last || wanted != self.domains_served)
+            && self.domains_tx.push(stats.domains.clone()).is_ok()
+        {
+            self.domains_served = wanted;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every plain counter and every malformed reason survives the trip through a decoder's
+    /// counter block (a field left out of `with_plain_counters!` would read back as 0).
+    #[test]
+    fn counter_block_round_trips_every_counter() {
+        let mut s = DecodeStats::default();
+        let v: [u64; DecodeStats::PLAIN_COUNTERS] = std::array::from_fn(|i| 1000 + i as u64);
+        s.set_plain_counters(&v);
+        for (i, m) in s.malformed.iter_mut().enumerate() {
+            *m = 7 + i as u64;
+        }
+        let b = CounterBlock::default();
+        b.store(&s);
+        assert_eq!(b.load(), s);
+        assert_eq!(b.load().plain_counters(), v);
+        // Every number field of the struct is in the list (serde sees them all).
+        let j = serde_json::to_value(b.load()).unwrap();
+        for (k, x) in j.as_object().unwrap() {
+            assert!(x.as_u64() != Some(0), "{k} is not in with_plain_counters!");
+        }
+        assert_eq!(std::mem::align_of::<CounterBlock>(), 128);
+        assert_eq!(std::mem::size_of::<CounterBlock>() % 128, 0);
     }
 }

@@ -1,5 +1,6 @@
 //! Decode counters. Owned by the decoder thread (plain integers, no atomics on the hot path);
-//! published by copying a snapshot once per batch/status tick.
+//! published with relaxed stores into the decoder's own counter block every few ms (see
+//! `pipeline`), read by the status tick.
 
 /// Every way input can be wrong, each counted separately. None stops the decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -235,11 +236,11 @@ impl Clone for DecodeStats {
     }
 }
 
-impl DecodeStats {
-    /// Every plain counter of `o` (no `domains`).
-    fn plain(o: &Self) -> Self {
-        macro_rules! copy { ($($f:ident),*) => { Self { $( $f: o.$f, )* domains: Vec::new(), malformed: o.malformed } } }
-        copy!(
+/// Calls `$m!` with every plain counter field of [`DecodeStats`] (all but `domains` and
+/// `malformed`): the one list that copying, summing and publishing walk.
+macro_rules! with_plain_counters {
+    ($m:ident) => {
+        $m!(
             messages,
             bytes,
             records,
@@ -266,6 +267,33 @@ impl DecodeStats {
             templates_overriding_session,
             untracked_domain_messages
         )
+    };
+}
+
+impl DecodeStats {
+    /// Number of plain counters ([`Self::plain_counters`]).
+    pub(crate) const PLAIN_COUNTERS: usize = {
+        macro_rules! count { ($($f:ident),*) => { [$(stringify!($f)),*].len() } }
+        with_plain_counters!(count)
+    };
+
+    /// Every plain counter (no `domains`, no `malformed`), in a fixed order: what a decoder
+    /// publishes to its counter block ([`Self::set_plain_counters`] reads it back).
+    pub(crate) fn plain_counters(&self) -> [u64; Self::PLAIN_COUNTERS] {
+        macro_rules! arr { ($($f:ident),*) => { [$(self.$f),*] } }
+        with_plain_counters!(arr)
+    }
+
+    /// Sets every plain counter from [`Self::plain_counters`]' order.
+    pub(crate) fn set_plain_counters(&mut self, v: &[u64; Self::PLAIN_COUNTERS]) {
+        macro_rules! set { ($($f:ident),*) => {{ let mut it = v.iter(); $( self.$f = *it.next().expect("one value per field"); )* }} }
+        with_plain_counters!(set);
+    }
+
+    /// Every plain counter of `o` (no `domains`).
+    fn plain(o: &Self) -> Self {
+        macro_rules! copy { ($($f:ident),*) => { Self { $( $f: o.$f, )* domains: Vec::new(), malformed: o.malformed } } }
+        with_plain_counters!(copy)
     }
 
     #[inline]
@@ -286,33 +314,7 @@ impl DecodeStats {
     /// Adds another decoder's counters (for a daemon-wide total).
     pub fn add(&mut self, o: &DecodeStats) {
         macro_rules! add { ($($f:ident),*) => { $( self.$f += o.$f; )* } }
-        add!(
-            messages,
-            bytes,
-            records,
-            counters,
-            batches,
-            template_sets,
-            options_template_sets,
-            templates_registered,
-            templates_refreshed,
-            templates_replaced,
-            templates_withdrawn,
-            options_templates,
-            options_records,
-            sessions_registered,
-            unknown_template_bytes,
-            discarded_bytes,
-            padding_bytes,
-            missing_samples,
-            seq_lost_messages,
-            seq_lost_records,
-            seq_out_of_order,
-            seq_gap_events,
-            filtered_messages,
-            templates_overriding_session,
-            untracked_domain_messages
-        );
+        with_plain_counters!(add);
         for d in &o.domains {
             match self.domains.iter_mut().find(|x| x.domain == d.domain) {
                 Some(x) => x.add(d),
