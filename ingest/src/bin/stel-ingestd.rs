@@ -2,8 +2,6 @@
 //! kernel (eBPF), decodes it on every core into Arrow counter batches and hands them to sinks.
 //! See `stel_ingest::daemon` for the wiring and `deploy/stel-ingestd.toml` for every setting.
 use std::{
-    io::Write,
-    os::fd::AsFd,
     path::{Path, PathBuf},
     process::ExitCode,
     sync::{
@@ -16,18 +14,16 @@ use std::{
 use clap::{Parser, Subcommand};
 use stel_ingest::{
     config::{DaemonConfig, SessionFile, SourceKind},
-    daemon::{Daemon, DaemonStatus},
-    emu::{self, EmuConfig, Emulator, GroundTruth, Pattern},
+    demo::{self, DemoSettings},
+    emu::Pattern,
     filter::FilterPolicy,
     input::InputFormat,
     ipfix::SeqMode,
-    netlink,
     reader::ReaderKind,
-    sinks::Live,
+    status::{self, StatusTicker},
     sys::{self, signal},
     topology::Topology,
 };
-use stel_store::metrics::{Label, Metric, Snapshot};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -251,243 +247,6 @@ fn parse_seq_mode(s: &str) -> Result<SeqMode, String> {
     }
 }
 
-/// RX/TX Gbit/s of the first ports between two status ticks (from the live sink's newest
-/// snapshot of the first session).
-#[derive(Debug, Default)]
-struct Rates {
-    prev: Option<(i64, Vec<u64>)>,
-    /// Column names of the schema they were made for (once per schema, not per tick).
-    names: Option<(Arc<stel_store::SessionSchema>, Vec<String>)>,
-}
-
-impl Rates {
-    fn line(&mut self, live: &Live) -> String {
-        let Some((ts, row, schema)) = live.state().first() else {
-            return String::new();
-        };
-        if !self
-            .names
-            .as_ref()
-            .is_some_and(|(s, _)| Arc::ptr_eq(s, &schema))
-        {
-            let n = schema.columns.iter().map(|c| c.wide_name()).collect();
-            self.names = Some((Arc::clone(&schema), n));
-        }
-        let names = &self.names.as_ref().expect("just set").1;
-        let mut s = String::new();
-        if let Some((pts, prow)) = &self.prev {
-            let dt = (ts - *pts) as f64 / 1e9;
-            if dt > 0.0 && prow.len() == row.len() {
-                let gbps = |i: usize| row[i].wrapping_sub(prow[i]) as f64 * 8.0 / dt / 1e9;
-                for (i, n) in names.iter().enumerate() {
-                    if let Some(port) = n.strip_suffix(".IF_IN_OCTETS") {
-                        let tx = names
-                            .iter()
-                            .position(|m| m == &format!("{port}.IF_OUT_OCTETS"))
-                            .map_or(0.0, gbps);
-                        s.push_str(&format!(" {port} rx {:.1}/tx {tx:.1} Gb/s;", gbps(i)));
-                        if s.matches(';').count() == 3 {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        self.prev = Some((ts, row));
-        s
-    }
-}
-
-/// The status file's JSON: the reader thread's detailed status (per-sink sections, the filter's
-/// policy, per-domain sequence figures) and, under `metrics`, every series of the registry —
-/// the same snapshot the status line, `/metrics` and OTLP read.
-fn status_json(st: &DaemonStatus, snap: &Snapshot) -> serde_json::Value {
-    let mut v = serde_json::to_value(st).unwrap_or_default();
-    if let serde_json::Value::Object(m) = &mut v {
-        m.insert("metrics".into(), snap.to_json());
-    }
-    v
-}
-
-fn write_status(path: &Path, st: &DaemonStatus, snap: &Snapshot) {
-    if path.as_os_str().is_empty() {
-        return;
-    }
-    let tmp = path.with_extension("json.tmp");
-    let body = serde_json::to_vec_pretty(&status_json(st, snap)).unwrap_or_default();
-    let ok = path
-        .parent()
-        .is_none_or(|d| std::fs::create_dir_all(d).is_ok())
-        && std::fs::File::create(&tmp)
-            .and_then(|mut f| f.write_all(&body))
-            .is_ok()
-        && std::fs::rename(&tmp, path).is_ok();
-    if !ok {
-        static WARNED: AtomicBool = AtomicBool::new(false);
-        if !WARNED.swap(true, Ordering::Relaxed) {
-            tracing::warn!(path = %path.display(), "Could not write the status file.");
-        }
-    }
-}
-
-/// One line of figures, read from two registry snapshots. `filtered` is the template filter's
-/// count alone (kernel or user space: each message counted once); `seq` is loss the sequence
-/// numbers show, in gap events too; when the kernel filter dropped data of a domain whose other
-/// templates are decoded, its gaps include those messages (said in the line).
-fn status_line(now: &Snapshot, prev: &Snapshot, dt: f64, rates: &str) -> String {
-    use Metric as M;
-    let seq = now.sum(M::DecodeSeqLostMessages) + now.sum(M::DecodeSeqLostRecords);
-    let dropped = now.sum(M::FilterDroppedMessages);
-    let overlap = if seq > 0 && now.sum(M::FilterKernelState) == 1 && dropped > 0 {
-        " (seq gaps include messages the kernel filter dropped)"
-    } else {
-        ""
-    };
-    // The counter socket's reader (INT's has source="int" and its own part of the line).
-    let reader = |s: &Snapshot, m: Metric| {
-        s.series(m)
-            .filter(|x| x.label(Label::Source) != "int")
-            .map(|x| x.value)
-            .sum::<u64>()
-    };
-    format!(
-        "stel-ingestd: {:>6.1} M counters/s {:>7.1} MB/s | {} msgs, {} snapshots | lost: kernel {} seq {} in {} gaps{} shed {} trunc {} | filtered {} malformed {}{}",
-        now.sum(M::DecodeValues).saturating_sub(prev.sum(M::DecodeValues)) as f64 / dt / 1e6,
-        reader(now, M::ReaderBytes).saturating_sub(reader(prev, M::ReaderBytes)) as f64 / dt / 1e6,
-        now.sum(M::DecodeMessages),
-        now.sum(M::DecodeRecords),
-        reader(now, M::ReaderKernelDroppedDatagrams),
-        seq,
-        now.sum(M::DecodeSeqGaps),
-        overlap,
-        now.sum(M::DispatchShedMessages),
-        reader(now, M::ReaderTruncatedDatagrams),
-        dropped,
-        now.sum(M::DecodeMalformed),
-        rates
-    )
-}
-
-/// The demo's switch: the design rate, or what the demo flags ask for.
-fn demo_emulator(a: &Args) -> Result<Emulator, String> {
-    let mut cfg = EmuConfig::design();
-    cfg.ports = a.ports;
-    cfg.stats = emu::default_stats(cfg.group, a.stats);
-    cfg.interval_ns = a.interval;
-    cfg.pattern = a.pattern;
-    // Switch time starts now, so the demo's history is where `stel-query --since 10m` looks.
-    cfg.start_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(cfg.start_ns, |d| d.as_nanos() as u64);
-    Emulator::new(cfg).map_err(|e| format!("demo: {e}"))
-}
-
-/// What the demo's emulator thread did besides sending: for the "achieved vs asked" line.
-#[derive(Debug, Clone, Copy, Default)]
-struct DemoPace {
-    /// Wall time the thread ran, s.
-    wall_s: f64,
-    /// Its own CPU time (generating, framing, copying into the socket), s.
-    cpu_s: f64,
-    /// Time spent in `send` (copying into the socket, or waiting for room when the daemon's
-    /// socket is full), s.
-    blocked_s: f64,
-}
-
-/// CPU seconds (user + system) of the calling thread, from `/proc/thread-self/stat`.
-fn thread_cpu_s() -> f64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    (ut + st) / 100.0
-}
-
-/// The demo's emulator thread: frames messages like a switch and sends them over the local
-/// socket pair (blocking when the daemon is behind: the demo never loses data).
-fn spawn_demo(
-    mut producer: Emulator,
-    tx: std::os::fd::OwnedFd,
-    halt: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<(GroundTruth, u64, DemoPace)>, String> {
-    let _ = sys::set_sndbuf(tx.as_fd(), 8 << 20);
-    std::thread::Builder::new()
-        .name("stel-demo-emu".into())
-        .spawn(move || {
-            let period = Duration::from_nanos(
-                producer.snapshots_per_message() as u64 * producer.cfg.interval_ns,
-            );
-            let (mut ipfix, mut frame) = (Vec::new(), Vec::new());
-            let mut sent = 0u64;
-            let start = Instant::now();
-            let cpu0 = thread_cpu_s();
-            let mut blocked = Duration::ZERO;
-            let mut k = 0u32;
-            producer.template_message(&mut ipfix);
-            loop {
-                frame.clear();
-                netlink::frame(&mut frame, netlink::USERSOCK_MSG_TYPE, k, &ipfix);
-                let t = Instant::now();
-                if sys::send(tx.as_fd(), &frame).is_err() {
-                    break;
-                }
-                blocked += t.elapsed();
-                sent += 1;
-                if halt.load(Ordering::Relaxed) {
-                    break;
-                }
-                ipfix.clear();
-                producer.data_message(&mut ipfix);
-                k += 1;
-                let due = start + period * k;
-                // In short naps, so a stop is seen within 50 ms even at slow demo rates.
-                while let Some(left) = due.checked_duration_since(Instant::now()) {
-                    if halt.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    std::thread::sleep(left.min(Duration::from_millis(50)));
-                }
-            }
-            let pace = DemoPace {
-                wall_s: start.elapsed().as_secs_f64(),
-                cpu_s: thread_cpu_s() - cpu0,
-                blocked_s: blocked.as_secs_f64(),
-            };
-            (producer.truth, sent, pace)
-        })
-        .map_err(|e| e.to_string())
-}
-
-/// "asked X, achieved Y" and, when the emulator fell behind, why: its own CPU (generating the
-/// counters took a whole core) or the daemon (sends blocked on a full socket).
-fn demo_pace_line(asked: f64, counters: u64, p: &DemoPace) -> String {
-    let achieved = counters as f64 / p.wall_s.max(1e-9);
-    let mut line = format!(
-        "demo rate: asked {:.0} M counters/s, achieved {:.0} M counters/s ({:.0} %)",
-        asked / 1e6,
-        achieved / 1e6,
-        achieved / asked * 100.0
-    );
-    if achieved < 0.95 * asked {
-        let busy = p.cpu_s / p.wall_s.max(1e-9);
-        let blocked = p.blocked_s / p.wall_s.max(1e-9);
-        line.push_str(&format!(
-            "; the emulator fell behind: its thread used {:.0} % of a core and spent {:.0} % of the time in send (copying into the socket or waiting for the daemon to make room) — ",
-            busy * 100.0,
-            blocked * 100.0
-        ));
-        line.push_str(if blocked >= 0.5 {
-            "the daemon could not take the data as fast (see the status lines for where it was shed or queued)"
-        } else if busy >= 0.8 {
-            "it is CPU-bound: generating and framing the counters takes a whole core (on a switch the ASIC's DMA engine does this)"
-        } else {
-            "it did not get the CPU: the daemon's threads and other processes on this machine kept the cores busy (see the load average)"
-        });
-    }
-    line
-}
-
 fn config_from(a: &Args) -> Result<DaemonConfig, String> {
     let mut cfg = match &a.config {
         Some(p) => DaemonConfig::load(p).map_err(|e| e.to_string())?,
@@ -595,11 +354,6 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
     Ok(cfg)
 }
 
-/// True for file input: the loop ends when every file was read.
-fn is_file_input(d: &Daemon) -> bool {
-    d.status().input.is_some()
-}
-
 fn euid_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -614,8 +368,13 @@ fn euid_is_root() -> bool {
 fn run(a: Args) -> Result<(), String> {
     let stop = signal::stop_flag();
     let cfg = config_from(&a)?;
-    let demo = cfg.source.kind == SourceKind::Demo;
-    let (local_rx, local_tx) = if demo {
+    let demo_cfg = (cfg.source.kind == SourceKind::Demo).then_some(DemoSettings {
+        ports: a.ports,
+        stats: a.stats,
+        interval_ns: a.interval,
+        pattern: a.pattern,
+    });
+    let (local_rx, local_tx) = if demo_cfg.is_some() {
         let (r, t) = sys::local_datagram_pair().map_err(|e| e.to_string())?;
         (Some(r), Some(t))
     } else {
@@ -627,35 +386,28 @@ fn run(a: Args) -> Result<(), String> {
     // The whole daemon in one pass: config checked, privileged set-up, privileges dropped,
     // sinks, decoders, INT, metrics, STATE_DB, sessions.
     let mut topo = Topology::build(cfg, local_rx)?;
-    let mut int_prev = topo.int.as_ref().map(|i| i.stats()).unwrap_or_default();
     let hup = signal::hup_flag();
     let halt = Arc::new(AtomicBool::new(false));
     let mut producer = None;
-    let mut asked_rate: Option<f64> = None;
-    if let Some(tx) = local_tx {
-        let emu = demo_emulator(&a)?;
+    if let (Some(d), Some(tx)) = (demo_cfg, local_tx) {
+        let emu = demo::emulator(&d)?;
         // Registered before the first message leaves: the filter keeps only registered data.
         topo.daemon
             .register(emu.session_spec(), emu.session_config())?;
-        let h = spawn_demo(demo_emulator(&a)?, tx, Arc::clone(&halt))?;
-        asked_rate = Some(emu.cfg.counters_per_s());
+        let asked = emu.cfg.counters_per_s();
         eprintln!(
             "stel-ingestd: demo: asking the emulator for {} ports × {} stats every {} ns ({:.0} M counters/s) through the daemon's reader; the rate it achieves is printed at the end; Ctrl-C stops",
-            a.ports, a.stats, a.interval, emu.cfg.counters_per_s() / 1e6
+            d.ports, d.stats, d.interval_ns, asked / 1e6
         );
-        producer = Some(h);
+        producer = Some((demo::spawn(emu, tx, Arc::clone(&halt))?, asked));
     }
     if let Some(g) = topo.daemon.genl_status() {
         eprintln!("stel-ingestd: {g}");
     }
 
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_nanos(d));
-    let mut rates = Rates::default();
-    let mut prev = topo.registry.snapshot();
-    let mut last_tick = Instant::now();
-    let mut last_warn: Option<Instant> = None;
-    let files = is_file_input(&topo.daemon);
-    let show_status_line = a.status_line.enabled();
+    let files = topo.daemon.status().input.is_some();
+    let mut ticker = StatusTicker::new(&topo, status_file, interval, a.status_line.enabled());
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         topo.daemon.step()?;
         if files && topo.daemon.input_done() {
@@ -672,104 +424,43 @@ fn run(a: Args) -> Result<(), String> {
                 i.reload_evcs();
             }
         }
-        if last_tick.elapsed() >= interval {
-            let mut st = topo.daemon.status();
-            let dt = last_tick.elapsed().as_secs_f64();
-            let int_now = topo.int.as_ref().map(|i| i.stats());
-            if let Some(s) = &int_now {
-                st.sinks
-                    .insert("int".into(), serde_json::to_value(s).unwrap_or_default());
-            }
-            let verdict = match st.nothing_decoded() {
-                Some(w) => Err(format!("nothing decoded: {w}")),
-                None => Ok(()),
-            };
-            topo.status_metrics
-                .publish(&st, int_now.as_ref(), verdict.is_ok());
-            if let Some((w, _)) = &topo.state_db {
-                topo.status_metrics.publish_state_db(&w.stats());
-            }
-            topo.health.set(verdict);
-            // Everything below reads this one snapshot of the registry.
-            let snap = topo.registry.snapshot();
-            let mut line = status_line(&snap, &prev, dt, &rates.line(&topo.live));
-            if let Some(s) = int_now {
-                line.push_str(&format!(" | {}", s.line(&int_prev, dt)));
-                int_prev = s;
-            }
-            if let Some(g) = topo
-                .daemon
-                .genl_status()
-                .filter(|g| g.starts_with("waiting"))
-            {
-                line.push_str(&format!(" | {g}"));
-            }
-            let nothing = st.nothing_decoded();
-            if let Some(w) = &nothing {
-                line.push_str(&format!(" | NOTHING DECODED: {w}"));
-            }
-            if show_status_line {
-                eprintln!("{line}");
-            }
-            if let Some(w) = nothing {
-                // The operator must act; logged once a minute at most (the line says it each tick).
-                if last_warn.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(60)) {
-                    tracing::warn!("Nothing decoded: {w}.");
-                    last_warn = Some(Instant::now());
-                }
-            }
-            write_status(&status_file, &st, &snap);
-            prev = snap;
-            last_tick = Instant::now();
-        }
+        ticker.maybe_tick(&topo);
     }
 
     // Stop reading new data, drain what is in flight, flush, exit 0.
     halt.store(true, Ordering::Relaxed);
     // The emulator may be blocked sending into a full socket: keep reading until it has stopped.
-    if let Some(h) = &producer {
+    if let Some((h, _)) = &producer {
         while !h.is_finished() {
             topo.daemon.step()?;
         }
     }
-    let (truth, sent, pace) = match producer.take() {
-        Some(h) => {
+    let (demo_done, sent) = match producer.take() {
+        Some((h, asked)) => {
             let (t, s, p) = h.join().map_err(|_| "emulator thread panicked")?;
-            (Some(t), s, Some(p))
+            (Some((t, p, asked)), s)
         }
-        None => (None, 0, None),
+        None => (None, 0),
     };
     let drained = move |r: &sys::uring::RecvStats| r.datagrams + r.truncated >= sent;
     let fin = topo.finish(
-        truth
+        demo_done
             .as_ref()
             .map(|_| &drained as &dyn Fn(&sys::uring::RecvStats) -> bool),
         Duration::from_secs(5),
     );
-    let (st, snap) = (fin.status, fin.metrics);
-    write_status(&status_file, &st, &snap);
-    if let Some(t) = truth {
+    let st = &fin.status;
+    if let Some((t, pace, asked)) = &demo_done {
         eprintln!(
             "stel-ingestd: demo done: emulator sent {} snapshots ({} counters), decoder decoded {} ({} counters)",
             t.records, t.samples, st.pipeline.decode.records, st.pipeline.decode.counters
         );
-        if let (Some(p), Some(asked)) = (pace, asked_rate) {
-            eprintln!("stel-ingestd: {}", demo_pace_line(asked, t.samples, &p));
-        }
+        eprintln!("stel-ingestd: {}", demo::pace_line(*asked, t.samples, pace));
     }
+    let json = ticker.finish(&fin);
     if a.json {
-        println!("{}", status_json(&st, &snap));
+        println!("{json}");
     }
-    // The final figures, in the status line's words (a short run may never have printed one).
-    eprintln!(
-        "{}",
-        status_line(
-            &snap,
-            &prev,
-            last_tick.elapsed().as_secs_f64().max(1e-3),
-            ""
-        )
-    );
     if let Some(i) = &st.input {
         eprintln!(
             "stel-ingestd: input: {} files ({} unreadable), {} bytes, {} units; {} unreadable records, {} packets skipped, {} INT datagrams, {} other UDP datagrams, {} IP datagrams reassembled",
@@ -827,40 +518,15 @@ fn main() -> ExitCode {
         file,
         json,
         help_text,
-    }) = &a.command
+    }) = a.command
     {
-        let file = file.clone().unwrap_or_else(|| {
-            let run = PathBuf::from("/run/stel/status.json");
-            if run.exists() {
-                run
-            } else {
-                PathBuf::from("stel-data/status.json")
-            }
-        });
-        return match std::fs::read_to_string(&file) {
-            Ok(s) if *json => {
-                println!("{s}");
+        return match status::show(file, json, help_text) {
+            Ok(out) => {
+                print!("{out}");
                 ExitCode::SUCCESS
             }
-            // Every metric of the registry, one line per series (`-`: not run by this daemon).
-            Ok(s) => match serde_json::from_str::<serde_json::Value>(&s) {
-                Ok(v) => {
-                    print!(
-                        "{}",
-                        Snapshot::from_json(&v["metrics"]).to_table(*help_text)
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("stel-ingestd: {}: {e} (not a status file)", file.display());
-                    ExitCode::from(2)
-                }
-            },
             Err(e) => {
-                eprintln!(
-                    "stel-ingestd: {}: {e} (is the daemon running? its [status] file setting decides the path)",
-                    file.display()
-                );
+                eprintln!("stel-ingestd: {e}");
                 ExitCode::from(2)
             }
         };

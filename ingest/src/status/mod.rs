@@ -4,6 +4,12 @@
 //! file tell the same numbers. Not on the data path: one registry lookup per series per tick.
 //!
 //! Labels are bounded: the source kind, reasons from closed enums, sink names.
+//!
+//! [`output`] turns the registry's snapshot into the status file, the status line and what
+//! `stel-ingestd status` prints.
+mod output;
+
+pub use output::{show, status_json, status_line, write_status, Rates, StatusTicker};
 use std::{
     borrow::Cow,
     collections::HashMap,

@@ -1,0 +1,278 @@
+//! The status outputs the main loop writes each tick: the status file (JSON), the per-second
+//! status line on stderr and what `stel-ingestd status` prints, all read from one registry
+//! snapshot (plus the typed `info` the registry cannot hold).
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use stel_store::metrics::{Label, Metric, Snapshot};
+
+use crate::{
+    daemon::DaemonStatus,
+    int::source::IntSourceStats,
+    sinks::Live,
+    topology::{Finished, Topology},
+};
+
+/// RX/TX Gbit/s of the first ports between two status ticks (from the live sink's newest
+/// snapshot of the first session).
+#[derive(Debug, Default)]
+pub struct Rates {
+    prev: Option<(i64, Vec<u64>)>,
+    /// Column names of the schema they were made for (once per schema, not per tick).
+    names: Option<(Arc<stel_store::SessionSchema>, Vec<String>)>,
+}
+
+impl Rates {
+    /// The rates since the previous call (empty on the first).
+    pub fn line(&mut self, live: &Live) -> String {
+        let Some((ts, row, schema)) = live.state().first() else {
+            return String::new();
+        };
+        if !self
+            .names
+            .as_ref()
+            .is_some_and(|(s, _)| Arc::ptr_eq(s, &schema))
+        {
+            let n = schema.columns.iter().map(|c| c.wide_name()).collect();
+            self.names = Some((Arc::clone(&schema), n));
+        }
+        let names = &self.names.as_ref().expect("just set").1;
+        let mut s = String::new();
+        if let Some((pts, prow)) = &self.prev {
+            let dt = (ts - *pts) as f64 / 1e9;
+            if dt > 0.0 && prow.len() == row.len() {
+                let gbps = |i: usize| row[i].wrapping_sub(prow[i]) as f64 * 8.0 / dt / 1e9;
+                for (i, n) in names.iter().enumerate() {
+                    if let Some(port) = n.strip_suffix(".IF_IN_OCTETS") {
+                        let tx = names
+                            .iter()
+                            .position(|m| m == &format!("{port}.IF_OUT_OCTETS"))
+                            .map_or(0.0, gbps);
+                        s.push_str(&format!(" {port} rx {:.1}/tx {tx:.1} Gb/s;", gbps(i)));
+                        if s.matches(';').count() == 3 {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.prev = Some((ts, row));
+        s
+    }
+}
+
+/// The status file's JSON: the reader thread's detailed status (per-sink sections, the filter's
+/// policy, per-domain sequence figures) and, under `metrics`, every series of the registry —
+/// the same snapshot the status line, `/metrics` and OTLP read.
+pub fn status_json(st: &DaemonStatus, snap: &Snapshot) -> serde_json::Value {
+    let mut v = serde_json::to_value(st).unwrap_or_default();
+    if let serde_json::Value::Object(m) = &mut v {
+        m.insert("metrics".into(), snap.to_json());
+    }
+    v
+}
+
+/// Writes the status file (atomically: a temp file renamed over it); an empty path writes
+/// nothing. A failure is logged once.
+pub fn write_status(path: &Path, st: &DaemonStatus, snap: &Snapshot) {
+    if path.as_os_str().is_empty() {
+        return;
+    }
+    let tmp = path.with_extension("json.tmp");
+    let body = serde_json::to_vec_pretty(&status_json(st, snap)).unwrap_or_default();
+    let ok = path
+        .parent()
+        .is_none_or(|d| std::fs::create_dir_all(d).is_ok())
+        && std::fs::File::create(&tmp)
+            .and_then(|mut f| f.write_all(&body))
+            .is_ok()
+        && std::fs::rename(&tmp, path).is_ok();
+    if !ok {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(path = %path.display(), "Could not write the status file.");
+        }
+    }
+}
+
+/// One line of figures, read from two registry snapshots. `filtered` is the template filter's
+/// count alone (kernel or user space: each message counted once); `seq` is loss the sequence
+/// numbers show, in gap events too; when the kernel filter dropped data of a domain whose other
+/// templates are decoded, its gaps include those messages (said in the line).
+pub fn status_line(now: &Snapshot, prev: &Snapshot, dt: f64, rates: &str) -> String {
+    use Metric as M;
+    let seq = now.sum(M::DecodeSeqLostMessages) + now.sum(M::DecodeSeqLostRecords);
+    let dropped = now.sum(M::FilterDroppedMessages);
+    let overlap = if seq > 0 && now.sum(M::FilterKernelState) == 1 && dropped > 0 {
+        " (seq gaps include messages the kernel filter dropped)"
+    } else {
+        ""
+    };
+    // The counter socket's reader (INT's has source="int" and its own part of the line).
+    let reader = |s: &Snapshot, m: Metric| {
+        s.series(m)
+            .filter(|x| x.label(Label::Source) != "int")
+            .map(|x| x.value)
+            .sum::<u64>()
+    };
+    format!(
+        "stel-ingestd: {:>6.1} M counters/s {:>7.1} MB/s | {} msgs, {} snapshots | lost: kernel {} seq {} in {} gaps{} shed {} trunc {} | filtered {} malformed {}{}",
+        now.sum(M::DecodeValues).saturating_sub(prev.sum(M::DecodeValues)) as f64 / dt / 1e6,
+        reader(now, M::ReaderBytes).saturating_sub(reader(prev, M::ReaderBytes)) as f64 / dt / 1e6,
+        now.sum(M::DecodeMessages),
+        now.sum(M::DecodeRecords),
+        reader(now, M::ReaderKernelDroppedDatagrams),
+        seq,
+        now.sum(M::DecodeSeqGaps),
+        overlap,
+        now.sum(M::DispatchShedMessages),
+        reader(now, M::ReaderTruncatedDatagrams),
+        dropped,
+        now.sum(M::DecodeMalformed),
+        rates
+    )
+}
+
+/// The main loop's status tick: publishes the reader thread's figures into the registry, sets
+/// `/health`, prints the status line (when `show_line`) and rewrites the status file.
+#[derive(Debug)]
+pub struct StatusTicker {
+    file: PathBuf,
+    interval: Duration,
+    show_line: bool,
+    rates: Rates,
+    prev: Snapshot,
+    int_prev: IntSourceStats,
+    last_tick: Instant,
+    last_warn: Option<Instant>,
+}
+
+impl StatusTicker {
+    /// A ticker for `topo`, every `interval`, writing `file` (empty: none).
+    pub fn new(topo: &Topology, file: PathBuf, interval: Duration, show_line: bool) -> Self {
+        Self {
+            file,
+            interval,
+            show_line,
+            rates: Rates::default(),
+            prev: topo.registry.snapshot(),
+            int_prev: topo.int.as_ref().map(|i| i.stats()).unwrap_or_default(),
+            last_tick: Instant::now(),
+            last_warn: None,
+        }
+    }
+
+    /// Ticks when the interval has passed since the last tick.
+    pub fn maybe_tick(&mut self, topo: &Topology) {
+        if self.last_tick.elapsed() >= self.interval {
+            self.tick(topo);
+        }
+    }
+
+    fn tick(&mut self, topo: &Topology) {
+        let mut st = topo.daemon.status();
+        let dt = self.last_tick.elapsed().as_secs_f64();
+        let int_now = topo.int.as_ref().map(|i| i.stats());
+        if let Some(s) = &int_now {
+            st.sinks
+                .insert("int".into(), serde_json::to_value(s).unwrap_or_default());
+        }
+        let verdict = match st.nothing_decoded() {
+            Some(w) => Err(format!("nothing decoded: {w}")),
+            None => Ok(()),
+        };
+        topo.status_metrics
+            .publish(&st, int_now.as_ref(), verdict.is_ok());
+        if let Some((w, _)) = &topo.state_db {
+            topo.status_metrics.publish_state_db(&w.stats());
+        }
+        topo.health.set(verdict);
+        // Everything below reads this one snapshot of the registry.
+        let snap = topo.registry.snapshot();
+        let mut line = status_line(&snap, &self.prev, dt, &self.rates.line(&topo.live));
+        if let Some(s) = int_now {
+            line.push_str(&format!(" | {}", s.line(&self.int_prev, dt)));
+            self.int_prev = s;
+        }
+        if let Some(g) = topo
+            .daemon
+            .genl_status()
+            .filter(|g| g.starts_with("waiting"))
+        {
+            line.push_str(&format!(" | {g}"));
+        }
+        let nothing = st.nothing_decoded();
+        if let Some(w) = &nothing {
+            line.push_str(&format!(" | NOTHING DECODED: {w}"));
+        }
+        if self.show_line {
+            eprintln!("{line}");
+        }
+        if let Some(w) = nothing {
+            // The operator must act; logged once a minute at most (the line says it each tick).
+            if self
+                .last_warn
+                .is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(60))
+            {
+                tracing::warn!("Nothing decoded: {w}.");
+                self.last_warn = Some(Instant::now());
+            }
+        }
+        write_status(&self.file, &st, &snap);
+        self.prev = snap;
+        self.last_tick = Instant::now();
+    }
+
+    /// The final status file, and the final figures in the status line's words on stderr (a
+    /// short run may never have printed one). Returns the status file's JSON.
+    pub fn finish(&self, fin: &Finished) -> serde_json::Value {
+        write_status(&self.file, &fin.status, &fin.metrics);
+        eprintln!(
+            "{}",
+            status_line(
+                &fin.metrics,
+                &self.prev,
+                self.last_tick.elapsed().as_secs_f64().max(1e-3),
+                ""
+            )
+        );
+        status_json(&fin.status, &fin.metrics)
+    }
+}
+
+/// `stel-ingestd status`: the status file `file` (default: /run/stel/status.json, else
+/// ./stel-data/status.json) as the registry's table (`help_text`: each metric's help under it)
+/// or, with `json`, whole.
+///
+/// # Errors
+/// The file cannot be read or is not a status file (the message says which and what to check).
+pub fn show(file: Option<PathBuf>, json: bool, help_text: bool) -> Result<String, String> {
+    let file = file.unwrap_or_else(|| {
+        let run = PathBuf::from("/run/stel/status.json");
+        if run.exists() {
+            run
+        } else {
+            PathBuf::from("stel-data/status.json")
+        }
+    });
+    let s = std::fs::read_to_string(&file).map_err(|e| {
+        format!(
+            "{}: {e} (is the daemon running? its [status] file setting decides the path)",
+            file.display()
+        )
+    })?;
+    if json {
+        return Ok(format!("{s}\n"));
+    }
+    // Every metric of the registry, one line per series (`-`: not run by this daemon).
+    let v = serde_json::from_str::<serde_json::Value>(&s)
+        .map_err(|e| format!("{}: {e} (not a status file)", file.display()))?;
+    Ok(Snapshot::from_json(&v["metrics"]).to_table(help_text))
+}
