@@ -38,7 +38,10 @@ use stel_ingest::{
     netlink,
     sys::netlink::NetlinkSocket,
 };
-use stel_store::sai::ObjectType;
+use stel_store::{
+    metrics::{Metric, Snapshot},
+    sai::ObjectType,
+};
 
 /// 2024-05-01T12:00:00Z: the recent leg's hour (switch time; fixed, so runs are comparable).
 pub const T_RECENT: u64 = 1_714_564_800_000_000_000;
@@ -231,8 +234,13 @@ fn session_json(emu: &Emulator) -> Value {
     stel_ingest::config::SessionFile::to_json(&emu.session_spec(), &emu.session_config())
 }
 
-/// A registry series from a status-file section: unlabelled metrics are a number, labelled ones a
-/// list of `{labels, value}` (summed); absent (unregistered) counts as 0.
+/// The registry's series of a status file (its `metrics` section).
+fn registry(st: &Value) -> Snapshot {
+    Snapshot::from_json(&st["metrics"])
+}
+
+/// A registry series from a status file's `metrics` section: unlabelled metrics are a number,
+/// labelled ones a list of `{labels, value}` (summed); absent (unregistered) counts as 0.
 fn metric(section: &Value, name: &str) -> u64 {
     match &section[name] {
         Value::Number(n) => n.as_u64().unwrap_or(0),
@@ -348,7 +356,7 @@ fn daemon_run(
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got = read_json(&status)
-            .and_then(|s| s["recv"]["datagrams"].as_u64())
+            .map(|s| registry(&s).sum(Metric::ReaderDatagrams))
             .unwrap_or(0);
         if got >= sent {
             break;
@@ -411,9 +419,10 @@ pub fn generate(
                 for (k, run) in sw.runs.iter().enumerate() {
                     match daemon_run(daemon, work, &sw.name, run, k, group, env).and_then(|v| {
                         let st = &v["status"];
-                        let (up, pq) = (&st["sinks"]["upload"], &st["sinks"]["parquet"]);
-                        let lost = st["pipeline"]["lost_messages"].as_u64().unwrap_or(0)
-                            + st["kernel_drops"].as_u64().unwrap_or(0);
+                        let (up, pq) = (&st["metrics"], &st["metrics"]);
+                        let r = registry(&st);
+                        let lost = r.sum(Metric::DecodeSeqLostMessages)
+                            + r.sum(Metric::ReaderKernelDroppedDatagrams);
                         // The status file's sink sections are their registry series.
                         let files_uploaded = metric(up, "stel_upload_files_total");
                         if files_uploaded != metric(pq, "stel_sink_published_files_total")

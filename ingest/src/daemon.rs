@@ -101,8 +101,10 @@ pub struct DaemonStatus {
     pub sessions: usize,
     /// The session registry's counters.
     pub session_registry: SessionStats,
-    /// Per sink, whatever the sink reports.
-    pub sinks: serde_json::Map<String, serde_json::Value>,
+    /// Per component, what is not a counter (the uploader's last error, the INT source's
+    /// listen addresses and figures): the status file's `info.components`. Counters are in
+    /// the registry, never here.
+    pub components: serde_json::Map<String, serde_json::Value>,
     pub capabilities_dropped: bool,
 }
 
@@ -346,25 +348,22 @@ impl Daemon {
         ));
     }
 
-    /// Adds counters to the status (under `sinks.<name>`) of something that takes no batches
-    /// (the uploader, the inspect server).
+    /// Adds something that takes no batches (the uploader, the inspect server) to the status:
+    /// its [`StatusSource::info`] under `info.components.<name>` (its counters are registry
+    /// series).
     pub fn add_status_source(&mut self, s: Arc<dyn StatusSource>) {
         self.status_sources.push(s);
     }
 
-    fn sink_stats(&self) -> serde_json::Map<String, serde_json::Value> {
-        let mut sinks = serde_json::Map::new();
-        for s in &self.sinks {
-            sinks.insert(s.name().to_string(), s.stats().to_json());
-        }
+    fn component_info(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut out = serde_json::Map::new();
         for s in &self.status_sources {
-            let mut j = s.stats().to_json();
-            if let serde_json::Value::Object(m) = &mut j {
-                m.extend(s.info());
+            let info = s.info();
+            if !info.is_empty() {
+                out.insert(s.name().to_string(), info.into());
             }
-            sinks.insert(s.name().to_string(), j);
         }
-        sinks
+        out
     }
 
     /// Registers a session (see [`SessionRegistry::register`]): validated, filter updated all or
@@ -549,7 +548,7 @@ impl Daemon {
             filter.learn_failed = s.learn_failed;
             filter.last_dropped_template = s.last_dropped_set_id as u16;
         }
-        let sinks = self.sink_stats();
+        let components = self.component_info();
         let input = self.reader.input_stats();
         let mut pipeline = self
             .pipeline
@@ -578,7 +577,7 @@ impl Daemon {
             pipeline,
             sessions: self.sessions.len(),
             session_registry: self.sessions.stats(),
-            sinks,
+            components,
             capabilities_dropped: self.caps_dropped,
         }
     }
@@ -624,11 +623,8 @@ impl Daemon {
                     i.unreadable_records;
                 status.pipeline.decode.discarded_bytes += i.discarded_bytes;
             }
-            status.sinks = self.sink_stats();
             return status;
         }
-        let mut status = self.status();
-        status.sinks = self.sink_stats();
-        status
+        self.status()
     }
 }

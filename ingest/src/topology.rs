@@ -329,7 +329,7 @@ impl Topology {
                     serde_json::to_string(&s.decode.malformed).unwrap_or_default()
                 );
             }
-            st.sinks
+            st.components
                 .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
         }
         if let Some(h) = self.history {
@@ -340,8 +340,6 @@ impl Topology {
                         s.get(Metric::SinkPublishedFiles),
                         stel_store::parquet::accounting::written(&s)
                     );
-                    // The final counters (after the last publish) for the status file.
-                    st.sinks.insert("parquet".into(), s.to_json());
                     parquet = Some(s);
                 }
                 Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
@@ -359,11 +357,7 @@ impl Topology {
                     s.get(Metric::UploadFailures),
                     s.get(Metric::UploadVanishedFiles)
                 );
-                let mut j = s.to_json();
-                if let serde_json::Value::Object(m) = &mut j {
-                    m.extend(info);
-                }
-                st.sinks.insert("upload".into(), j);
+                st.components.insert("upload".into(), info.into());
             }
         }
         if let Some(s) = self.inspect {
@@ -378,8 +372,6 @@ impl Topology {
                 o.samples_delivered,
                 o.dropped_samples.total()
             );
-            st.sinks
-                .insert("otlp".into(), serde_json::to_value(o).unwrap_or_default());
         }
         if let Some(m) = self.metrics {
             m.shutdown();
@@ -405,8 +397,8 @@ impl Topology {
     }
 }
 
-/// What a stopped topology leaves: the final status (sinks' last figures in `status.sinks`)
-/// and the Parquet history's final counters, typed.
+/// What a stopped topology leaves: the final status, the Parquet history's final counters,
+/// typed, and the registry's final snapshot (the sinks' last figures included).
 #[derive(Debug)]
 pub struct Finished {
     pub status: DaemonStatus,

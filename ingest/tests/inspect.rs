@@ -136,7 +136,7 @@ fn live_snapshots_from_the_running_daemon() {
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let st: Value = serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
-    let i = &st["sinks"]["inspect"];
+    let i = &st["metrics"];
     // The registry's JSON form: one entry per series, with its labels.
     let series = |name: &str, reason: Option<&str>| -> u64 {
         // Unlabelled metrics are a number, labelled ones a list of series.

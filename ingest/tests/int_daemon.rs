@@ -11,6 +11,7 @@ use std::{
 };
 
 use serde_json::Value;
+use stel_store::metrics::{Metric, Snapshot};
 use stel_testkit::python3;
 
 fn status(path: &Path) -> Option<Value> {
@@ -78,13 +79,13 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
         .spawn()
         .unwrap();
     let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-        v["sinks"]["int"]["listen"][0].is_string()
+        v["info"]["components"]["int"]["listen"][0].is_string()
     });
-    let addr = st["sinks"]["int"]["listen"][0]
+    let addr = st["info"]["components"]["int"]["listen"][0]
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(st["sinks"]["int"]["evcs"], 8, "{st}");
+    assert_eq!(st["info"]["components"]["int"]["evcs"], 8, "{st}");
 
     let truth_path = d.join("truth.json");
     let o = Command::new(env!("CARGO_BIN_EXE_stel-emu"))
@@ -118,13 +119,13 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
     // daemon has decoded all of it.
     let want = u("packets_sent") + 3;
     wait_status(&status_file, &mut child, "every datagram received", |v| {
-        v["sinks"]["int"]["recv"]["datagrams"].as_u64() == Some(want)
+        v["info"]["components"]["int"]["recv"]["datagrams"].as_u64() == Some(want)
     });
 
     // SIGHUP: the EVC names are read again.
     kill(&child, "-HUP");
     wait_status(&status_file, &mut child, "the EVC reload", |v| {
-        v["sinks"]["int"]["evc_reloads"] == 1
+        v["info"]["components"]["int"]["evc_reloads"] == 1
     });
 
     kill(&child, "-TERM");
@@ -132,7 +133,7 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
     let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-    let s = &fin["sinks"]["int"];
+    let s = &fin["info"]["components"]["int"];
     assert_eq!(s["kernel_drops"], 0, "{s}");
     assert_eq!(s["recv"]["truncated"], 0, "{s}");
     assert_eq!(
@@ -257,9 +258,9 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
         .spawn()
         .unwrap();
     let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-        v["sinks"]["int"]["listen"][0].is_string()
+        v["info"]["components"]["int"]["listen"][0].is_string()
     });
-    let addr = st["sinks"]["int"]["listen"][0]
+    let addr = st["info"]["components"]["int"]["listen"][0]
         .as_str()
         .unwrap()
         .to_string();
@@ -268,7 +269,7 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
         .send_to(&packet, &addr)
         .unwrap();
     wait_status(&status_file, &mut child, "the report", |v| {
-        v["sinks"]["int"]["recv"]["datagrams"] == 1
+        v["info"]["components"]["int"]["recv"]["datagrams"] == 1
     });
     kill(&child, "-TERM");
     let out = child.wait_with_output().unwrap();
@@ -278,7 +279,7 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
         String::from_utf8_lossy(&out.stderr)
     );
     let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-    let s = &fin["sinks"]["int"]["decode"];
+    let s = &fin["info"]["components"]["int"]["decode"];
     assert_eq!(s["reports_decoded"], 1, "{s}");
     assert_eq!(s["reports_malformed"], 0, "{s}");
 
@@ -364,10 +365,10 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
             .spawn()
             .unwrap();
         let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-            v["sinks"]["int"]["listen"][0].is_string()
+            v["info"]["components"]["int"]["listen"][0].is_string()
         });
-        assert_eq!(st["sinks"]["int"]["reader"], reader, "{st}");
-        let addr = st["sinks"]["int"]["listen"][0]
+        assert_eq!(st["info"]["components"]["int"]["reader"], reader, "{st}");
+        let addr = st["info"]["components"]["int"]["listen"][0]
             .as_str()
             .unwrap()
             .to_string();
@@ -378,7 +379,7 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
         b.send_to(&v05_plain_report(1), &addr).unwrap();
         b.send_to(&amlight_reference_packet(), &addr).unwrap();
         wait_status(&status_file, &mut child, "the reports", |v| {
-            v["sinks"]["int"]["recv"]["datagrams"] == 4
+            v["info"]["components"]["int"]["recv"]["datagrams"] == 4
         });
         kill(&child, "-TERM");
         let out = child.wait_with_output().unwrap();
@@ -388,7 +389,7 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
             String::from_utf8_lossy(&out.stderr)
         );
         let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-        let s = &fin["sinks"]["int"]["decode"];
+        let s = &fin["info"]["components"]["int"]["decode"];
         assert_eq!(s["reports_decoded"], 4, "{s}");
         assert_eq!(s["reports_malformed"], 0, "{s}");
         assert_eq!(s["seq_lost"], 0, "{s}");
@@ -506,16 +507,16 @@ fn int_reports_in_a_pcap_ingest_exactly_like_live_udp() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
     let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-    let i = &fin["input"];
+    let i = Snapshot::from_json(&fin["metrics"]);
     assert_eq!(
-        i["int_datagrams"].as_u64(),
-        Some(u("packets_sent") + 2),
-        "{i}"
+        i.sum(Metric::InputIntDatagrams),
+        u("packets_sent") + 2,
+        "{fin}"
     );
-    assert_eq!(i["non_ipfix_datagrams"], 1, "{i}");
-    assert_eq!(i["unreadable_records"], 0, "{i}");
-    assert_eq!(fin["int_datagrams_unrouted"], 0, "{fin}");
-    let s = &fin["sinks"]["int"];
+    assert_eq!(i.sum(Metric::InputNonIpfixDatagrams), 1, "{fin}");
+    assert_eq!(i.sum(Metric::InputUnreadableRecords), 0, "{fin}");
+    assert_eq!(i.sum(Metric::InputUnroutedIntDatagrams), 0, "{fin}");
+    let s = &fin["info"]["components"]["int"];
     assert_eq!(s["reader"], "file", "{s}");
     assert_eq!(
         s["recv"]["datagrams"].as_u64(),
@@ -612,7 +613,7 @@ print(json.dumps(out))
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
     let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-    let s = &fin["sinks"]["int"];
+    let s = &fin["info"]["components"]["int"];
     let f = &s["filter"];
     assert_eq!(f["kind"], "user_space", "{f}");
     assert_eq!(
@@ -681,11 +682,14 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
             .spawn()
             .unwrap();
         let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-            v["sinks"]["int"]["listen"][0].is_string()
+            v["info"]["components"]["int"]["listen"][0].is_string()
         });
         let kind = if ebpf { "kernel" } else { "user_space" };
-        assert_eq!(st["sinks"]["int"]["filter"]["kind"], kind, "{st}");
-        let addr = st["sinks"]["int"]["listen"][0]
+        assert_eq!(
+            st["info"]["components"]["int"]["filter"]["kind"], kind,
+            "{st}"
+        );
+        let addr = st["info"]["components"]["int"]["listen"][0]
             .as_str()
             .unwrap()
             .to_string();
@@ -698,8 +702,8 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
         a.send_to(&[], &addr).unwrap();
         b.send_to(&amlight_reference_packet(), &addr).unwrap();
         let st = wait_status(&status_file, &mut child, "the filter's verdicts", |v| {
-            v["sinks"]["int"]["filter"]["seen_datagrams"] == 6
-                && v["sinks"]["int"]["decode"]["payloads"] == 2
+            v["info"]["components"]["int"]["filter"]["seen_datagrams"] == 6
+                && v["info"]["components"]["int"]["decode"]["payloads"] == 2
         });
         if ebpf {
             // Dropped before the socket: the kernel counts them as the socket's drops.
@@ -713,7 +717,7 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
             String::from_utf8_lossy(&out.stderr)
         );
         let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-        let s = &fin["sinks"]["int"];
+        let s = &fin["info"]["components"]["int"];
         let f = &s["filter"];
         assert_eq!(f["kind"], kind, "{f}");
         assert_eq!(f["seen_datagrams"], 6, "{f}");

@@ -16,7 +16,10 @@ use stel_ingest::{
     netlink,
     sys::netlink::NetlinkSocket,
 };
-use stel_store::sai::ObjectType;
+use stel_store::{
+    metrics::{Metric as M, Snapshot},
+    sai::ObjectType,
+};
 
 const INGESTD: &str = env!("CARGO_BIN_EXE_stel-ingestd");
 const EMU: &str = env!("CARGO_BIN_EXE_stel-emu");
@@ -200,6 +203,11 @@ fn sender() -> NetlinkSocket {
     tx
 }
 
+/// The registry's series in a status file (its `metrics` section).
+fn metrics(st: &serde_json::Value) -> Snapshot {
+    Snapshot::from_json(&st["metrics"])
+}
+
 fn n(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -239,12 +247,16 @@ fn bulk_datagrams_up_to_half_a_megabyte_arrive_whole() {
         assert!(largest > 480_000, "{largest}");
         let data = d.data();
         let (st, err, _keep) = d.stop();
-        assert_eq!(n(&st["recv"]["truncated"]), 0, "{reader}: {err}");
-        assert_eq!(n(&st["recv"]["datagrams"]), 5, "{reader}");
-        let dec = &st["pipeline"]["decode"];
-        assert_eq!(n(&dec["records"]), emu.truth.records, "{reader}");
-        assert_eq!(n(&dec["counters"]), emu.truth.samples, "{reader}");
-        assert_eq!(n(&dec["seq_lost_messages"]), 0, "{reader}");
+        assert_eq!(
+            metrics(&st).sum(M::ReaderTruncatedDatagrams),
+            0,
+            "{reader}: {err}"
+        );
+        assert_eq!(metrics(&st).sum(M::ReaderDatagrams), 5, "{reader}");
+        let dec = metrics(&st);
+        assert_eq!(dec.sum(M::DecodeRecords), emu.truth.records, "{reader}");
+        assert_eq!(dec.sum(M::DecodeValues), emu.truth.samples, "{reader}");
+        assert_eq!(dec.sum(M::DecodeSeqLostMessages), 0, "{reader}");
         assert_exact(
             &data,
             "stel_demo",
@@ -287,17 +299,21 @@ fn templates_on_the_socket_are_learned_before_their_data() {
         }
         let data = d.data();
         let (st, err, _keep) = d.stop();
-        assert_eq!(st["filter"]["policy"], "learn", "{err}");
+        assert_eq!(st["info"]["filter"]["policy"], "learn", "{err}");
         assert_eq!(
-            n(&st["filter"]["dropped"]),
+            metrics(&st).sum(M::FilterDroppedMessages),
             1,
             "{extra:?}: {}",
-            st["filter"]
+            st["metrics"]
         );
-        assert!(n(&st["filter"]["learned"]) >= 1, "{}", st["filter"]);
-        let dec = &st["pipeline"]["decode"];
+        assert!(
+            metrics(&st).sum(M::FilterLearnedTemplates) >= 1,
+            "{}",
+            st["metrics"]
+        );
+        let dec = metrics(&st);
         assert_eq!(
-            n(&dec["records"]),
+            dec.sum(M::DecodeRecords),
             emu.truth.records - early,
             "{extra:?}: {err}"
         );
@@ -339,7 +355,7 @@ fn replay_without_a_session_is_decoded_and_filtering_everything_is_said() {
     assert!(r.status.success(), "{said}");
     assert!(said.contains("sent 21 datagrams"), "{said}");
     let (st, err, _k) = d.stop();
-    assert_eq!(n(&st["pipeline"]["decode"]["records"]), records, "{err}");
+    assert_eq!(metrics(&st).sum(M::DecodeRecords), records, "{err}");
     assert!(
         err.contains("stopped cleanly: 200 snapshots decoded"),
         "{err}"
@@ -353,7 +369,7 @@ fn replay_without_a_session_is_decoded_and_filtering_everything_is_said() {
         .unwrap();
     assert!(r.status.success());
     let (st, err, _k) = d.stop();
-    assert_eq!(n(&st["pipeline"]["decode"]["records"]), 0);
+    assert_eq!(metrics(&st).sum(M::DecodeRecords), 0);
     assert!(
         err.contains("NOTHING WAS DECODED: 20 messages filtered: template 256 not registered")
             && err.contains("pass --session FILE")
@@ -400,7 +416,7 @@ fn anonymous_tables_are_keyed_by_domain_and_template() {
     );
     ipfix_file(&f, &mut [&mut a, &mut b], 4);
     let (st, err, out) = ingest_files(&[], &[&f]);
-    assert_eq!(n(&st["pipeline"]["decode"]["records"]), 40, "{err}");
+    assert_eq!(metrics(&st).sum(M::DecodeRecords), 40, "{err}");
     let root = out.path().join("data");
     assert_exact(&root, "anonymous-d7-t256", "QUEUE", queue_cfg(7, 256), 20);
     assert_exact(&root, "anonymous-d0-t257", "QUEUE", queue_cfg(0, 257), 20);
@@ -423,8 +439,8 @@ fn an_inline_template_replacing_a_session_template_does_not_keep_its_names() {
     let mut q = Emulator::new(queue_cfg(0, 256)).unwrap();
     ipfix_file(&f, &mut [&mut q], 2);
     let (st, err, out) = ingest_files(&["--session", s.to_str().unwrap()], &[&f]);
-    let dec = &st["pipeline"]["decode"];
-    assert_eq!(n(&dec["templates_overriding_session"]), 1, "{err}");
+    let dec = metrics(&st);
+    assert_eq!(dec.sum(M::DecodeSessionOverrides), 1, "{err}");
     assert!(err.contains("redefines a registered session"), "{err}");
     let (ts, cols) = table(&out.path().join("data"), "stel_demo", "PORT");
     assert_eq!(ts.len(), 10);
@@ -473,18 +489,25 @@ fn netlink_framing_holes_are_malformed_and_end_the_datagram() {
     rec.record(&d2).unwrap();
     std::fs::write(&f, rec.finish().unwrap()).unwrap();
     let (st, err, _o) = ingest_files(&[], &[&f]);
-    let dec = &st["pipeline"]["decode"];
-    assert_eq!(n(&dec["records"]), 2, "{err}");
-    let m = &dec["malformed"];
-    assert_eq!(n(&m["netlink_length_too_small"]), 1, "{m}");
-    assert_eq!(n(&m["netlink_trailing_bytes"]), 1, "{m}");
-    assert_eq!(m.as_object().unwrap().len(), 2, "{m}");
+    let dec = metrics(&st);
+    assert_eq!(dec.sum(M::DecodeRecords), 2, "{err}");
+    assert_eq!(
+        dec.reason(M::DecodeMalformed, "netlink_length_too_small"),
+        1,
+        "{dec:?}"
+    );
+    assert_eq!(
+        dec.reason(M::DecodeMalformed, "netlink_trailing_bytes"),
+        1,
+        "{dec:?}"
+    );
+    assert_eq!(dec.sum(M::DecodeMalformed), 2, "{dec:?}");
     assert!(
         err.contains("malformed 2"),
         "the status line shows them: {err}"
     );
     // The skipped message shows as a one-message gap of domain 0.
-    let doms = dec["domains"].as_array().unwrap();
+    let doms = st["info"]["decode_domains"].as_array().unwrap();
     assert_eq!(doms.len(), 1);
     assert_eq!(n(&doms[0]["lost_messages"]), 1);
     assert_eq!(n(&doms[0]["gap_events"]), 1);
@@ -545,19 +568,19 @@ fn filtered_messages_count_once_and_not_as_loss() {
         tx.send_multicast(31, &framed(&ipfix)).unwrap();
     }
     let (st, err, _k) = d.stop();
-    let dec = &st["pipeline"]["decode"];
-    let filtered = n(&st["filter"]["dropped"]);
-    assert_eq!(filtered, 10, "{}", st["filter"]);
-    assert_eq!(n(&dec["filtered_messages"]), 10);
-    assert_eq!(n(&dec["seq_lost_messages"]), 3 + 1 + 1, "{dec}");
-    assert_eq!(n(&dec["seq_gap_events"]), 3);
-    let doms = dec["domains"].as_array().unwrap();
+    let dec = metrics(&st);
+    let filtered = metrics(&st).sum(M::FilterDroppedMessages);
+    assert_eq!(filtered, 10, "{}", st["metrics"]);
+    assert_eq!(dec.sum(M::DecodeSeqFilteredMessages), 10);
+    assert_eq!(dec.sum(M::DecodeSeqLostMessages), 3 + 1 + 1, "{dec:?}");
+    assert_eq!(dec.sum(M::DecodeSeqGaps), 3);
+    let doms = st["info"]["decode_domains"].as_array().unwrap();
     let d5 = doms.iter().find(|d| d["domain"] == 5).unwrap();
     assert_eq!(n(&d5["lost_messages"]), 5);
     assert_eq!(n(&d5["gap_events"]), 3);
     assert_eq!(n(&d5["largest_gap"]), 3);
     assert_eq!(n(&d5["filtered_messages"]), 10);
-    assert_eq!(n(&dec["records"]), sent_a - 2, "{err}");
+    assert_eq!(dec.sum(M::DecodeRecords), sent_a - 2, "{err}");
     let line = err
         .lines()
         .rev()
@@ -585,10 +608,7 @@ fn wait_status(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!(
-        "{what}: not reached in 30 s; last status: sessions {} registry {} filter {}",
-        last["sessions"], last["session_registry"], last["filter"]
-    );
+    panic!("{what}: not reached in 30 s; last status: {last}");
 }
 
 /// Item 4: a session whose second template does not fit in the filter map (a real E2BIG from
@@ -622,7 +642,8 @@ fn a_filter_insert_failure_leaves_no_trace() {
     ]);
     let status = d.dir.path().join("status.json");
     wait_status(&status, "session A", |s| {
-        s["sessions"] == 1 && s["session_registry"]["applied_total"] == 1
+        metrics(&s).sum(M::SessionRegisteredSessions) == 1
+            && metrics(&s).sum(M::SessionAppliedRegistrations) == 1
     });
     // Session B: one snapshot split over templates 257 and 258 (same objects).
     let part = |tid: u16, stats: &[&str]| {
@@ -670,18 +691,20 @@ fn a_filter_insert_failure_leaves_no_trace() {
     };
     publish_b(&mut c, "");
     let s = wait_status(&status, "B rejected", |s| {
-        s["session_registry"]["rejected_total"] == 1
+        metrics(&s).sum(M::SessionRejectedRegistrations) == 1
     });
-    assert_eq!(s["filter"]["kind"], "kernel", "{}", s["filter"]);
-    assert_eq!(s["sessions"], 1);
+    assert_eq!(s["info"]["filter"]["kind"], "kernel", "{}", s["info"]);
+    assert_eq!(metrics(&s).sum(M::SessionRegisteredSessions), 1);
     assert_eq!(
-        s["filter"]["templates"], 1,
+        metrics(&s).sum(M::FilterTemplates),
+        1,
         "257 was rolled back: {}",
-        s["filter"]
+        s["metrics"]
     );
-    assert_eq!(s["session_registry"]["filter_rollbacks_total"], 1);
+    assert_eq!(metrics(&s).sum(M::SessionFilterRollbacks), 1);
     assert_eq!(
-        s["pipeline"]["decode"]["sessions_registered"], 1,
+        metrics(&s).sum(M::DecodeAppliedSessions),
+        1,
         "no decoder has B"
     );
     let v: Option<String> = c.hget(key, "config_version").unwrap();
@@ -691,15 +714,17 @@ fn a_filter_insert_failure_leaves_no_trace() {
         .del("HIGH_FREQUENCY_TELEMETRY_SESSION_TABLE|stel_demo|PORT")
         .unwrap();
     wait_status(&status, "A gone", |s| {
-        s["sessions"] == 0 && s["filter"]["templates"] == 0
+        metrics(&s).sum(M::SessionRegisteredSessions) == 0
+            && metrics(&s).sum(M::FilterTemplates) == 0
     });
     // The same session again (renamed objects, so the watcher sees a change to apply).
     publish_b(&mut c, "_again");
     let s = wait_status(&status, "B registered", |s| {
-        s["sessions"] == 1 && s["session_registry"]["applied_total"] == 2
+        metrics(&s).sum(M::SessionRegisteredSessions) == 1
+            && metrics(&s).sum(M::SessionAppliedRegistrations) == 2
     });
-    assert_eq!(s["filter"]["templates"], 2);
-    assert_eq!(s["session_registry"]["rejected_total"], 1);
+    assert_eq!(metrics(&s).sum(M::FilterTemplates), 2);
+    assert_eq!(metrics(&s).sum(M::SessionRejectedRegistrations), 1);
     // The acknowledgement is written to STATE_DB after the status counts the session applied.
     let v = stel_testkit::redis::TestRedis::wait_for(30, "config_version acknowledged", || {
         c.hget::<_, _, Option<String>>(key, "config_version")
@@ -931,7 +956,7 @@ fn captures_of_every_kind_ingest_exactly_without_root() {
     let ipfix = dir.path().join("a.ipfix");
     std::fs::write(&ipfix, msgs.concat()).unwrap();
     let (st, err, out) = ingest_files(&session, &[&ipfix]);
-    assert_eq!(n(&st["pipeline"]["decode"]["records"]), records, "{err}");
+    assert_eq!(metrics(&st).sum(M::DecodeRecords), records, "{err}");
     assert_exact(
         &out.path().join("data"),
         "stel_demo",
@@ -965,14 +990,18 @@ fn captures_of_every_kind_ingest_exactly_without_root() {
     bytes[l - 13..l - 9].copy_from_slice(&100u32.to_be_bytes());
     std::fs::write(&pcap, &bytes).unwrap();
     let (st, err, out) = ingest_files(&session, &[&pcap]);
-    let dec = &st["pipeline"]["decode"];
-    assert_eq!(n(&dec["records"]), records, "{err}");
-    assert_eq!(n(&dec["malformed"]["input_record_unreadable"]), 1, "{dec}");
+    let dec = metrics(&st);
+    assert_eq!(dec.sum(M::DecodeRecords), records, "{err}");
     assert_eq!(
-        n(&st["input"]["ip_reassembled"]),
+        dec.reason(M::DecodeMalformed, "input_record_unreadable"),
+        1,
+        "{dec:?}"
+    );
+    assert_eq!(
+        metrics(&st).sum(M::InputReassembledDatagrams),
         msgs.len() as u64,
         "{}",
-        st["input"]
+        st["metrics"]
     );
     assert_exact(
         &out.path().join("data"),
@@ -1008,7 +1037,7 @@ fn captures_of_every_kind_ingest_exactly_without_root() {
     }
     std::fs::write(&ng, w.into_inner()).unwrap();
     let (st, err, out) = ingest_files(&session, &[&ng]);
-    assert_eq!(n(&st["pipeline"]["decode"]["records"]), records, "{err}");
+    assert_eq!(metrics(&st).sum(M::DecodeRecords), records, "{err}");
     assert_exact(
         &out.path().join("data"),
         "stel_demo",
@@ -1041,7 +1070,7 @@ fn captures_of_every_kind_ingest_exactly_without_root() {
     let records = n(&t["records"]);
     assert!(records > 100, "{t}");
     let (st, err, out) = ingest_files(&session, &[&rec]);
-    assert_eq!(n(&st["pipeline"]["decode"]["records"]), records, "{err}");
+    assert_eq!(metrics(&st).sum(M::DecodeRecords), records, "{err}");
     assert_exact(&out.path().join("data"), "stel_demo", "PORT", cfg, records);
 }
 
@@ -1073,7 +1102,7 @@ fn replay_sends_bad_messages_and_says_what_it_sent() {
         "{said}"
     );
     let (st, err, _k) = d.stop();
-    let dec = &st["pipeline"]["decode"];
-    assert_eq!(n(&dec["records"]), records, "{err}");
-    assert_eq!(n(&dec["malformed"]["bad_version"]), 1, "{dec}");
+    let dec = metrics(&st);
+    assert_eq!(dec.sum(M::DecodeRecords), records, "{err}");
+    assert_eq!(dec.reason(M::DecodeMalformed, "bad_version"), 1, "{dec:?}");
 }

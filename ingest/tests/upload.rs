@@ -130,10 +130,10 @@ fn daemon_uploads_every_published_file_to_a_directory() {
         lake.display()
     );
     let st = run_daemon(dir.path(), &extra, 3, &[]);
-    let up = &st["sinks"]["upload"];
-    let pq = &st["sinks"]["parquet"];
+    let up = &st;
+    let pq = &st;
     assert_eq!(metric(up, "stel_upload_failures_total"), 0, "{up}");
-    assert_eq!(up["switch"], SWITCH, "{up}");
+    assert_eq!(up["info"]["components"]["upload"]["switch"], SWITCH, "{up}");
     assert_eq!(metric(up, "stel_upload_pending_files"), 0, "{up}");
     assert_eq!(metric(up, "stel_upload_vanished_files_total"), 0, "{up}");
     assert_eq!(
@@ -151,11 +151,11 @@ fn daemon_uploads_every_published_file_to_a_directory() {
     assert_eq!(rows, metric(pq, "stel_parquet_written_rows_total"));
     // A restart uploads only what is new.
     let st = run_daemon(dir.path(), &extra, 2, &[]);
-    let up = &st["sinks"]["upload"];
+    let up = &st;
     assert_eq!(metric(up, "stel_upload_resumed_files"), files, "{up}");
     assert_eq!(
         metric(up, "stel_upload_files_total"),
-        metric(&st["sinks"]["parquet"], "stel_sink_published_files_total")
+        metric(&st, "stel_sink_published_files_total")
     );
     compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
 }
@@ -175,9 +175,7 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
         let st: Option<Value> = std::fs::read_to_string(&status)
             .ok()
             .and_then(|s| serde_json::from_str(&s).ok());
-        if let Some(st) =
-            st.filter(|s| metric(&s["sinks"]["upload"], "stel_upload_failures_total") >= 2)
-        {
+        if let Some(st) = st.filter(|s| metric(s, "stel_upload_failures_total") >= 2) {
             break st;
         }
         assert!(
@@ -186,15 +184,12 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(
-        metric(&down["sinks"]["upload"], "stel_upload_files_total"),
-        0
-    );
-    assert!(down["sinks"]["upload"]["last_error"].is_string());
+    assert_eq!(metric(&down, "stel_upload_files_total"), 0);
+    assert!(down["info"]["components"]["upload"]["last_error"].is_string());
     let _moto = MotoS3::start_on(port, "lake");
     let st = finish(child, &status);
-    let up = &st["sinks"]["upload"];
-    let pq = &st["sinks"]["parquet"];
+    let up = &st;
+    let pq = &st;
     assert!(metric(up, "stel_upload_failures_total") >= 2, "{up}");
     assert!(metric(up, "stel_upload_retries_total") >= 1, "{up}");
     assert_eq!(metric(up, "stel_upload_pending_files"), 0, "{up}");
@@ -210,11 +205,9 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
 }
 
 /// The sum of a metric's series in a status-file sink section (the registry's JSON form).
-fn metric(section: &Value, name: &str) -> u64 {
-    // Unlabelled metrics are a number (null when unregistered), labelled ones a list of series.
-    match &section[name] {
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        Value::Array(a) => a.iter().map(|x| x["value"].as_u64().unwrap_or(0)).sum(),
-        v => panic!("{name} is {v} in {section}"),
-    }
+/// A registry series of a status file, summed over its labels (0 when not registered).
+fn metric(st: &Value, name: &str) -> u64 {
+    let m =
+        stel_store::metrics::Metric::by_name(name).unwrap_or_else(|| panic!("no metric {name}"));
+    stel_store::metrics::Snapshot::from_json(&st["metrics"]).sum(m)
 }

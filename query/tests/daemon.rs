@@ -97,7 +97,8 @@ fn run_demo(dir: &Path, pattern: &str, extra: &[&str]) -> Value {
         "stel-ingestd wrote no Parquet file under {}: {stderr}",
         data.display()
     );
-    let records = counters["pipeline"]["decode"]["records"].as_u64().unwrap();
+    let records = stel_store::metrics::Snapshot::from_json(&counters["metrics"])
+        .sum(stel_store::metrics::Metric::DecodeRecords);
     assert!(
         records >= 100,
         "the demo decoded only {records} snapshots: {stderr}"
@@ -147,7 +148,8 @@ fn sql_i64(d: &Path, q: &str) -> i64 {
 /// What the daemon's history holds: every decoded snapshot once (rows), from `t0` to `t1`, one
 /// snapshot per `interval_ns` without a gap.
 fn history_span(d: &Path, counters: &Value, interval_ns: i64) -> (i64, i64, i64) {
-    let records = counters["pipeline"]["decode"]["records"].as_u64().unwrap();
+    let records = stel_store::metrics::Snapshot::from_json(&counters["metrics"])
+        .sum(stel_store::metrics::Metric::DecodeRecords);
     let n = sql_i64(d, "SELECT count(*) AS v FROM stel_demo_port");
     assert_eq!(n as u64, records, "rows in Parquet vs snapshots decoded");
     let t0 = sql_i64(d, "SELECT CAST(min(ts) AS BIGINT) AS v FROM stel_demo_port");

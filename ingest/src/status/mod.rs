@@ -9,7 +9,9 @@
 //! `stel-ingestd status` prints.
 mod output;
 
-pub use output::{show, status_json, status_line, write_status, Rates, StatusTicker};
+pub use output::{
+    show, status_json, status_line, write_status, FilterInfo, Rates, StatusInfo, StatusTicker,
+};
 use std::{
     borrow::Cow,
     collections::HashMap,

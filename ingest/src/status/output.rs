@@ -1,6 +1,6 @@
 //! The status outputs the main loop writes each tick: the status file (JSON), the per-second
 //! status line on stderr and what `stel-ingestd status` prints, all read from one registry
-//! snapshot (plus the typed `info` the registry cannot hold).
+//! snapshot (plus the typed [`StatusInfo`] the registry cannot hold).
 use std::{
     io::Write,
     path::{Path, PathBuf},
@@ -11,10 +11,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use serde::Serialize;
 use stel_store::metrics::{Label, Metric, Snapshot};
 
 use crate::{
     daemon::DaemonStatus,
+    decode::DomainSeqStats,
     int::source::IntSourceStats,
     sinks::Live,
     topology::{Finished, Topology},
@@ -68,15 +70,59 @@ impl Rates {
     }
 }
 
-/// The status file's JSON: the reader thread's detailed status (per-sink sections, the filter's
-/// policy, per-domain sequence figures) and, under `metrics`, every series of the registry —
-/// the same snapshot the status line, `/metrics` and OTLP read.
+/// The status file's JSON: `metrics`, every series of the registry (the same snapshot the
+/// status line, `/metrics` and OTLP read: every counter is there and only there), and `info`,
+/// what is not a counter ([`StatusInfo`]).
 pub fn status_json(st: &DaemonStatus, snap: &Snapshot) -> serde_json::Value {
-    let mut v = serde_json::to_value(st).unwrap_or_default();
-    if let serde_json::Value::Object(m) = &mut v {
-        m.insert("metrics".into(), snap.to_json());
+    serde_json::json!({ "info": StatusInfo::of(st), "metrics": snap.to_json() })
+}
+
+/// The status file's `info` section: what the daemon runs and state that is not a counter.
+#[derive(Debug, Serialize)]
+pub struct StatusInfo<'a> {
+    /// The daemon's version.
+    pub version: &'static str,
+    /// The counter source (socket, group, files, or the genl family's state).
+    pub source: &'a str,
+    /// The receive loop: `io_uring` or `recvmsg` (or `file`).
+    pub reader: &'static str,
+    /// The template filter: where it runs and its policy.
+    pub filter: FilterInfo,
+    /// Sequence figures per observation domain (one exporter each). Not registry series:
+    /// domain IDs are not bounded label values. At most `MAX_TRACKED_DOMAINS` per decoder.
+    pub decode_domains: &'a [DomainSeqStats],
+    /// Per component, what is not a counter (the uploader's last error, the INT source's
+    /// listen addresses; for now the INT source's own figures too, see the README).
+    pub components: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+/// The template filter's settings and last verdict.
+#[derive(Debug, Serialize)]
+pub struct FilterInfo {
+    /// `kernel` (eBPF) or `user_space`.
+    pub kind: &'static str,
+    /// `registered` or `learn`.
+    pub policy: &'static str,
+    /// The template ID of the last message the filter dropped (0: none).
+    pub last_dropped_template: u16,
+}
+
+impl<'a> StatusInfo<'a> {
+    /// The info part of a status.
+    pub fn of(st: &'a DaemonStatus) -> Self {
+        Self {
+            version: env!("CARGO_PKG_VERSION"),
+            source: &st.source,
+            reader: st.reader,
+            filter: FilterInfo {
+                kind: st.filter.kind,
+                policy: st.filter.policy,
+                last_dropped_template: st.filter.last_dropped_template,
+            },
+            decode_domains: &st.pipeline.decode.domains,
+            components: &st.components,
+        }
     }
-    v
 }
 
 /// Writes the status file (atomically: a temp file renamed over it); an empty path writes
@@ -181,7 +227,7 @@ impl StatusTicker {
         let dt = self.last_tick.elapsed().as_secs_f64();
         let int_now = topo.int.as_ref().map(|i| i.stats());
         if let Some(s) = &int_now {
-            st.sinks
+            st.components
                 .insert("int".into(), serde_json::to_value(s).unwrap_or_default());
         }
         let verdict = match st.nothing_decoded() {
