@@ -420,7 +420,7 @@ pub fn generate(
                     match daemon_run(daemon, work, &sw.name, run, k, group, env).and_then(|v| {
                         let st = &v["status"];
                         let (up, pq) = (&st["metrics"], &st["metrics"]);
-                        let r = registry(&st);
+                        let r = registry(st);
                         let lost = r.sum(Metric::DecodeSeqLostMessages)
                             + r.sum(Metric::ReaderKernelDroppedDatagrams);
                         // The status file's sink sections are their registry series.

@@ -642,8 +642,8 @@ fn a_filter_insert_failure_leaves_no_trace() {
     ]);
     let status = d.dir.path().join("status.json");
     wait_status(&status, "session A", |s| {
-        metrics(&s).sum(M::SessionRegisteredSessions) == 1
-            && metrics(&s).sum(M::SessionAppliedRegistrations) == 1
+        metrics(s).sum(M::SessionRegisteredSessions) == 1
+            && metrics(s).sum(M::SessionAppliedRegistrations) == 1
     });
     // Session B: one snapshot split over templates 257 and 258 (same objects).
     let part = |tid: u16, stats: &[&str]| {
@@ -691,7 +691,7 @@ fn a_filter_insert_failure_leaves_no_trace() {
     };
     publish_b(&mut c, "");
     let s = wait_status(&status, "B rejected", |s| {
-        metrics(&s).sum(M::SessionRejectedRegistrations) == 1
+        metrics(s).sum(M::SessionRejectedRegistrations) == 1
     });
     assert_eq!(s["info"]["filter"]["kind"], "kernel", "{}", s["info"]);
     assert_eq!(metrics(&s).sum(M::SessionRegisteredSessions), 1);
@@ -714,14 +714,13 @@ fn a_filter_insert_failure_leaves_no_trace() {
         .del("HIGH_FREQUENCY_TELEMETRY_SESSION_TABLE|stel_demo|PORT")
         .unwrap();
     wait_status(&status, "A gone", |s| {
-        metrics(&s).sum(M::SessionRegisteredSessions) == 0
-            && metrics(&s).sum(M::FilterTemplates) == 0
+        metrics(s).sum(M::SessionRegisteredSessions) == 0 && metrics(s).sum(M::FilterTemplates) == 0
     });
     // The same session again (renamed objects, so the watcher sees a change to apply).
     publish_b(&mut c, "_again");
     let s = wait_status(&status, "B registered", |s| {
-        metrics(&s).sum(M::SessionRegisteredSessions) == 1
-            && metrics(&s).sum(M::SessionAppliedRegistrations) == 2
+        metrics(s).sum(M::SessionRegisteredSessions) == 1
+            && metrics(s).sum(M::SessionAppliedRegistrations) == 2
     });
     assert_eq!(metrics(&s).sum(M::FilterTemplates), 2);
     assert_eq!(metrics(&s).sum(M::SessionRejectedRegistrations), 1);
