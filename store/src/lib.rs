@@ -30,6 +30,7 @@ pub mod parquet;
 pub mod paths;
 pub mod prometheus;
 pub mod rate;
+mod retention;
 pub mod sai;
 pub mod schema;
 #[cfg(feature = "redis")]

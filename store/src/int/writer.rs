@@ -4,7 +4,7 @@
 
 use crate::durable::{fsync_dir, is_disk_full};
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::HashMap,
     fs::{self, File},
     io::{self, BufWriter},
     path::PathBuf,
@@ -20,6 +20,7 @@ use crate::{
     log_limit::LogLimiter,
     parquet::keys,
     paths::{classify_table, PartName, PartPaths, TableDir, TableEntry},
+    retention::{History, Limits},
 };
 
 struct OpenPart {
@@ -32,12 +33,6 @@ struct OpenPart {
     rows: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct FileInfo {
-    bytes: u64,
-    published: SystemTime,
-}
-
 /// (table, switch id)
 type Key = (Table, u32);
 
@@ -46,8 +41,7 @@ pub(crate) struct Writer {
     c: Arc<Counters>,
     parts: HashMap<Key, OpenPart>,
     seq: u32,
-    files: BTreeMap<(u64, PathBuf), FileInfo>,
-    history_bytes: u64,
+    history: History,
     paused_until: Option<Instant>,
     last_retention: Instant,
     log_err: LogLimiter,
@@ -68,8 +62,7 @@ impl Writer {
             c,
             parts: HashMap::new(),
             seq: 0,
-            files: BTreeMap::new(),
-            history_bytes: 0,
+            history: History::default(),
             paused_until: None,
             last_retention: Instant::now(),
             log_err: LogLimiter::new(Duration::from_secs(10)),
@@ -105,14 +98,9 @@ impl Writer {
                         }
                     }
                     TableEntry::Part { name, .. } => {
-                        self.history_bytes += md.len();
-                        self.files.insert(
-                            (name.first_ns, path),
-                            FileInfo {
-                                bytes: md.len(),
-                                published: md.modified().unwrap_or_else(|_| SystemTime::now()),
-                            },
-                        );
+                        let published = md.modified().unwrap_or_else(|_| SystemTime::now());
+                        self.history
+                            .insert(name.first_ns, path, md.len(), published);
                     }
                     TableEntry::Other => {}
                 }
@@ -125,7 +113,7 @@ impl Writer {
                 "The previous run stopped without publishing INT parts; their rows are lost."
             );
         }
-        self.c.history_bytes.store(self.history_bytes, Relaxed);
+        self.c.history_bytes.store(self.history.bytes(), Relaxed);
         self.enforce_retention(true);
     }
 
@@ -325,15 +313,13 @@ impl Writer {
                     Rotation::Age => self.c.rotations_age.fetch_add(1, Relaxed),
                     Rotation::Shutdown => 0,
                 };
-                self.history_bytes += bytes;
-                self.files.insert(
-                    (paths.name.first_ns, paths.published),
-                    FileInfo {
-                        bytes,
-                        published: SystemTime::now(),
-                    },
+                self.history.insert(
+                    paths.name.first_ns,
+                    paths.published,
+                    bytes,
+                    SystemTime::now(),
                 );
-                self.c.history_bytes.store(self.history_bytes, Relaxed);
+                self.c.history_bytes.store(self.history.bytes(), Relaxed);
                 self.enforce_retention(false);
             }
             Err(e) => {
@@ -391,57 +377,14 @@ impl Writer {
     }
 
     fn enforce_retention(&mut self, age: bool) {
-        let mut doomed = Vec::new();
-        if self.cfg.retention_max_bytes > 0 {
-            let mut total = self.history_bytes;
-            for (k, info) in &self.files {
-                if total <= self.cfg.retention_max_bytes {
-                    break;
-                }
-                total -= info.bytes;
-                doomed.push(k.clone());
-            }
-        }
-        if age && self.cfg.retention_max_age_s > 0 {
-            let limit = Duration::from_secs(self.cfg.retention_max_age_s);
-            let now = SystemTime::now();
-            for (k, info) in &self.files {
-                if now.duration_since(info.published).unwrap_or_default() > limit
-                    && !doomed.contains(k)
-                {
-                    doomed.push(k.clone());
-                }
-            }
-        }
-        for k in doomed {
-            let Some(info) = self.files.remove(&k) else {
-                continue;
-            };
-            match fs::remove_file(&k.1) {
-                Ok(()) => {
-                    self.history_bytes -= info.bytes;
-                    self.c.retention_files_deleted.fetch_add(1, Relaxed);
-                    self.c
-                        .retention_bytes_deleted
-                        .fetch_add(info.bytes, Relaxed);
-                    if let Some(h) = k.1.parent() {
-                        if fs::remove_dir(h).is_ok() {
-                            if let Some(d) = h.parent() {
-                                let _ = fs::remove_dir(d);
-                            }
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    self.history_bytes -= info.bytes;
-                }
-                Err(e) => {
-                    tracing::warn!(path = %k.1.display(), error = %e, "Cannot delete an INT file for retention.");
-                    self.files.insert(k, info);
-                }
-            }
-        }
-        self.c.history_bytes.store(self.history_bytes, Relaxed);
+        let limits = Limits {
+            max_bytes: self.cfg.retention_max_bytes,
+            max_age_s: self.cfg.retention_max_age_s,
+        };
+        let d = self.history.enforce(limits, age, "an INT file");
+        self.c.retention_files_deleted.fetch_add(d.files, Relaxed);
+        self.c.retention_bytes_deleted.fetch_add(d.bytes, Relaxed);
+        self.c.history_bytes.store(self.history.bytes(), Relaxed);
     }
 }
 

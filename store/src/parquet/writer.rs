@@ -4,6 +4,7 @@
 
 use crate::durable::{fsync_dir, is_disk_full};
 use crate::log_limit::LogLimiter;
+use crate::retention::{History, Limits};
 use std::{
     collections::{BTreeMap, HashMap},
     fs::{self, File},
@@ -112,12 +113,6 @@ struct Pending {
 /// How long a batch may wait for others to be coalesced with.
 const COALESCE_MAX_WAIT: Duration = Duration::from_millis(200);
 
-#[derive(Debug, Clone)]
-struct FileInfo {
-    bytes: u64,
-    published: SystemTime,
-}
-
 /// Why writing stopped for a while.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Blocked {
@@ -138,9 +133,8 @@ pub(crate) struct Writer {
     /// Batches waiting to be coalesced into one write of at least `write_batch_rows` rows.
     pending: HashMap<(String, String), Pending>,
     seq: u32,
-    /// Published files by (first_ns, path): the retention order, oldest first.
-    files: BTreeMap<(u64, PathBuf), FileInfo>,
-    history_bytes: u64,
+    /// Published files, for retention.
+    history: History,
     blocked: Option<(Blocked, Instant)>,
     /// An error episode is open until a part is published again.
     in_episode: bool,
@@ -216,8 +210,7 @@ impl Writer {
             parts: HashMap::new(),
             pending: HashMap::new(),
             seq: 0,
-            files: BTreeMap::new(),
-            history_bytes: 0,
+            history: History::default(),
             blocked: None,
             in_episode: false,
             last_retention_scan: Instant::now(),
@@ -293,14 +286,9 @@ impl Writer {
                     } => {
                         report.published_files += 1;
                         report.published_bytes += md.len();
-                        self.history_bytes += md.len();
-                        self.files.insert(
-                            (name.first_ns, path.clone()),
-                            FileInfo {
-                                bytes: md.len(),
-                                published: md.modified().unwrap_or_else(|_| SystemTime::now()),
-                            },
-                        );
+                        let published = md.modified().unwrap_or_else(|_| SystemTime::now());
+                        self.history
+                            .insert(name.first_ns, path.clone(), md.len(), published);
                         let e = sessions
                             .entry((profile.clone(), group.clone()))
                             .or_insert_with(|| {
@@ -335,7 +323,7 @@ impl Writer {
         }
         self.c.stale_temp_files_removed.add(report.stale_temp_files);
         self.c.stale_temp_bytes_removed.add(report.stale_temp_bytes);
-        self.c.history_bytes.set(self.history_bytes);
+        self.c.history_bytes.set(self.history.bytes());
         self.enforce_retention(true);
         report
     }
@@ -736,15 +724,13 @@ impl Writer {
                     tracing::info!(path = %paths.published.display(), "Parquet writes recovered.");
                 }
                 tracing::debug!(path = %paths.published.display(), rows, bytes, reason = ?why, "Published a Parquet part.");
-                self.history_bytes += bytes;
-                self.files.insert(
-                    (paths.name.first_ns, paths.published.clone()),
-                    FileInfo {
-                        bytes,
-                        published: SystemTime::now(),
-                    },
+                self.history.insert(
+                    paths.name.first_ns,
+                    paths.published.clone(),
+                    bytes,
+                    SystemTime::now(),
                 );
-                self.c.history_bytes.set(self.history_bytes);
+                self.c.history_bytes.set(self.history.bytes());
                 self.enforce_retention(false);
             }
             Err(e) => {
@@ -806,57 +792,14 @@ impl Writer {
     /// Deletes the oldest published files while over `retention_max_bytes`, and (when `age`)
     /// files published longer than `retention_max_age_s` ago.
     fn enforce_retention(&mut self, age: bool) {
-        let mut doomed = Vec::new();
-        if self.cfg.retention_max_bytes > 0 {
-            let mut total = self.history_bytes;
-            for (k, info) in &self.files {
-                if total <= self.cfg.retention_max_bytes {
-                    break;
-                }
-                total -= info.bytes;
-                doomed.push(k.clone());
-            }
-        }
-        if age && self.cfg.retention_max_age_s > 0 {
-            let limit = Duration::from_secs(self.cfg.retention_max_age_s);
-            let now = SystemTime::now();
-            for (k, info) in &self.files {
-                if now.duration_since(info.published).unwrap_or_default() > limit
-                    && !doomed.contains(k)
-                {
-                    doomed.push(k.clone());
-                }
-            }
-        }
-        for k in doomed {
-            let Some(info) = self.files.remove(&k) else {
-                continue;
-            };
-            match fs::remove_file(&k.1) {
-                Ok(()) => {
-                    self.history_bytes -= info.bytes;
-                    self.c.retention_files_deleted.add(1);
-                    self.c.retention_bytes_deleted.add(info.bytes);
-                    // Drop the hour and date directories once empty; ignore "not empty".
-                    let hour = k.1.parent();
-                    if let Some(h) = hour {
-                        if fs::remove_dir(h).is_ok() {
-                            if let Some(d) = h.parent() {
-                                let _ = fs::remove_dir(d);
-                            }
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    self.history_bytes -= info.bytes;
-                }
-                Err(e) => {
-                    self.c.retention_errors.add(1);
-                    tracing::warn!(path = %k.1.display(), error = %e, "Cannot delete a file for retention.");
-                    self.files.insert(k, info);
-                }
-            }
-        }
-        self.c.history_bytes.set(self.history_bytes);
+        let limits = Limits {
+            max_bytes: self.cfg.retention_max_bytes,
+            max_age_s: self.cfg.retention_max_age_s,
+        };
+        let d = self.history.enforce(limits, age, "a file");
+        self.c.retention_files_deleted.add(d.files);
+        self.c.retention_bytes_deleted.add(d.bytes);
+        self.c.retention_errors.add(d.errors);
+        self.c.history_bytes.set(self.history.bytes());
     }
 }
