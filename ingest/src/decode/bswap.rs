@@ -53,13 +53,19 @@ fn avx2_stream_inner(dst: &mut [u64], src: &[u8]) {
         12, 11, 10, 9, 8,
     );
     let body = (n - head) / 4 * 4;
-    let (d, s) = (&mut dst[head..head + body], &src[8 * head..8 * (head + body)]);
+    let (d, s) = (
+        &mut dst[head..head + body],
+        &src[8 * head..8 * (head + body)],
+    );
     for (d4, s32) in d.chunks_exact_mut(4).zip(s.chunks_exact(32)) {
         // SAFETY: `s32` is 32 readable bytes (unaligned load); `d4` is 32 writable bytes at a
         // 32-byte aligned address (`head` aligned the first, every chunk is 32 bytes).
         unsafe {
             let v = _mm256_loadu_si256(s32.as_ptr().cast::<__m256i>());
-            _mm256_stream_si256(d4.as_mut_ptr().cast::<__m256i>(), _mm256_shuffle_epi8(v, rev));
+            _mm256_stream_si256(
+                d4.as_mut_ptr().cast::<__m256i>(),
+                _mm256_shuffle_epi8(v, rev),
+            );
         }
     }
     portable_inner(&mut dst[head + body..], &src[8 * (head + body)..]);
