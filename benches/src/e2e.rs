@@ -20,6 +20,11 @@
 //! - `counters_db_lag_p50_ms` / `_max_ms`, `counters_db_write_rounds` and `redis_cpu_s`
 //!   (redis-server's own CPU over the run, from `INFO cpu`) show what the live view costs;
 //!   `STEL_BENCH_CDB_FLUSH_US=<µs>` overrides the COUNTERS_DB writer's `flush_interval_us`.
+//! - `daemon_cpu_s_per_g_by_thread`: the daemon's CPU per thread name (`/proc/self/task`, from
+//!   start to the end of sending; the drain is in the total only), per 10⁹ counters persisted.
+//!   `STEL_BENCH_BATCH_BYTES`, `STEL_BENCH_SLOTS`, `STEL_BENCH_BATCH_WAIT_US` and
+//!   `STEL_BENCH_ENCODE_THREADS` override the decoder's `batch_bytes`, the reader's `slots` and
+//!   `batch_wait_us` and the sink's `encode_threads` (to compare settings in the same build).
 use std::{
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -64,11 +69,21 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     cfg.source.kind = SourceKind::Usersock;
     cfg.source.usersock_group = group;
     cfg.pipeline.decoders = 1;
+    if let Some(b) = env_usize("STEL_BENCH_BATCH_BYTES") {
+        cfg.pipeline.decode.batch_bytes = b;
+    }
+    if let Some(n) = env_usize("STEL_BENCH_SLOTS") {
+        cfg.reader.slots = n as u16;
+    }
+    if let Some(us) = env_usize("STEL_BENCH_BATCH_WAIT_US") {
+        cfg.reader.batch_wait_us = us as u32;
+    }
     cfg.status.file = Default::default();
     cfg.inspect.enabled = false;
     cfg.parquet = Some(ParquetSinkConfig {
         dir: dir.path().to_path_buf(),
         test_write_delay_us: delay_us,
+        encode_threads: env_usize("STEL_BENCH_ENCODE_THREADS").unwrap_or(0),
         ..ParquetSinkConfig::default()
     });
     let mut cdb = CountersDbConfig {
@@ -101,6 +116,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let received = AtomicU64::new(0);
     let emu_cpu = std::sync::Mutex::new(0.0f64);
     let cpu0 = crate::parquet::process_cpu_s();
+    let threads0 = thread_cpu_s();
     let redis_cpu0 = redis_cpu_s(&redis);
     let t0 = Instant::now();
     let (sent, st) = std::thread::scope(|s| {
@@ -139,16 +155,17 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
             }
         }
         let sent = h.join().unwrap_or_else(|_| Err("sender panicked".into()));
+        let threads1 = thread_cpu_s();
         let n = *sent.as_ref().unwrap_or(&0);
         let drained = move |r: &stel_ingest::sys::uring::RecvStats| r.datagrams > n;
         // The lag before the writer stops; the clones go so the topology owns its sinks alone.
         let lag = counters.stats();
         drop((history, counters));
         let fin = topo.finish(Some(&drained), Duration::from_secs(5));
-        (sent, Some((fin, lag)))
+        (sent, Some((fin, lag, threads1)))
     });
     let sent = sent?;
-    let (fin, lag) = st.ok_or("daemon failed")?;
+    let (fin, lag, threads1) = st.ok_or("daemon failed")?;
     let st = fin.status;
     let cdb_lag = lag
         .histogram(stel_store::metrics::Metric::CountersDbLag)
@@ -175,6 +192,15 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let cps = persisted as f64 / elapsed;
     let per_g = daemon_cpu / (persisted.max(1) as f64 / 1e9);
     let emu_share = emu_cpu / process_cpu.max(1e-9);
+    let mut by_thread = serde_json::Map::new();
+    for (name, c1) in &threads1 {
+        if name == "stel-bench-emu" {
+            continue;
+        }
+        let c = c1 - threads0.get(name).copied().unwrap_or(0.0);
+        let per = c / (persisted.max(1) as f64 / 1e9);
+        by_thread.insert(name.clone(), json!((per * 100.0).round() / 100.0));
+    }
     eprintln!(
         "e2e: sent {sent_counters} counters, persisted {persisted} in {} files ({:.3} B/sample), lost {lost} (kernel drops {} msgs, parquet shed {} samples), unaccounted {unaccounted}, COUNTERS_DB lag p99 {cdb_lag_p99:.1} ms",
         p.files_published,
@@ -200,6 +226,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "counters_db_flush_interval_us": cdb_flush_us,
         "daemon_cpu_s_per_g_counters": (per_g * 100.0).round() / 100.0,
         "emulator_cpu_share": (emu_share * 100.0).round() / 100.0,
+        "daemon_cpu_s_per_g_by_thread": by_thread,
         "daemon_cpu_s": (daemon_cpu * 100.0).round() / 100.0,
         "emulator_cpu_s": (emu_cpu * 100.0).round() / 100.0,
         "redis_cpu_s": (redis_cpu * 100.0).round() / 100.0,
@@ -239,6 +266,31 @@ fn thread_stat_cpu_s() -> f64 {
     let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     (ut + st) / 100.0
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// CPU seconds (user + system) of this process's live threads, summed by thread name (the main
+/// thread is named after the binary).
+fn thread_cpu_s() -> std::collections::BTreeMap<String, f64> {
+    let mut m = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return m;
+    };
+    for e in dir.flatten() {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let (Some((head, rest)), Some(open)) = (stat.rsplit_once(')'), stat.find('(')) else {
+            continue;
+        };
+        let name = head[open + 1..].to_string();
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        *m.entry(name).or_insert(0.0) += (ut + st) / 100.0;
+    }
+    m
 }
 
 /// COUNTERS_DB write lag p99 from the sink's registry snapshot (`stel_counters_db_lag_seconds`).

@@ -36,6 +36,7 @@ fn reader(sock: &NetlinkSocket, kind: ReaderKind, slot_bytes: usize) -> Reader {
         slots: 64,
         slot_bytes,
         poll_timeout_ms: 20,
+        batch_wait_us: ReaderConfig::default().batch_wait_us,
     };
     let r = Reader::new(sock.as_fd(), &cfg).expect("reader");
     assert_eq!(

@@ -366,6 +366,8 @@ impl IntSource {
             // The largest UDP payload plus io_uring's recvmsg header: no report is truncated.
             slot_bytes: 65_536 + 64,
             poll_timeout_ms: 20,
+            // INT reports are small and their rate varies; not measured with batching waits.
+            batch_wait_us: 0,
         };
         let halt = Arc::new(AtomicBool::new(false));
         let evc_generation = Arc::new(AtomicU64::new(0));

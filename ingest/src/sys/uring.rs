@@ -86,7 +86,14 @@ pub struct UringRecv {
     msghdr: Box<libc::msghdr>,
     armed: bool,
     pending_publish: bool,
+    /// [`Self::set_batch_wait`]: µs a wait collects datagrams before it returns with the first
+    /// (0: returns at the first).
+    min_wait_us: u32,
 }
+
+/// Completions a batching wait asks for: more than arrive within its `min_wait_us` at the
+/// design rate, so the wait ends by that timer (or, once it expired, at the first datagram).
+const BATCH_WANT: usize = 32;
 
 impl std::fmt::Debug for UringRecv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -168,6 +175,7 @@ impl UringRecv {
             msghdr,
             armed: false,
             pending_publish: false,
+            min_wait_us: 0,
         };
         while let Some(slot) = pool.take_free() {
             if me.in_ring == entries {
@@ -178,6 +186,18 @@ impl UringRecv {
         }
         me.publish();
         Ok(me)
+    }
+
+    /// Lets each wait collect datagrams for up to `us` µs before it returns (io_uring's
+    /// `min_wait_usec`, kernel 6.12+): while datagrams stream in, the reader wakes once per
+    /// `us` for a batch instead of once per datagram or two (`stel-bench e2e` at the design rate:
+    /// ~13,600 wakeups/s, each also preempting whatever ran on that core). A wait that started
+    /// more than `us` ago returns at the first datagram, so a quiet feed sees no added latency;
+    /// a busy one at most `us`. Returns whether the kernel supports it (else waits are as before).
+    pub fn set_batch_wait(&mut self, us: u32) -> bool {
+        let ok = us > 0 && self.ring.params().is_feature_min_timeout();
+        self.min_wait_us = if ok { us } else { 0 };
+        ok
     }
 
     /// Returns a slot to the kernel's buffer ring (published at the next [`Self::publish`]).
@@ -251,8 +271,11 @@ impl UringRecv {
             self.arm()?;
         }
         let ts = types::Timespec::from(timeout);
-        let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
+        let args = types::SubmitArgs::new()
+            .timespec(&ts)
+            .min_wait_usec(self.min_wait_us);
+        let want = if self.min_wait_us > 0 { BATCH_WANT } else { 1 };
+        match self.ring.submitter().submit_with_args(want, &args) {
             Ok(_) => {}
             Err(e)
                 if matches!(
