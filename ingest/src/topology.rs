@@ -329,8 +329,7 @@ impl Topology {
                     serde_json::to_string(&s.decode.malformed).unwrap_or_default()
                 );
             }
-            st.components
-                .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
+            st.components.insert("int".into(), s.info());
         }
         if let Some(h) = self.history {
             match h.shutdown() {

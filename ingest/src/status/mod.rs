@@ -341,55 +341,159 @@ impl StatusMetrics {
         );
 
         if let Some(i) = int {
-            self.total(
-                M::ReaderDatagrams,
-                labels!(Source = "int"),
-                i.recv.datagrams,
-            );
-            self.total(M::ReaderBytes, labels!(Source = "int"), i.recv.bytes);
-            self.total(
-                M::ReaderTruncatedDatagrams,
-                labels!(Source = "int"),
-                i.recv.truncated,
-            );
-            self.total(
-                M::ReaderKernelDroppedDatagrams,
-                labels!(Source = "int"),
-                i.kernel_drops,
-            );
-            self.total(M::IntDecodedReports, labels!(), i.decode.reports_decoded);
-            self.total(M::IntDecodedHops, labels!(), i.decode.hops);
-            self.total(M::IntSeqLostReports, labels!(), i.decode.seq_lost);
-            if let Some(f) = &i.filter {
-                self.total(M::IntFilterSeenDatagrams, labels!(), f.seen_datagrams);
-                self.total(M::IntFilterKeptDatagrams, labels!(), f.kept_datagrams);
-                for (reason, v) in [
-                    ("version", f.dropped_version_datagrams),
-                    ("source", f.dropped_source_datagrams),
-                    ("empty", f.empty_datagrams),
-                ] {
-                    self.total(M::IntFilterDroppedDatagrams, labels!(Reason = reason), v);
-                }
-            }
-            for r in crate::int::Malformed::ALL {
-                self.total(
-                    M::IntMalformedReports,
-                    labels!(Reason = r.name()),
-                    i.decode.malformed(*r),
-                );
-            }
-            self.total(
-                M::SinkDeliveredSamples,
-                labels!(Sink = "int"),
-                i.sink.rows_written,
-            );
-            self.total(
-                M::SinkPublishedFiles,
-                labels!(Sink = "int"),
-                i.sink.files_published,
-            );
+            self.publish_int(i);
         }
         self.level(M::DaemonHealthyState, labels!(), u64::from(healthy));
+    }
+
+    /// The INT source's counters (with `[int]`): its receive loop as the reader's with
+    /// `source="int"`, its decoders', its report filter's, and its tables sink's (the generic
+    /// sink series with `sink="int"`, the rest as `stel_int_*`).
+    fn publish_int(&self, i: &IntSourceStats) {
+        use Metric as M;
+        let src = labels!(Source = "int");
+        let r = &i.recv;
+        self.total(M::ReaderDatagrams, src, r.datagrams);
+        self.total(M::ReaderBytes, src, r.bytes);
+        self.total(M::ReaderTruncatedDatagrams, src, r.truncated);
+        self.total(M::ReaderKernelDroppedDatagrams, src, i.kernel_drops);
+        self.total(
+            M::ReaderRearms,
+            labels!(Source = "int", Reason = "no_buffers"),
+            r.rearms_no_buffers,
+        );
+        self.total(
+            M::ReaderRearms,
+            labels!(Source = "int", Reason = "kernel"),
+            r.rearms,
+        );
+        self.total(M::ReaderErrors, src, r.errors);
+        self.total(M::ReaderSlotWaits, src, r.no_free_slot);
+        self.total(M::ReaderPolls, src, r.polls);
+
+        let d = &i.decode;
+        self.level(M::IntDecoders, labels!(), i.sockets as u64);
+        self.total(M::IntDatagrams, labels!(), d.payloads);
+        self.total(M::IntBytes, labels!(), d.bytes);
+        for (v, n) in [
+            ("0.5", d.reports_v05),
+            ("1.0", d.reports_v1),
+            ("2.0", d.reports_v2),
+        ] {
+            self.total(M::IntVersionDatagrams, labels!(Version = v), n);
+        }
+        self.total(M::IntReports, labels!(), d.reports);
+        self.total(M::IntDecodedReports, labels!(), d.reports_decoded);
+        self.total(M::IntDecodedHops, labels!(), d.hops);
+        self.total(M::IntDecodedDropReports, labels!(), d.drops);
+        for r in crate::int::Malformed::ALL {
+            self.total(
+                M::IntMalformedReports,
+                labels!(Reason = r.name()),
+                d.malformed(*r),
+            );
+        }
+        for (m, v) in [
+            (M::IntStackReports, d.int_stacks),
+            (M::IntUnsignalledReports, d.int_not_signalled),
+            (M::IntMxOrDestinationHeaders, d.int_mx_or_destination),
+            (M::IntTcpIntBeforeOptionsReports, d.tcp_int_before_options),
+            (M::IntUnknownInstructionBits, d.unknown_instruction_bits),
+            (M::IntHopCountMismatchReports, d.hop_count_rhc_mismatch),
+            (M::IntReservedMdBits, d.v2_reserved_md_bits),
+            (
+                M::IntSkippedDomainSpecificBytes,
+                d.domain_specific_bytes_skipped,
+            ),
+            (M::IntSkippedV2Reports, d.v2_reports_skipped),
+            (M::IntNegativeLatencyHops, d.negative_hop_latency),
+            (M::IntSeqLostReports, d.seq_lost),
+            (M::IntSeqReorderedReports, d.seq_reordered),
+            (M::IntSeqDuplicateReports, d.seq_duplicates),
+            (M::IntSeqStaleReports, d.seq_stale),
+            (M::IntSeqResyncs, d.seq_resyncs),
+            (M::IntUntrackedFlows, d.flows_untracked),
+            (M::IntExpiredFlows, d.flows_expired),
+            (M::IntPathChanges, d.path_changes),
+            (M::IntEvcMatchedReports, d.evc_matched),
+            (M::IntEvcUnmatchedReports, d.evc_unmatched),
+        ] {
+            self.total(m, labels!(), v);
+        }
+        self.level(M::IntSeqPendingReports, labels!(), d.seq_pending);
+        self.level(M::IntTrackedFlows, labels!(), d.flows);
+        self.total(
+            M::IntLatencyCrossings,
+            labels!(Reason = "up"),
+            d.latency_crossings_up,
+        );
+        self.total(
+            M::IntLatencyCrossings,
+            labels!(Reason = "down"),
+            d.latency_crossings_down,
+        );
+        self.level(M::IntEvcs, labels!(), i.evcs as u64);
+        self.total(M::IntEvcReloads, labels!(Reason = "ok"), i.evc_reloads);
+        self.total(
+            M::IntEvcReloads,
+            labels!(Reason = "failed"),
+            i.evc_reload_failures,
+        );
+        if let Some(f) = &i.filter {
+            self.total(M::IntFilterSeenDatagrams, labels!(), f.seen_datagrams);
+            self.total(M::IntFilterKeptDatagrams, labels!(), f.kept_datagrams);
+            self.total(
+                M::IntFilterDroppedDatagrams,
+                labels!(Reason = "version"),
+                f.dropped_version_datagrams,
+            );
+            self.total(
+                M::IntFilterDroppedDatagrams,
+                labels!(Reason = "source"),
+                f.dropped_source_datagrams,
+            );
+            self.total(M::IntFilterEmptyDatagrams, labels!(), f.empty_datagrams);
+        }
+
+        let k = &i.sink;
+        let sink = labels!(Sink = "int");
+        self.total(M::SinkReceivedBatches, sink, k.batches_submitted);
+        self.total(M::SinkReceivedSamples, sink, k.rows_submitted);
+        self.total(M::SinkQueuedBatches, sink, k.batches_queued);
+        self.total(M::SinkDequeuedBatches, sink, k.batches_dequeued);
+        self.level(M::SinkQueuedBytes, sink, k.queued_bytes);
+        for (reason, v) in [
+            ("queue_full", k.shed_queue_full_rows),
+            ("queue_timeout", k.shed_queue_timeout_rows),
+            ("memory_budget", k.shed_memory_budget_rows),
+            ("closed", k.shed_closed_rows),
+            ("disk_full", k.lost_disk_full_rows),
+            ("write_error", k.lost_write_error_rows),
+        ] {
+            self.total(
+                M::SinkDroppedSamples,
+                labels!(Sink = "int", Reason = reason),
+                v,
+            );
+        }
+        self.total(M::SinkDeliveredSamples, sink, k.rows_written);
+        self.total(M::SinkPublishedFiles, sink, k.files_published);
+        self.total(M::IntPublishedBytes, labels!(), k.bytes_published);
+        self.total(M::IntWriteErrors, labels!(), k.write_errors);
+        for (reason, v) in [
+            ("hour", k.rotations_hour),
+            ("size", k.rotations_size),
+            ("age", k.rotations_age),
+        ] {
+            self.total(M::IntRotations, labels!(Reason = reason), v);
+        }
+        self.total(M::IntBudgetFlushes, labels!(), k.budget_row_group_flushes);
+        self.level(M::IntBufferedBytes, labels!(), k.writer_bytes);
+        self.total(M::IntStaleTempFiles, labels!(), k.stale_temp_files_removed);
+        self.total(M::IntStaleTempBytes, labels!(), k.stale_temp_bytes_removed);
+        self.total(M::IntRetentionFiles, labels!(), k.retention_files_deleted);
+        self.total(M::IntRetentionBytes, labels!(), k.retention_bytes_deleted);
+        self.level(M::IntHistoryBytes, labels!(), k.history_bytes);
     }
 
     /// The STATE_DB watcher's counters (with `[state_db]`).

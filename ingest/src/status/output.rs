@@ -91,8 +91,8 @@ pub struct StatusInfo<'a> {
     /// Sequence figures per observation domain (one exporter each). Not registry series:
     /// domain IDs are not bounded label values. At most `MAX_TRACKED_DOMAINS` per decoder.
     pub decode_domains: &'a [DomainSeqStats],
-    /// Per component, what is not a counter (the uploader's last error, the INT source's
-    /// listen addresses; for now the INT source's own figures too, see the README).
+    /// Per component, what is not a counter (the uploader's switch and last error; the INT
+    /// source's listen addresses, receive loop and where its report filter runs).
     pub components: &'a serde_json::Map<String, serde_json::Value>,
 }
 
@@ -227,8 +227,7 @@ impl StatusTicker {
         let dt = self.last_tick.elapsed().as_secs_f64();
         let int_now = topo.int.as_ref().map(|i| i.stats());
         if let Some(s) = &int_now {
-            st.components
-                .insert("int".into(), serde_json::to_value(s).unwrap_or_default());
+            st.components.insert("int".into(), s.info());
         }
         let verdict = match st.nothing_decoded() {
             Some(w) => Err(format!("nothing decoded: {w}")),
