@@ -26,7 +26,7 @@
 //! decoder: when a ring is full the control job waits in a per-decoder queue (in order) and is
 //! pushed at the next dispatch or [`Pipeline::flush_control`]. Outcomes come back on a channel
 //! the reader polls ([`Pipeline::poll_replies`]); the session registry
-//! ([`crate::sessions`]) turns them into acknowledgements.
+//! (`crate::sessions`) turns them into acknowledgements.
 //!
 //! # Zero copy
 //! Decoders read the kernel-filled receive slot through their [`Lease`]; nothing is copied

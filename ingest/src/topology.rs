@@ -23,12 +23,14 @@ use stel_store::{
     prometheus::MetricsServer,
 };
 
+/// The sinks a running topology exposes (its fields and accessors).
+pub use crate::sinks::{CountersDb, Live, ParquetHistory};
 use crate::{
     config::{DaemonConfig, SessionFile},
     daemon::{Daemon, DaemonStatus},
     int::source::{self as int_source, IntSource},
     pipeline::Sink,
-    sinks::{CountersDb, InspectServer, Live, Otlp, ParquetHistory, StatusSource, Upload},
+    sinks::{InspectServer, Otlp, StatusSource, Upload},
     sources::state_db::{SessionEvent, StateDbWatcher},
     status::{Health, StatusMetrics},
 };
