@@ -205,27 +205,6 @@ impl IntSourceStats {
         }
         v
     }
-
-    /// The status line's words: `int 12.3 k reports/s, 0 malformed, 0 lost`.
-    pub fn line(&self, prev: &IntSourceStats, dt: f64) -> String {
-        let rate = (self.decode.reports.saturating_sub(prev.decode.reports)) as f64 / dt.max(1e-3);
-        let mut line = format!(
-            "int {:.1} k reports/s, {} malformed, {} seq lost, {} kernel drops, {} shed",
-            rate / 1e3,
-            self.decode.reports_malformed,
-            self.decode.seq_lost,
-            self.kernel_drops,
-            self.sink.shed_rows()
-        );
-        if let Some(f) = &self.filter {
-            line.push_str(&format!(
-                ", {} filtered ({})",
-                f.dropped_version_datagrams + f.dropped_source_datagrams,
-                f.kind
-            ));
-        }
-        line
-    }
 }
 
 /// Per-thread share of [`IntSourceStats`], as read back from its [`FigureBlock`].

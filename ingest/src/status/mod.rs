@@ -10,7 +10,8 @@
 mod output;
 
 pub use output::{
-    show, status_json, status_line, write_status, FilterInfo, Rates, StatusInfo, StatusTicker,
+    int_status_line, show, status_json, status_line, write_status, FilterInfo, Rates, StatusInfo,
+    StatusTicker,
 };
 use std::{
     borrow::Cow,
@@ -527,5 +528,75 @@ impl StatusMetrics {
             s.notifications_enabled_by_us,
         );
         self.level(M::StateDbConnectedState, labels!(), u64::from(s.connected));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::int::IntFilterStatus;
+
+    /// The INT source's figures reach their series, and the status line's INT part reads them
+    /// back from two snapshots.
+    #[test]
+    fn int_figures_are_series_and_the_line_reads_them() {
+        let registry = Registry::new();
+        let m = StatusMetrics::new(Arc::clone(&registry), SourceKind::None);
+        let mut i = IntSourceStats {
+            sockets: 2,
+            kernel_drops: 4,
+            evcs: 8,
+            evc_reloads: 1,
+            ..IntSourceStats::default()
+        };
+        i.recv.datagrams = 1000;
+        i.decode.reports = 1000;
+        i.decode.reports_v1 = 990;
+        i.decode.count(crate::int::Malformed::Empty);
+        i.decode.count(crate::int::Malformed::V1LengthTooSmall);
+        i.decode.seq_lost = 7;
+        i.decode.flows = 3;
+        i.decode.latency_crossings_down = 2;
+        i.sink.shed_queue_full_rows = 5;
+        i.sink.shed_closed_rows = 1;
+        i.sink.lost_disk_full_rows = 9;
+        i.filter = Some(IntFilterStatus {
+            kind: "kernel",
+            fallback_reason: None,
+            seen_datagrams: 1010,
+            kept_datagrams: 1000,
+            dropped_version_datagrams: 6,
+            dropped_source_datagrams: 4,
+            empty_datagrams: 0,
+        });
+        let prev = registry.snapshot();
+        m.publish_int(&i);
+        let now = registry.snapshot();
+        use Metric as M;
+        assert_eq!(now.get(M::IntDecoders), 2);
+        assert_eq!(
+            now.sum_where(M::IntVersionDatagrams, Label::Version, "1.0"),
+            990
+        );
+        assert_eq!(now.sum(M::IntMalformedReports), 2);
+        assert_eq!(now.get(M::IntTrackedFlows), 3);
+        assert_eq!(now.reason(M::IntLatencyCrossings, "down"), 2);
+        assert_eq!(now.reason(M::IntEvcReloads, "ok"), 1);
+        assert_eq!(now.get(M::IntEvcs), 8);
+        assert_eq!(
+            now.with_label(Label::Sink, "int")
+                .reason(M::SinkDroppedSamples, "disk_full"),
+            9
+        );
+        for metric in Metric::ALL {
+            if matches!(metric.condition(), Some("[int]" | "[int.filter]")) {
+                assert!(now.has(*metric), "{metric} not published");
+            }
+        }
+        assert_eq!(
+            output::int_status_line(&now, &prev, 0.5, Some("kernel")).unwrap(),
+            "int 2.0 k reports/s, 2 malformed, 7 seq lost, 4 kernel drops, 6 shed, 10 filtered (kernel)"
+        );
+        assert_eq!(output::int_status_line(&prev, &prev, 1.0, None), None);
     }
 }
