@@ -1,5 +1,5 @@
 //! The daemon's receive loop, wired: socket (or capture files) → (eBPF filter) → [`Reader`] →
-//! [`Pipeline`] → sinks. Sessions are the [`SessionRegistry`]'s: this file only hands it the
+//! [`Pipeline`] → sinks. Sessions are the `SessionRegistry`'s: this file only hands it the
 //! filter and the pipeline, and polls it every round so acknowledgements never block receive.
 //!
 //! Start-up is split in two so privileges can be dropped between them ([`crate::sys::caps`]):
@@ -24,11 +24,12 @@ use crate::{
     int::source::IntFeed,
     pipeline::{Pipeline, PipelineStats, Sink, UnitFraming},
     reader::Reader,
-    sessions::{Ack, SessionRegistry, SessionStats},
-    sinks::StatusSource,
+    sessions::{Ack, SessionRegistry},
     sources::state_db::{SessionAcker, SessionEvent},
     sys::{self, netlink::NetlinkSocket, slots::Lease, uring::RecvStats, SysError},
 };
+
+pub use crate::{sessions::SessionStats, sinks::StatusSource};
 
 /// What the daemon reads.
 #[derive(Debug)]
@@ -366,7 +367,7 @@ impl Daemon {
         out
     }
 
-    /// Registers a session (see [`SessionRegistry::register`]): validated, filter updated all or
+    /// Registers a session (see `SessionRegistry::register`): validated, filter updated all or
     /// nothing, queued for its decoder in order with the data; returns without waiting for the
     /// decoder. Re-registering the same profile/group replaces it.
     ///
@@ -426,11 +427,6 @@ impl Daemon {
                 self.unregister(&profile, &group);
             }
         }
-    }
-
-    /// The session registry (read-only).
-    pub fn sessions(&self) -> &SessionRegistry {
-        &self.sessions
     }
 
     fn poll_genl(&mut self, timeout: Duration) {

@@ -26,7 +26,7 @@
 //! decoder: when a ring is full the control job waits in a per-decoder queue (in order) and is
 //! pushed at the next dispatch or [`Pipeline::flush_control`]. Outcomes come back on a channel
 //! the reader polls ([`Pipeline::poll_replies`]); the session registry
-//! ([`crate::sessions`]) turns them into acknowledgements.
+//! (`crate::sessions`) turns them into acknowledgements.
 //!
 //! # Zero copy
 //! Decoders read the kernel-filled receive slot through their [`Lease`]; nothing is copied
@@ -272,8 +272,6 @@ pub struct Pipeline {
     workers: Vec<Worker>,
     stats: DispatchStats,
     frame_errors: FrameErrors,
-    /// Units of raw IPFIX that could not be split (counted like the decoder's reasons).
-    input_malformed: u64,
     max_stall: Duration,
     replies: mpsc::Receiver<ControlReply>,
     /// Reused per datagram: what to push for each payload.
@@ -389,7 +387,6 @@ impl Pipeline {
             workers,
             stats: DispatchStats::default(),
             frame_errors: FrameErrors::default(),
-            input_malformed: 0,
             max_stall: Duration::from_millis(cfg.max_stall_ms),
             replies,
             scratch: Vec::with_capacity(16),
@@ -530,11 +527,6 @@ impl Pipeline {
         self.stats.control_frames = self.frame_errors.control;
     }
 
-    /// Counts a unit the input could not frame at all (a capture record it could not read).
-    pub fn count_unreadable_input(&mut self) {
-        self.input_malformed += 1;
-    }
-
     fn push(&mut self, reader: &mut Reader, w: usize, mut job: Job) {
         let mut since: Option<Instant> = None;
         let decode = matches!(job, Job::Decode(_));
@@ -604,7 +596,6 @@ impl Pipeline {
         m[Malformed::NetlinkLengthTooSmall as usize] += f.length_too_small;
         m[Malformed::NetlinkLengthPastDatagram as usize] += f.length_past_datagram;
         m[Malformed::NetlinkTrailingBytes as usize] += f.trailing_bytes;
-        m[Malformed::InputRecordUnreadable as usize] += self.input_malformed;
         s.decode.discarded_bytes += f.discarded_bytes;
         s
     }

@@ -37,11 +37,11 @@ use crate::{
 };
 
 /// Runs once a registration was applied by its decoder (`Ok`) or refused (`Err(reason)`).
-pub type Ack = Box<dyn FnOnce(Result<(), String>) + Send>;
+pub(crate) type Ack = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// Why a session was not registered. Nothing was changed.
 #[derive(Debug, thiserror::Error)]
-pub enum SessionError {
+pub(crate) enum SessionError {
     /// The names or templates are invalid.
     #[error("session {profile}/{group}: {source}")]
     Invalid {
@@ -76,7 +76,7 @@ pub enum SessionError {
 /// Where a session stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SessionState {
+pub(crate) enum SessionState {
     /// Filter updated, the decoder has not answered yet.
     Applying,
     /// The decoder applied it.
@@ -85,7 +85,7 @@ pub enum SessionState {
 
 /// One registered session.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Session {
+pub(crate) struct Session {
     pub profile: String,
     pub group: String,
     /// IPFIX observation domain of its exporter.
@@ -148,7 +148,7 @@ impl std::fmt::Debug for SessionRegistry {
 
 /// The registry (see the module docs). Lives on the reader thread.
 #[derive(Default)]
-pub struct SessionRegistry {
+pub(crate) struct SessionRegistry {
     sessions: BTreeMap<(String, String), Session>,
     /// Template ID → sessions using it (in any domain).
     refs: HashMap<u16, u32>,
@@ -159,7 +159,7 @@ pub struct SessionRegistry {
 }
 
 impl SessionRegistry {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -168,7 +168,7 @@ impl SessionRegistry {
     ///
     /// # Errors
     /// [`SessionError`]; nothing changed, and `ack` is dropped without being called.
-    pub fn register(
+    pub(crate) fn register(
         &mut self,
         spec: SessionSpec,
         session_config: Vec<u8>,
@@ -310,7 +310,7 @@ impl SessionRegistry {
 
     /// Unregisters a session: its template IDs no other session holds leave the filter, its
     /// decoder flushes and forgets it (in order with the data). Returns whether it existed.
-    pub fn unregister(
+    pub(crate) fn unregister(
         &mut self,
         profile: &str,
         group: &str,
@@ -338,7 +338,7 @@ impl SessionRegistry {
 
     /// Takes the decoders' answers: applied sessions become active and are acknowledged. Call
     /// every receive round; never blocks.
-    pub fn poll(&mut self, filter: &mut TemplateFilter, pipeline: &mut Pipeline) {
+    pub(crate) fn poll(&mut self, filter: &mut TemplateFilter, pipeline: &mut Pipeline) {
         let mut replies = std::mem::take(&mut self.replies);
         pipeline.poll_replies(&mut replies);
         for r in replies.drain(..) {
@@ -380,28 +380,13 @@ impl SessionRegistry {
         self.replies = replies;
     }
 
-    /// The sessions, by (profile, group).
-    pub fn sessions(&self) -> impl Iterator<Item = &Session> {
-        self.sessions.values()
-    }
-
-    /// The session named `profile`/`group`.
-    pub fn get(&self, profile: &str, group: &str) -> Option<&Session> {
-        self.sessions.get(&(profile.to_string(), group.to_string()))
-    }
-
     /// Number of sessions.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.sessions.len()
     }
 
-    /// True when no session is registered.
-    pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty()
-    }
-
     /// Counters.
-    pub fn stats(&self) -> SessionStats {
+    pub(crate) fn stats(&self) -> SessionStats {
         SessionStats {
             sessions: self.sessions.len(),
             applying: self.pending.len(),

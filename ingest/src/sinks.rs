@@ -74,7 +74,7 @@ impl Sink for Live {
 
 /// The live inspect socket (`stel_store::live::Server`).
 #[derive(Debug)]
-pub struct InspectServer {
+pub(crate) struct InspectServer {
     server: Server,
 }
 
@@ -83,7 +83,7 @@ impl InspectServer {
     ///
     /// # Errors
     /// The socket is in use by another daemon or cannot be created.
-    pub fn start(
+    pub(crate) fn start(
         path: &Path,
         live: &Live,
         max_clients: usize,
@@ -94,12 +94,8 @@ impl InspectServer {
         Ok(Arc::new(Self { server }))
     }
 
-    pub fn path(&self) -> &Path {
-        self.server.path()
-    }
-
     /// Stops serving and removes the socket.
-    pub fn shutdown(self: Arc<Self>) {
+    pub(crate) fn shutdown(self: Arc<Self>) {
         match Arc::try_unwrap(self) {
             Ok(me) => me.server.shutdown(),
             Err(_) => tracing::warn!("Inspect server still in use at shutdown."),
@@ -118,7 +114,7 @@ impl StatusSource for InspectServer {
 
 /// The data-lake uploader (`stel_store::upload`).
 #[derive(Debug)]
-pub struct Upload {
+pub(crate) struct Upload {
     uploader: Uploader,
 }
 
@@ -130,7 +126,7 @@ impl Upload {
     /// The lake's switch name is `[upload] switch`, else `parquet_switch` (the Parquet sink's
     /// `switch_name`), else CONFIG_DB's `DEVICE_METADATA|localhost` hostname at `redis_url`,
     /// else the host name ([`stel_store::upload::resolve_switch`]).
-    pub fn start(
+    pub(crate) fn start(
         mut cfg: UploadConfig,
         data_dir: &Path,
         parquet_switch: Option<&str>,
@@ -145,13 +141,9 @@ impl Upload {
         Ok(Arc::new(Self { uploader }))
     }
 
-    pub fn stats(&self) -> Snapshot {
-        self.uploader.stats()
-    }
-
     /// Uploads what is pending (bounded by `shutdown_timeout_ms`) and stops. Call after the
     /// Parquet history has published its last files.
-    pub fn shutdown(self: Arc<Self>) -> Option<Snapshot> {
+    pub(crate) fn shutdown(self: Arc<Self>) -> Option<Snapshot> {
         match Arc::try_unwrap(self) {
             Ok(me) => Some(me.uploader.shutdown()),
             Err(_) => {
@@ -269,7 +261,7 @@ impl Sink for CountersDb {
 
 /// OTLP export to an OpenTelemetry collector (`stel_store::otlp`).
 #[derive(Debug)]
-pub struct Otlp {
+pub(crate) struct Otlp {
     sink: OtlpSink,
     registry: Option<Arc<Registry>>,
 }
@@ -281,19 +273,18 @@ impl Otlp {
     ///
     /// # Errors
     /// A bad config (every problem listed) or an unreadable TLS file.
-    pub fn start(cfg: OtlpConfig, registry: Option<Arc<Registry>>) -> Result<Arc<Self>, String> {
+    pub(crate) fn start(
+        cfg: OtlpConfig,
+        registry: Option<Arc<Registry>>,
+    ) -> Result<Arc<Self>, String> {
         let ep = cfg.endpoint.clone();
         let sink =
             OtlpSink::start(cfg, registry.clone()).map_err(|e| format!("otlp ({ep}): {e}"))?;
         Ok(Arc::new(Self { sink, registry }))
     }
 
-    pub fn stats(&self) -> OtlpStats {
-        self.sink.stats()
-    }
-
     /// Exports what is queued (bounded by `shutdown_timeout_ms`) and stops; the final counters.
-    pub fn shutdown(self: Arc<Self>) -> Option<OtlpStats> {
+    pub(crate) fn shutdown(self: Arc<Self>) -> Option<OtlpStats> {
         match Arc::try_unwrap(self) {
             Ok(me) => Some(me.sink.shutdown()),
             Err(_) => {

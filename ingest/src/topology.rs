@@ -23,12 +23,14 @@ use stel_store::{
     prometheus::MetricsServer,
 };
 
+/// The sinks a running topology exposes (its fields and accessors).
+pub use crate::sinks::{CountersDb, Live, ParquetHistory};
 use crate::{
     config::{DaemonConfig, SessionFile},
     daemon::{Daemon, DaemonStatus},
     int::source::{self as int_source, IntSource},
     pipeline::Sink,
-    sinks::{CountersDb, InspectServer, Live, Otlp, ParquetHistory, StatusSource, Upload},
+    sinks::{InspectServer, Otlp, StatusSource, Upload},
     sources::state_db::{SessionEvent, StateDbWatcher},
     status::{Health, StatusMetrics},
 };
@@ -329,8 +331,7 @@ impl Topology {
                     serde_json::to_string(&s.decode.malformed).unwrap_or_default()
                 );
             }
-            st.components
-                .insert("int".into(), serde_json::to_value(&s).unwrap_or_default());
+            st.components.insert("int".into(), s.info());
         }
         if let Some(h) = self.history {
             match h.shutdown() {

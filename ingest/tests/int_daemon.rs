@@ -11,7 +11,7 @@ use std::{
 };
 
 use serde_json::Value;
-use stel_store::metrics::{Metric, Snapshot};
+use stel_store::metrics::{Label, Metric, Snapshot};
 use stel_testkit::python3;
 
 fn status(path: &Path) -> Option<Value> {
@@ -32,6 +32,16 @@ fn wait_status(path: &Path, child: &mut Child, what: &str, ok: impl Fn(&Value) -
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The registry series of a status file (its `metrics` section).
+fn metrics(v: &Value) -> Snapshot {
+    Snapshot::from_json(&v["metrics"])
+}
+
+/// The INT source's receive-loop series (`source="int"`).
+fn int_reader(s: &Snapshot, m: Metric) -> u64 {
+    s.sum_where(m, Label::Source, "int")
 }
 
 fn kill(child: &Child, sig: &str) {
@@ -85,7 +95,7 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(st["info"]["components"]["int"]["evcs"], 8, "{st}");
+    assert_eq!(metrics(&st).get(Metric::IntEvcs), 8, "{st}");
 
     let truth_path = d.join("truth.json");
     let o = Command::new(env!("CARGO_BIN_EXE_stel-emu"))
@@ -119,13 +129,13 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
     // daemon has decoded all of it.
     let want = u("packets_sent") + 3;
     wait_status(&status_file, &mut child, "every datagram received", |v| {
-        v["info"]["components"]["int"]["recv"]["datagrams"].as_u64() == Some(want)
+        int_reader(&metrics(v), Metric::ReaderDatagrams) == want
     });
 
     // SIGHUP: the EVC names are read again.
     kill(&child, "-HUP");
     wait_status(&status_file, &mut child, "the EVC reload", |v| {
-        v["info"]["components"]["int"]["evc_reloads"] == 1
+        metrics(v).reason(Metric::IntEvcReloads, "ok") == 1
     });
 
     kill(&child, "-TERM");
@@ -133,36 +143,76 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
     let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-    let s = &fin["info"]["components"]["int"];
-    assert_eq!(s["kernel_drops"], 0, "{s}");
-    assert_eq!(s["recv"]["truncated"], 0, "{s}");
+    let s = metrics(&fin);
     assert_eq!(
-        s["decode"]["reports_decoded"].as_u64(),
-        Some(u("reports_sent")),
-        "{s}"
+        int_reader(&s, Metric::ReaderKernelDroppedDatagrams),
+        0,
+        "{fin}"
     );
-    assert_eq!(s["decode"]["hops"].as_u64(), Some(u("hops_sent")), "{s}");
-    assert_eq!(s["decode"]["drops"].as_u64(), Some(u("drops_sent")), "{s}");
+    assert_eq!(int_reader(&s, Metric::ReaderTruncatedDatagrams), 0, "{fin}");
+    assert_eq!(int_reader(&s, Metric::ReaderDatagrams), want, "{fin}");
+    assert_eq!(s.get(Metric::IntDatagrams), want, "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedReports), u("reports_sent"), "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedHops), u("hops_sent"), "{fin}");
     assert_eq!(
-        s["decode"]["seq_lost"].as_u64(),
-        Some(u("packets_lost_detectable")),
-        "{s}"
+        s.get(Metric::IntDecodedDropReports),
+        u("drops_sent"),
+        "{fin}"
+    );
+    assert_eq!(
+        s.get(Metric::IntSeqLostReports),
+        u("packets_lost_detectable"),
+        "{fin}"
     );
     assert!(u("packets_lost_detectable") > 0);
+    assert_eq!(s.get(Metric::IntSeqPendingReports), 0, "{fin}");
     assert_eq!(
-        s["decode"]["evc_matched"].as_u64(),
-        Some(u("reports_sent")),
-        "{s}"
+        s.get(Metric::IntEvcMatchedReports),
+        u("reports_sent"),
+        "{fin}"
     );
-    assert_eq!(s["decode"]["reports_malformed"], 3, "{s}");
-    let m = &s["decode"]["malformed"];
-    assert_eq!(m["empty"], 1, "{m}");
-    assert_eq!(m["unknown_report_version"], 1, "{m}");
-    assert_eq!(s["sink"]["shed_queue_full_rows"], 0, "{s}");
+    assert_eq!(s.get(Metric::IntEvcUnmatchedReports), 0, "{fin}");
+    assert_eq!(s.get(Metric::IntEvcs), 8, "{fin}");
+    assert_eq!(s.reason(Metric::IntEvcReloads, "ok"), 1, "{fin}");
+    assert_eq!(s.reason(Metric::IntEvcReloads, "failed"), 0, "{fin}");
+    // AmLight's format is Telemetry Report v1.0; the unknown version and the empty datagram
+    // have none, the truncated v1.0 header counts as v1.0.
     assert_eq!(
-        s["sink"]["rows_written"].as_u64(),
-        Some(u("reports_sent") + u("hops_sent") + u("drops_sent")),
-        "{s}"
+        s.sum_where(Metric::IntVersionDatagrams, Label::Version, "1.0"),
+        u("packets_sent") + 1,
+        "{fin}"
+    );
+    assert_eq!(s.sum(Metric::IntVersionDatagrams), u("packets_sent") + 1);
+    assert_eq!(s.sum(Metric::IntMalformedReports), 3, "{fin}");
+    assert_eq!(s.reason(Metric::IntMalformedReports, "empty"), 1, "{fin}");
+    assert_eq!(
+        s.reason(Metric::IntMalformedReports, "unknown_report_version"),
+        1,
+        "{fin}"
+    );
+    let int_sink = s.with_label(Label::Sink, "int");
+    assert_eq!(int_sink.sum(Metric::SinkDroppedSamples), 0, "{fin}");
+    let rows = u("reports_sent") + u("hops_sent") + u("drops_sent");
+    assert_eq!(int_sink.sum(Metric::SinkReceivedSamples), rows, "{fin}");
+    assert_eq!(int_sink.sum(Metric::SinkDeliveredSamples), rows, "{fin}");
+    assert_eq!(
+        int_sink.sum(Metric::SinkReceivedBatches),
+        int_sink.sum(Metric::SinkDequeuedBatches),
+        "{fin}"
+    );
+    assert!(s.get(Metric::IntPublishedBytes) > 0, "{fin}");
+    // Every INT metric of the registry is in the status file (those of [int.filter] only
+    // with it), and the info section holds no counter.
+    for m in Metric::ALL {
+        if m.condition() == Some("[int]") {
+            assert!(s.has(*m), "{m} missing from the status file: {fin}");
+        }
+    }
+    let info = &fin["info"]["components"]["int"];
+    assert_eq!(
+        info.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["listen", "reader"],
+        "{info}"
     );
     assert!(err.contains("int: "), "{err}");
 
@@ -269,7 +319,7 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
         .send_to(&packet, &addr)
         .unwrap();
     wait_status(&status_file, &mut child, "the report", |v| {
-        v["info"]["components"]["int"]["recv"]["datagrams"] == 1
+        int_reader(&metrics(v), Metric::ReaderDatagrams) == 1
     });
     kill(&child, "-TERM");
     let out = child.wait_with_output().unwrap();
@@ -279,9 +329,11 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
         String::from_utf8_lossy(&out.stderr)
     );
     let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-    let s = &fin["info"]["components"]["int"]["decode"];
-    assert_eq!(s["reports_decoded"], 1, "{s}");
-    assert_eq!(s["reports_malformed"], 0, "{s}");
+    let s = metrics(&fin);
+    assert_eq!(s.get(Metric::IntDecodedReports), 1, "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedHops), 1, "{fin}");
+    assert_eq!(s.get(Metric::IntStackReports), 1, "{fin}");
+    assert_eq!(s.sum(Metric::IntMalformedReports), 0, "{fin}");
 
     let script = format!(
         r#"
@@ -379,7 +431,7 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
         b.send_to(&v05_plain_report(1), &addr).unwrap();
         b.send_to(&amlight_reference_packet(), &addr).unwrap();
         wait_status(&status_file, &mut child, "the reports", |v| {
-            v["info"]["components"]["int"]["recv"]["datagrams"] == 4
+            int_reader(&metrics(v), Metric::ReaderDatagrams) == 4
         });
         kill(&child, "-TERM");
         let out = child.wait_with_output().unwrap();
@@ -389,10 +441,16 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
             String::from_utf8_lossy(&out.stderr)
         );
         let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-        let s = &fin["info"]["components"]["int"]["decode"];
-        assert_eq!(s["reports_decoded"], 4, "{s}");
-        assert_eq!(s["reports_malformed"], 0, "{s}");
-        assert_eq!(s["seq_lost"], 0, "{s}");
+        let s = metrics(&fin);
+        assert_eq!(s.get(Metric::IntDecodedReports), 4, "{fin}");
+        assert_eq!(s.sum(Metric::IntMalformedReports), 0, "{fin}");
+        assert_eq!(s.get(Metric::IntSeqLostReports), 0, "{fin}");
+        assert_eq!(
+            s.sum_where(Metric::IntVersionDatagrams, Label::Version, "0.5"),
+            3,
+            "{fin}"
+        );
+        assert!(int_reader(&s, Metric::ReaderPolls) > 0, "{fin}");
 
         let script = format!(
             r#"
@@ -516,38 +574,44 @@ fn int_reports_in_a_pcap_ingest_exactly_like_live_udp() {
     assert_eq!(i.sum(Metric::InputNonIpfixDatagrams), 1, "{fin}");
     assert_eq!(i.sum(Metric::InputUnreadableRecords), 0, "{fin}");
     assert_eq!(i.sum(Metric::InputUnroutedIntDatagrams), 0, "{fin}");
-    let s = &fin["info"]["components"]["int"];
-    assert_eq!(s["reader"], "file", "{s}");
+    assert_eq!(fin["info"]["components"]["int"]["reader"], "file", "{fin}");
+    let s = i;
     assert_eq!(
-        s["recv"]["datagrams"].as_u64(),
-        Some(u("packets_sent") + 2),
-        "{s}"
+        int_reader(&s, Metric::ReaderDatagrams),
+        u("packets_sent") + 2,
+        "{fin}"
+    );
+    assert_eq!(s.get(Metric::IntDecoders), 1, "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedReports), u("reports_sent"), "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedHops), u("hops_sent"), "{fin}");
+    assert_eq!(
+        s.get(Metric::IntDecodedDropReports),
+        u("drops_sent"),
+        "{fin}"
     );
     assert_eq!(
-        s["decode"]["reports_decoded"].as_u64(),
-        Some(u("reports_sent")),
-        "{s}"
-    );
-    assert_eq!(s["decode"]["hops"].as_u64(), Some(u("hops_sent")), "{s}");
-    assert_eq!(s["decode"]["drops"].as_u64(), Some(u("drops_sent")), "{s}");
-    assert_eq!(
-        s["decode"]["seq_lost"].as_u64(),
-        Some(u("packets_lost_detectable")),
-        "{s}"
+        s.get(Metric::IntSeqLostReports),
+        u("packets_lost_detectable"),
+        "{fin}"
     );
     assert!(u("packets_lost_detectable") > 0);
     assert_eq!(
-        s["decode"]["evc_matched"].as_u64(),
-        Some(u("reports_sent")),
-        "{s}"
+        s.get(Metric::IntEvcMatchedReports),
+        u("reports_sent"),
+        "{fin}"
     );
-    assert_eq!(s["decode"]["reports_malformed"], 2, "{s}");
-    assert_eq!(s["decode"]["malformed"]["empty"], 1, "{s}");
-    assert_eq!(s["decode"]["malformed"]["unknown_report_version"], 1, "{s}");
+    assert_eq!(s.sum(Metric::IntMalformedReports), 2, "{fin}");
+    assert_eq!(s.reason(Metric::IntMalformedReports, "empty"), 1, "{fin}");
     assert_eq!(
-        s["sink"]["rows_written"].as_u64(),
-        Some(u("reports_sent") + u("hops_sent") + u("drops_sent")),
-        "{s}"
+        s.reason(Metric::IntMalformedReports, "unknown_report_version"),
+        1,
+        "{fin}"
+    );
+    assert_eq!(
+        s.with_label(Label::Sink, "int")
+            .sum(Metric::SinkDeliveredSamples),
+        u("reports_sent") + u("hops_sent") + u("drops_sent"),
+        "{fin}"
     );
 
     let script = format!(
@@ -613,23 +677,26 @@ print(json.dumps(out))
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
     let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-    let s = &fin["info"]["components"]["int"];
-    let f = &s["filter"];
-    assert_eq!(f["kind"], "user_space", "{f}");
     assert_eq!(
-        f["seen_datagrams"].as_u64(),
-        Some(u("packets_sent") + 2),
-        "{f}"
+        fin["info"]["components"]["int"]["filter"]["kind"], "user_space",
+        "{fin}"
+    );
+    let s = metrics(&fin);
+    assert_eq!(
+        s.get(Metric::IntFilterSeenDatagrams),
+        u("packets_sent") + 2,
+        "{fin}"
     );
     assert_eq!(
-        f["dropped_version_datagrams"].as_u64(),
-        Some(u("packets_sent") + 1),
-        "{f}"
+        s.reason(Metric::IntFilterDroppedDatagrams, "version"),
+        u("packets_sent") + 1,
+        "{fin}"
     );
-    assert_eq!(f["kept_datagrams"], 1, "{f}");
-    assert_eq!(f["empty_datagrams"], 1, "{f}");
-    assert_eq!(s["decode"]["reports_decoded"], 0, "{s}");
-    assert_eq!(s["decode"]["malformed"]["empty"], 1, "{s}");
+    assert_eq!(s.reason(Metric::IntFilterDroppedDatagrams, "source"), 0);
+    assert_eq!(s.get(Metric::IntFilterKeptDatagrams), 1, "{fin}");
+    assert_eq!(s.get(Metric::IntFilterEmptyDatagrams), 1, "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedReports), 0, "{fin}");
+    assert_eq!(s.reason(Metric::IntMalformedReports, "empty"), 1, "{fin}");
 }
 
 /// The socket's drop counter in /proc/net/udp (what SO_MEMINFO's drops report) for the port
@@ -702,8 +769,8 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
         a.send_to(&[], &addr).unwrap();
         b.send_to(&amlight_reference_packet(), &addr).unwrap();
         let st = wait_status(&status_file, &mut child, "the filter's verdicts", |v| {
-            v["info"]["components"]["int"]["filter"]["seen_datagrams"] == 6
-                && v["info"]["components"]["int"]["decode"]["payloads"] == 2
+            let s = metrics(v);
+            s.get(Metric::IntFilterSeenDatagrams) == 6 && s.get(Metric::IntDatagrams) == 2
         });
         if ebpf {
             // Dropped before the socket: the kernel counts them as the socket's drops.
@@ -717,19 +784,43 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
             String::from_utf8_lossy(&out.stderr)
         );
         let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
-        let s = &fin["info"]["components"]["int"];
-        let f = &s["filter"];
-        assert_eq!(f["kind"], kind, "{f}");
-        assert_eq!(f["seen_datagrams"], 6, "{f}");
-        assert_eq!(f["kept_datagrams"], 2, "{f}");
-        assert_eq!(f["empty_datagrams"], 1, "{f}");
-        assert_eq!(f["dropped_version_datagrams"], 3, "{f}");
-        assert_eq!(f["dropped_source_datagrams"], 1, "{f}");
-        assert_eq!(s["kernel_drops"], 0, "{s}");
+        assert_eq!(
+            fin["info"]["components"]["int"]["filter"]["kind"], kind,
+            "{fin}"
+        );
+        let s = metrics(&fin);
+        assert_eq!(s.get(Metric::IntFilterSeenDatagrams), 6, "{fin}");
+        assert_eq!(s.get(Metric::IntFilterKeptDatagrams), 2, "{fin}");
+        assert_eq!(s.get(Metric::IntFilterEmptyDatagrams), 1, "{fin}");
+        assert_eq!(
+            s.reason(Metric::IntFilterDroppedDatagrams, "version"),
+            3,
+            "{fin}"
+        );
+        assert_eq!(
+            s.reason(Metric::IntFilterDroppedDatagrams, "source"),
+            1,
+            "{fin}"
+        );
+        // Every metric of [int] and [int.filter] is in the status file.
+        for m in Metric::ALL {
+            if matches!(m.condition(), Some("[int]" | "[int.filter]")) {
+                assert!(s.has(*m), "{m} missing from the status file: {fin}");
+            }
+        }
+        assert_eq!(int_reader(&s, Metric::ReaderKernelDroppedDatagrams), 0);
         // Kernel: only the kept ones reached the socket; user space: all did.
-        assert_eq!(s["recv"]["datagrams"], if ebpf { 2 } else { 6 }, "{s}");
-        assert_eq!(s["decode"]["reports_decoded"], 1, "{s}");
-        assert_eq!(s["decode"]["reports_v05"], 0, "{s}");
-        assert_eq!(s["decode"]["malformed"]["empty"], 1, "{s}");
+        assert_eq!(
+            int_reader(&s, Metric::ReaderDatagrams),
+            if ebpf { 2 } else { 6 },
+            "{fin}"
+        );
+        assert_eq!(s.get(Metric::IntDecodedReports), 1, "{fin}");
+        assert_eq!(
+            s.sum_where(Metric::IntVersionDatagrams, Label::Version, "0.5"),
+            0,
+            "{fin}"
+        );
+        assert_eq!(s.reason(Metric::IntMalformedReports, "empty"), 1, "{fin}");
     }
 }

@@ -996,6 +996,10 @@ fn captures_of_every_kind_ingest_exactly_without_root() {
         1,
         "{dec:?}"
     );
+    // Counted once, under both names (the input's own series and the decoders' reason), and
+    // by no other reason.
+    assert_eq!(dec.sum(M::InputUnreadableRecords), 1, "{dec:?}");
+    assert_eq!(dec.sum(M::DecodeMalformed), 1, "{dec:?}");
     assert_eq!(
         metrics(&st).sum(M::InputReassembledDatagrams),
         msgs.len() as u64,

@@ -51,6 +51,8 @@ pub enum Label {
     Core,
     /// A session's profile name (bounded by configuration).
     Session,
+    /// An INT Telemetry Report version (`0.5`, `1.0`, `2.0`).
+    Version,
 }
 
 impl Label {
@@ -63,6 +65,7 @@ impl Label {
             Label::Reason => "reason",
             Label::Core => "core",
             Label::Session => "session",
+            Label::Version => "version",
         }
     }
 }
@@ -164,7 +167,8 @@ impl Metric {
             M::DaemonScrapes => Some("--metrics"),
             M::IntFilterSeenDatagrams
             | M::IntFilterKeptDatagrams
-            | M::IntFilterDroppedDatagrams => Some("[int.filter]"),
+            | M::IntFilterDroppedDatagrams
+            | M::IntFilterEmptyDatagrams => Some("[int.filter]"),
             _ => match self.stage() {
                 "input" => Some("--input"),
                 "state_db" => Some("[state_db]"),
@@ -1110,7 +1114,7 @@ metrics! {
     SinkQueuedBytesPeak: Gauge "stel_sink_queued_peak_bytes" [Sink];
     /// Batches offered to a sink (`submit`).
     SinkReceivedBatches: Counter "stel_sink_received_batches_total" [Sink];
-    /// Counter values offered to a sink (values of snapshot parts that arrived).
+    /// Counter values offered to a sink (values of snapshot parts that arrived; INT: rows).
     SinkReceivedSamples: Counter "stel_sink_received_samples_total" [Sink];
     /// Batches put on a sink's queue (pushed).
     SinkQueuedBatches: Counter "stel_sink_queued_batches_total" [Sink];
@@ -1118,7 +1122,7 @@ metrics! {
     SinkDequeuedBatches: Counter "stel_sink_dequeued_batches_total" [Sink];
     /// Batches a sink dropped before working on them, by reason.
     SinkDroppedBatches: Counter "stel_sink_dropped_batches_total" [Sink, Reason];
-    /// Counter values a sink dropped, by reason (shed before its worker took them, or lost to write errors).
+    /// Counter values (INT: rows) a sink dropped, by reason (shed before its worker took them, or lost to write errors).
     SinkDroppedSamples: Counter "stel_sink_dropped_samples_total" [Sink, Reason];
     /// Counter values a sink left out on purpose (OTLP `resolution_ms`).
     SinkDownsampledSamples: Counter "stel_sink_downsampled_samples_total" [Sink];
@@ -1251,22 +1255,104 @@ metrics! {
     /// Clients dropped because they did not read for 5 s.
     InspectSlowClients: Counter "stel_inspect_slow_clients_total" [];
 
-    // ── int: in-band network telemetry reports over UDP (with [int]) ─────────────────────────
+    // ── int: in-band network telemetry reports over UDP (with [int]; the receive loop is the
+    //    reader's with source="int", the INT tables sink the sink's with sink="int") ──────────
+    /// INT decoders running: one per socket (listen addresses × `threads`), one more for capture files.
+    IntDecoders: Gauge "stel_int_decoders" [];
+    /// UDP payloads handed to the INT decoders (after the report filter).
+    IntDatagrams: Counter "stel_int_datagrams_total" [];
+    /// Bytes of those payloads.
+    IntBytes: Counter "stel_int_bytes_total" [];
+    /// Datagrams by Telemetry Report version (`0.5`, `1.0`, `2.0`; a v2.0 group is one datagram); other versions are malformed (`unknown_report_version`).
+    IntVersionDatagrams: Counter "stel_int_version_datagrams_total" [Version];
+    /// Individual reports whose header was readable (each report of a v2.0 group counts).
+    IntReports: Counter "stel_int_reports_total" [];
     /// INT reports decoded into rows.
     IntDecodedReports: Counter "stel_int_decoded_reports_total" [];
     /// INT hop records decoded.
     IntDecodedHops: Counter "stel_int_decoded_hops_total" [];
+    /// Drop reports decoded (`int_drops` rows).
+    IntDecodedDropReports: Counter "stel_int_decoded_drop_reports_total" [];
     /// INT reports refused, by reason.
     IntMalformedReports: Counter "stel_int_malformed_reports_total" [Reason];
+    /// Reports that carried an INT stack.
+    IntStackReports: Counter "stel_int_stack_reports_total" [];
+    /// Reports with the F flag but no INT signal (DSCP, UDP port, VXLAN-GPE) in the packet.
+    IntUnsignalledReports: Counter "stel_int_unsignalled_reports_total" [];
+    /// v2.x INT-MX and INT-Destination headers: recognised, no stack.
+    IntMxOrDestinationHeaders: Counter "stel_int_mx_or_destination_headers_total" [];
+    /// TCP packets whose INT sat after the fixed 20-byte header, before the options (NoviFlow).
+    IntTcpIntBeforeOptionsReports: Counter "stel_int_tcp_int_before_options_reports_total" [];
+    /// Instruction bits the decoder does not know (their words are skipped).
+    IntUnknownInstructionBits: Counter "stel_int_unknown_instruction_bits_total" [];
+    /// v1.0/v2.x stacks whose hop count differs from `initial_hop_count` − Remaining Hop Count (tolerated).
+    IntHopCountMismatchReports: Counter "stel_int_hop_count_mismatch_reports_total" [];
+    /// v2.0 RepMdBits reserved bits set (their metadata and what follows it are skipped).
+    IntReservedMdBits: Counter "stel_int_reserved_md_bits_total" [];
+    /// Bytes of v2.0 domain-specific metadata and DS TLVs skipped.
+    IntSkippedDomainSpecificBytes: Counter "stel_int_skipped_domain_specific_bytes_total" [];
+    /// v2.0 individual reports skipped whole (IOAM, reserved RepType; also counted as malformed).
+    IntSkippedV2Reports: Counter "stel_int_skipped_v2_reports_total" [];
+    /// Hops whose egress timestamp is before their ingress timestamp (latency left null).
+    IntNegativeLatencyHops: Counter "stel_int_negative_latency_hops_total" [];
     /// INT reports missing per their sequence numbers (final, per switch and hw_id).
     IntSeqLostReports: Counter "stel_int_seq_lost_reports_total" [];
+    /// Reports missing but still inside the reordering window (they may arrive late), now.
+    IntSeqPendingReports: Gauge "stel_int_seq_pending_reports" [];
+    /// Late reports that filled a gap inside the reordering window.
+    IntSeqReorderedReports: Counter "stel_int_seq_reordered_reports_total" [];
+    /// Reports whose sequence number was already seen.
+    IntSeqDuplicateReports: Counter "stel_int_seq_duplicate_reports_total" [];
+    /// Reports older than the reordering window (counted neither lost nor found).
+    IntSeqStaleReports: Counter "stel_int_seq_stale_reports_total" [];
+    /// Sequence resynchronisations (a switch restarted its numbering).
+    IntSeqResyncs: Counter "stel_int_seq_resyncs_total" [];
+    /// Flows tracked now.
+    IntTrackedFlows: Gauge "stel_int_tracked_flows" [];
+    /// New flows not tracked because the flow table was full.
+    IntUntrackedFlows: Counter "stel_int_untracked_flows_total" [];
+    /// Flows forgotten after `flow_idle_timeout_ms` without reports.
+    IntExpiredFlows: Counter "stel_int_expired_flows_total" [];
+    /// Path changes seen (flow events).
+    IntPathChanges: Counter "stel_int_path_changes_total" [];
+    /// Latency threshold crossings (flow events), by direction: `up` or `down`.
+    IntLatencyCrossings: Counter "stel_int_latency_crossings_total" [Reason];
+    /// Reports attributed to an EVC.
+    IntEvcMatchedReports: Counter "stel_int_evc_matched_reports_total" [];
+    /// Reports with a VLAN that no EVC claims.
+    IntEvcUnmatchedReports: Counter "stel_int_evc_unmatched_reports_total" [];
+    /// EVCs in the current map.
+    IntEvcs: Gauge "stel_int_evcs" [];
+    /// EVC map reloads (SIGHUP), by outcome: `ok`, or `failed` (the previous map stays).
+    IntEvcReloads: Counter "stel_int_evc_reloads_total" [Reason];
     /// Datagrams the INT report filter (`[int.filter]`, kernel or user space) looked at.
     IntFilterSeenDatagrams: Counter "stel_int_filter_seen_datagrams_total" [];
     /// Datagrams the INT report filter let through.
     IntFilterKeptDatagrams: Counter "stel_int_filter_kept_datagrams_total" [];
-    /// Datagrams the INT report filter dropped: `version` (not an accepted report version),
-    /// `source` (not an accepted switch), `empty`.
+    /// Datagrams the INT report filter dropped: `version` (not an accepted report version) or `source` (not an accepted switch).
     IntFilterDroppedDatagrams: Counter "stel_int_filter_dropped_datagrams_total" [Reason];
+    /// Empty datagrams the INT report filter saw (kept: the decoder counts them as malformed, `empty`).
+    IntFilterEmptyDatagrams: Counter "stel_int_filter_empty_datagrams_total" [];
+    /// Bytes of published INT table files.
+    IntPublishedBytes: Counter "stel_int_published_bytes_total" [];
+    /// Failed open/write/publish operations of the INT tables.
+    IntWriteErrors: Counter "stel_int_write_errors_total" [];
+    /// INT table parts published, by why: `hour`, `size` (max_file_bytes), `age` (flush_interval_ms).
+    IntRotations: Counter "stel_int_rotations_total" [Reason];
+    /// INT row groups flushed early because buffered rows reached half the memory budget.
+    IntBudgetFlushes: Counter "stel_int_budget_flushes_total" [];
+    /// Bytes the INT writer buffers in unfinished row groups now.
+    IntBufferedBytes: Gauge "stel_int_buffered_bytes" [];
+    /// Temporary INT table parts of a killed writer removed at start.
+    IntStaleTempFiles: Counter "stel_int_stale_temp_files_total" [];
+    /// Bytes of those temporary parts.
+    IntStaleTempBytes: Counter "stel_int_stale_temp_bytes_total" [];
+    /// INT table files deleted by retention.
+    IntRetentionFiles: Counter "stel_int_retention_deleted_files_total" [];
+    /// Bytes deleted by INT retention.
+    IntRetentionBytes: Counter "stel_int_retention_deleted_bytes_total" [];
+    /// Bytes of published INT history under its directory now.
+    IntHistoryBytes: Gauge "stel_int_history_bytes" [];
 
     // ── daemon ───────────────────────────────────────────────────────────────────────────────
     /// 1 while the data path is live (what /health answers 200 for), 0 otherwise.

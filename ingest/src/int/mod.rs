@@ -4,9 +4,9 @@
 //!
 //! Design notes (data path, state ownership, what is counted) are in `ingest/src/int/README.md`.
 //!
-//! * [`wire`]: Telemetry Report v0.5 / v1.0 / v2.0 headers, inner Ethernet/VLAN/IPv4/IPv6/TCP/UDP,
+//! * `wire`: Telemetry Report v0.5 / v1.0 / v2.0 headers, inner Ethernet/VLAN/IPv4/IPv6/TCP/UDP,
 //!   INT v0.5 / v1.0 / v2.x stacks over TCP/UDP and VXLAN-GPE; every length checked first.
-//! * [`seq`]: loss per (reporting switch, hw_id) at the sequence field's real width, with a
+//! * `seq`: loss per (reporting switch, hw_id) at the sequence field's real width, with a
 //!   reordering window.
 //! * [`evc`]: EVC attribution from a mapping file and a Kytos mef_eline listing.
 //! * [`gen`]: the report generator behind `stel-emu int` (every version, AmLight's layout, a
@@ -14,10 +14,10 @@
 
 pub mod evc;
 pub mod gen;
-pub mod seq;
+pub(crate) mod seq;
 pub mod source;
 mod stats;
-pub mod wire;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -449,7 +449,6 @@ impl IntDecoder {
                 version: 2,
                 hw_id,
                 seq,
-                seq_bits: bits,
                 switch_id: node,
                 has_switch: true,
                 ..Default::default()

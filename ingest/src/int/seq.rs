@@ -13,14 +13,14 @@
 use super::FastMap;
 
 /// Largest reordering window (bits of the ring).
-pub const MAX_WINDOW: u32 = 1024;
+pub(crate) const MAX_WINDOW: u32 = 1024;
 const WORDS: usize = (MAX_WINDOW / 64) as usize;
 /// Consecutive stale, consecutive reports that mean a restart.
 const RESYNC_AFTER: u32 = 4;
 
 /// What one report did to its stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SeqOutcome {
+pub(crate) struct SeqOutcome {
     /// Numbers skipped right before this one (the report's `seq_gap`).
     pub gap: u32,
     /// Filled an earlier gap.
@@ -59,7 +59,7 @@ impl Stream {
 
 /// Loss accounting for every stream one decoder owns.
 #[derive(Debug)]
-pub struct SeqTracker {
+pub(crate) struct SeqTracker {
     window: u32,
     /// Keyed by `switch << 16 | hw_id << 8 | bits` (one word to hash).
     streams: FastMap<u64, Stream>,
@@ -75,7 +75,7 @@ pub struct SeqTracker {
 
 impl SeqTracker {
     /// `window`: how far back a late report still counts as reordered (1..=[`MAX_WINDOW`]).
-    pub fn new(window: u32) -> Self {
+    pub(crate) fn new(window: u32) -> Self {
         Self {
             window: window.clamp(1, MAX_WINDOW),
             streams: FastMap::default(),
@@ -89,12 +89,13 @@ impl SeqTracker {
     }
 
     /// Streams tracked.
-    pub fn streams(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn streams(&self) -> usize {
         self.streams.len()
     }
 
     /// Accounts report `seq` (`bits` wide: 1..=32) of stream (`switch`, `hw_id`).
-    pub fn observe(&mut self, switch: u32, hw_id: u8, bits: u8, seq: u32) -> SeqOutcome {
+    pub(crate) fn observe(&mut self, switch: u32, hw_id: u8, bits: u8, seq: u32) -> SeqOutcome {
         let bits = bits.clamp(1, 32);
         let mask = if bits == 32 {
             u32::MAX
@@ -221,7 +222,7 @@ impl SeqTracker {
     }
 
     /// Ends accounting: every pending gap is final.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.lost += self.pending;
         self.pending = 0;
         for s in self.streams.values_mut() {

@@ -17,8 +17,8 @@
 //!
 //! State: each thread owns its decoder (loss streams, flow table) and reader; the EVC map is an
 //! immutable `Arc` swapped on reload ([`IntSource::reload_evcs`], SIGHUP in the daemon); the
-//! counters are published to a shared snapshot every `publish_ms` (one short lock per thread
-//! per interval, never per report).
+//! counters are published to the thread's own cache-aligned block of atomics every
+//! `publish_ms` (relaxed stores, no lock; never per report), which [`IntSource::stats`] reads.
 //!
 //! Source address: both receive loops ask the kernel for each datagram's sender (io_uring: the
 //! name area of the multishot `RecvMsg` buffer; recvmsg loop: `recvfrom`). It is stored as
@@ -48,7 +48,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig, IntSinkStats};
 
-use super::{evc::EvcSources, IntBatch, IntDecodeConfig, IntDecoder, IntSink, IntStats};
+use super::{evc::EvcSources, IntBatch, IntDecodeConfig, IntDecoder, IntSink, IntStats, Malformed};
 use crate::{
     filter::int::{IntFilter, IntFilterConfig, IntFilterRule, IntFilterStats, IntFilterStatus},
     reader::{Reader, ReaderConfig, ReaderKind},
@@ -194,29 +194,20 @@ pub struct IntSourceStats {
 }
 
 impl IntSourceStats {
-    /// The status line's words: `int 12.3 k reports/s, 0 malformed, 0 lost`.
-    pub fn line(&self, prev: &IntSourceStats, dt: f64) -> String {
-        let rate = (self.decode.reports.saturating_sub(prev.decode.reports)) as f64 / dt.max(1e-3);
-        let mut line = format!(
-            "int {:.1} k reports/s, {} malformed, {} seq lost, {} kernel drops, {} shed",
-            rate / 1e3,
-            self.decode.reports_malformed,
-            self.decode.seq_lost,
-            self.kernel_drops,
-            self.sink.shed_rows()
-        );
+    /// The status file's `info.components.int`: what has no registry series (the bound
+    /// addresses, the receive loop, where the report filter runs and why). Every counter is a
+    /// registry series (`stel_int_*`, and the reader's and sinks' with `source`/`sink="int"`).
+    pub fn info(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({ "listen": self.listen, "reader": self.reader });
         if let Some(f) = &self.filter {
-            line.push_str(&format!(
-                ", {} filtered ({})",
-                f.dropped_version_datagrams + f.dropped_source_datagrams,
-                f.kind
-            ));
+            v["filter"] =
+                serde_json::json!({ "kind": f.kind, "fallback_reason": f.fallback_reason });
         }
-        line
+        v
     }
 }
 
-/// Per-thread share of [`IntSourceStats`].
+/// Per-thread share of [`IntSourceStats`], as read back from its [`FigureBlock`].
 #[derive(Debug, Default, Clone)]
 struct ThreadFigures {
     recv: RecvStats,
@@ -226,10 +217,116 @@ struct ThreadFigures {
     filter: IntFilterStats,
 }
 
+/// Receive counters of [`RecvStats`], in [`FigureBlock::recv`]'s order.
+const RECV_COUNTERS: usize = 8;
+/// The counters of [`IntFilterStats`], in [`FigureBlock::filter`]'s order.
+const FILTER_COUNTERS: usize = 5;
+
+/// One INT thread's (or capture feed's) published counters: written by that thread alone, once
+/// per `publish_ms` (a relaxed store each, no lock), read by the status tick with relaxed loads.
+/// Each block is its own allocation aligned to 128 bytes (a cache line and its adjacent-line
+/// prefetch partner), so two threads' publishes never write the same line.
+#[derive(Debug)]
+#[repr(align(128))]
+struct FigureBlock {
+    recv: [AtomicU64; RECV_COUNTERS],
+    kernel_drops: AtomicU64,
+    decode: [AtomicU64; IntStats::PLAIN_COUNTERS],
+    malformed: [AtomicU64; Malformed::ALL.len()],
+    filter: [AtomicU64; FILTER_COUNTERS],
+}
+
+impl Default for FigureBlock {
+    fn default() -> Self {
+        Self {
+            recv: std::array::from_fn(|_| AtomicU64::new(0)),
+            kernel_drops: AtomicU64::new(0),
+            decode: std::array::from_fn(|_| AtomicU64::new(0)),
+            malformed: std::array::from_fn(|_| AtomicU64::new(0)),
+            filter: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+fn store_all<const N: usize>(cells: &[AtomicU64; N], v: [u64; N]) {
+    for (a, v) in cells.iter().zip(v) {
+        a.store(v, Ordering::Relaxed);
+    }
+}
+
+fn load_all<const N: usize>(cells: &[AtomicU64; N]) -> [u64; N] {
+    std::array::from_fn(|i| cells[i].load(Ordering::Relaxed))
+}
+
+impl FigureBlock {
+    /// The owning thread: publishes its totals.
+    fn store(
+        &self,
+        recv: &RecvStats,
+        kernel_drops: u64,
+        decode: &IntStats,
+        filter: &IntFilterStats,
+    ) {
+        let r = recv;
+        store_all(
+            &self.recv,
+            [
+                r.datagrams,
+                r.bytes,
+                r.truncated,
+                r.rearms_no_buffers,
+                r.rearms,
+                r.errors,
+                r.no_free_slot,
+                r.polls,
+            ],
+        );
+        self.kernel_drops.store(kernel_drops, Ordering::Relaxed);
+        store_all(&self.decode, decode.plain_counters());
+        store_all(&self.malformed, decode.malformed.0);
+        let f = filter;
+        store_all(
+            &self.filter,
+            [f.seen, f.kept, f.dropped_version, f.dropped_source, f.empty],
+        );
+    }
+
+    /// The status tick: the totals last published.
+    fn load(&self) -> ThreadFigures {
+        let [datagrams, bytes, truncated, rearms_no_buffers, rearms, errors, no_free_slot, polls] =
+            load_all(&self.recv);
+        let mut decode = IntStats::default();
+        decode.set_plain_counters(&load_all(&self.decode));
+        decode.malformed.0 = load_all(&self.malformed);
+        let [seen, kept, dropped_version, dropped_source, empty] = load_all(&self.filter);
+        ThreadFigures {
+            recv: RecvStats {
+                datagrams,
+                bytes,
+                truncated,
+                rearms_no_buffers,
+                rearms,
+                errors,
+                no_free_slot,
+                polls,
+            },
+            kernel_drops: self.kernel_drops.load(Ordering::Relaxed),
+            decode,
+            filter: IntFilterStats {
+                seen,
+                kept,
+                dropped_version,
+                dropped_source,
+                empty,
+            },
+        }
+    }
+}
+
 /// The running INT receive stage.
 pub struct IntSource {
     threads: Vec<JoinHandle<()>>,
-    figures: Vec<Arc<Mutex<ThreadFigures>>>,
+    figures: Vec<Arc<FigureBlock>>,
     halt: Arc<AtomicBool>,
     /// Bumped by a reload; threads pick up `evc_map` when it changes.
     evc_generation: Arc<AtomicU64>,
@@ -380,7 +477,7 @@ impl IntSource {
             if !local_addrs.contains(&addr) {
                 local_addrs.push(addr);
             }
-            let fig = Arc::new(Mutex::new(ThreadFigures::default()));
+            let fig = Arc::new(FigureBlock::default());
             figures.push(Arc::clone(&fig));
             let mut dec = IntDecoder::new(cfg.decode.clone());
             dec.set_evc_map(Arc::clone(&shared_map.lock().expect("evc map lock")));
@@ -450,7 +547,7 @@ impl IntSource {
     /// settings, EVC map (as of now; reloads reach it too), sink and counters as the socket
     /// threads. Finish it with [`IntFeed::finish`] before [`Self::shutdown`].
     pub fn feed(&mut self) -> IntFeed {
-        let fig = Arc::new(Mutex::new(ThreadFigures::default()));
+        let fig = Arc::new(FigureBlock::default());
         self.figures.push(Arc::clone(&fig));
         let mut dec = IntDecoder::new(self.decode_cfg.clone());
         dec.set_evc_map(Arc::clone(&self.evc_map.lock().expect("evc map lock")));
@@ -502,7 +599,7 @@ impl IntSource {
         };
         let mut filtered = IntFilterStats::default();
         for f in &self.figures {
-            let f = f.lock().expect("int figures lock");
+            let f = f.load();
             add_recv(&mut s.recv, &f.recv);
             s.kernel_drops += f.kernel_drops;
             s.decode.add(&f.decode);
@@ -565,7 +662,7 @@ fn add_recv(a: &mut RecvStats, b: &RecvStats) {
 pub struct IntFeed {
     dec: IntDecoder,
     sink: Arc<ParquetIntSink>,
-    fig: Arc<Mutex<ThreadFigures>>,
+    fig: Arc<FigureBlock>,
     /// Datagrams and bytes handed over (the file reader's share of `recv`).
     recv: RecvStats,
     generation: Arc<AtomicU64>,
@@ -623,10 +720,8 @@ impl IntFeed {
     }
 
     fn publish_figures(&self) {
-        let mut f = self.fig.lock().expect("int figures lock");
-        f.recv = self.recv;
-        f.decode = self.dec.stats();
-        f.filter = self.filtered;
+        self.fig
+            .store(&self.recv, 0, &self.dec.stats(), &self.filtered);
     }
 
     /// Hands over what is batched, makes pending sequence gaps final, publishes the counters.
@@ -648,7 +743,7 @@ struct ThreadCtx {
     reader_cfg: ReaderConfig,
     dec: IntDecoder,
     sink: Arc<ParquetIntSink>,
-    fig: Arc<Mutex<ThreadFigures>>,
+    fig: Arc<FigureBlock>,
     halt: Arc<AtomicBool>,
     generation: Arc<AtomicU64>,
     map: Arc<Mutex<Arc<super::evc::EvcMap>>>,
@@ -731,11 +826,8 @@ impl ThreadCtx {
 
     fn publish_figures(&mut self, reader: &Reader) {
         let drops = sys::meminfo_drops(self.fd.as_fd()).unwrap_or(0);
-        let mut f = self.fig.lock().expect("int figures lock");
-        f.recv = reader.stats();
-        f.kernel_drops = drops;
-        f.decode = self.dec.stats();
-        f.filter = self.filtered;
+        self.fig
+            .store(&reader.stats(), drops, &self.dec.stats(), &self.filtered);
     }
 }
 
@@ -745,5 +837,49 @@ impl Drop for IntSource {
         for h in self.threads.drain(..) {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every counter a thread publishes reads back in its place, and blocks of two threads
+    /// never share a cache line (nor its prefetch partner).
+    #[test]
+    fn a_figure_block_round_trips_every_counter_on_lines_of_its_own() {
+        let mut d = IntStats::default();
+        let v: [u64; IntStats::PLAIN_COUNTERS] = std::array::from_fn(|i| 1000 + i as u64);
+        d.set_plain_counters(&v);
+        for (i, m) in d.malformed.0.iter_mut().enumerate() {
+            *m = 5000 + i as u64;
+        }
+        let recv = RecvStats {
+            datagrams: 1,
+            bytes: 2,
+            truncated: 3,
+            rearms_no_buffers: 4,
+            rearms: 5,
+            errors: 6,
+            no_free_slot: 7,
+            polls: 8,
+        };
+        let filter = IntFilterStats {
+            seen: 11,
+            kept: 12,
+            dropped_version: 13,
+            dropped_source: 14,
+            empty: 15,
+        };
+        let b = FigureBlock::default();
+        b.store(&recv, 9, &d, &filter);
+        let f = b.load();
+        assert_eq!(f.recv, recv);
+        assert_eq!(f.kernel_drops, 9);
+        assert_eq!(f.decode, d);
+        assert_eq!(f.decode.plain_counters(), v);
+        assert_eq!(f.filter, filter);
+        assert_eq!(std::mem::align_of::<FigureBlock>(), 128);
+        assert_eq!(std::mem::size_of::<FigureBlock>() % 128, 0);
     }
 }

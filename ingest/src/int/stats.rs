@@ -1,4 +1,5 @@
-//! INT decode counters: plain integers owned by the decoder thread, published by copying.
+//! INT decode counters: plain integers owned by the decoder thread, published to its counter
+//! block (`source.rs`) once per publish interval.
 
 macro_rules! reasons {
     ($($(#[doc = $doc:literal])* $v:ident = $name:literal,)*) => {
@@ -94,6 +95,50 @@ reasons! {
     TooManyHops = "too_many_hops",
     /// VXLAN-GPE header or its INT shim cut short.
     GpeTruncated = "gpe_truncated",
+}
+
+/// Calls `$m!(field, …)` with every plain `u64` field of [`IntStats`] (all but `malformed`): one
+/// list for summing, publishing and reading back, so a new field cannot be forgotten in one.
+macro_rules! with_int_counters {
+    ($m:ident) => {
+        $m!(
+            payloads,
+            bytes,
+            reports,
+            reports_decoded,
+            reports_malformed,
+            hops,
+            drops,
+            batches,
+            reports_v05,
+            reports_v1,
+            reports_v2,
+            int_stacks,
+            int_not_signalled,
+            int_mx_or_destination,
+            tcp_int_before_options,
+            unknown_instruction_bits,
+            hop_count_rhc_mismatch,
+            v2_reserved_md_bits,
+            domain_specific_bytes_skipped,
+            v2_reports_skipped,
+            negative_hop_latency,
+            seq_lost,
+            seq_pending,
+            seq_reordered,
+            seq_duplicates,
+            seq_stale,
+            seq_resyncs,
+            flows,
+            flows_untracked,
+            flows_expired,
+            path_changes,
+            latency_crossings_up,
+            latency_crossings_down,
+            evc_matched,
+            evc_unmatched
+        )
+    };
 }
 
 /// Counters of one INT decoder.
@@ -206,46 +251,33 @@ impl IntStats {
         self.malformed.0[r as usize]
     }
 
-    /// Adds `o` into `self` (the daemon sums its decoders; `flows` is a level, summed too).
+    /// Adds `o` into `self` (the daemon sums its decoders; `flows` and `seq_pending` are
+    /// levels, summed too).
     pub fn add(&mut self, o: &IntStats) {
-        self.payloads += o.payloads;
-        self.bytes += o.bytes;
-        self.reports += o.reports;
-        self.reports_decoded += o.reports_decoded;
-        self.reports_malformed += o.reports_malformed;
-        self.hops += o.hops;
-        self.drops += o.drops;
-        self.batches += o.batches;
-        self.reports_v05 += o.reports_v05;
-        self.reports_v1 += o.reports_v1;
-        self.reports_v2 += o.reports_v2;
-        self.int_stacks += o.int_stacks;
-        self.int_not_signalled += o.int_not_signalled;
-        self.int_mx_or_destination += o.int_mx_or_destination;
-        self.tcp_int_before_options += o.tcp_int_before_options;
-        self.unknown_instruction_bits += o.unknown_instruction_bits;
-        self.hop_count_rhc_mismatch += o.hop_count_rhc_mismatch;
-        self.v2_reserved_md_bits += o.v2_reserved_md_bits;
-        self.domain_specific_bytes_skipped += o.domain_specific_bytes_skipped;
-        self.v2_reports_skipped += o.v2_reports_skipped;
-        self.negative_hop_latency += o.negative_hop_latency;
-        self.seq_lost += o.seq_lost;
-        self.seq_pending += o.seq_pending;
-        self.seq_reordered += o.seq_reordered;
-        self.seq_duplicates += o.seq_duplicates;
-        self.seq_stale += o.seq_stale;
-        self.seq_resyncs += o.seq_resyncs;
-        self.flows += o.flows;
-        self.flows_untracked += o.flows_untracked;
-        self.flows_expired += o.flows_expired;
-        self.path_changes += o.path_changes;
-        self.latency_crossings_up += o.latency_crossings_up;
-        self.latency_crossings_down += o.latency_crossings_down;
-        self.evc_matched += o.evc_matched;
-        self.evc_unmatched += o.evc_unmatched;
+        macro_rules! add { ($($f:ident),*) => { $( self.$f += o.$f; )* } }
+        with_int_counters!(add);
         for (a, b) in self.malformed.0.iter_mut().zip(o.malformed.0.iter()) {
             *a += b;
         }
+    }
+
+    /// Number of plain counters ([`Self::plain_counters`]).
+    pub(crate) const PLAIN_COUNTERS: usize = {
+        macro_rules! count { ($($f:ident),*) => { [$(stringify!($f)),*].len() } }
+        with_int_counters!(count)
+    };
+
+    /// Every plain counter (not `malformed`), in a fixed order: what a decoder thread publishes
+    /// to its counter block ([`Self::set_plain_counters`] reads it back).
+    pub(crate) fn plain_counters(&self) -> [u64; Self::PLAIN_COUNTERS] {
+        macro_rules! arr { ($($f:ident),*) => { [$(self.$f),*] } }
+        with_int_counters!(arr)
+    }
+
+    /// Sets every plain counter from [`Self::plain_counters`]' order.
+    pub(crate) fn set_plain_counters(&mut self, v: &[u64; Self::PLAIN_COUNTERS]) {
+        macro_rules! set { ($($f:ident),*) => {{ let mut it = v.iter(); $( self.$f = *it.next().expect("one value per field"); )* }} }
+        with_int_counters!(set);
     }
 
     /// Every loss the sequence numbers show, final or still pending.

@@ -5,7 +5,7 @@
 use super::{stats::Malformed, IntDecodeConfig, IntStats, V2Header};
 
 /// Most hops a stack may hold in the scratch (`max_hops` is capped to this).
-pub const MAX_HOPS: usize = 64;
+pub(crate) const MAX_HOPS: usize = 64;
 
 type R<T = ()> = Result<T, Malformed>;
 
@@ -62,7 +62,7 @@ fn avail64(v: u64) -> Option<u64> {
 
 /// Metadata of one hop (or of the reporting switch itself). `None` = not carried or all-ones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Md {
+pub(crate) struct Md {
     pub node_id: Option<u32>,
     pub ingress_port: Option<u32>,
     pub egress_port: Option<u32>,
@@ -322,7 +322,7 @@ impl Plan {
 
 /// The flow fields of the inner packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Inner {
+pub(crate) struct Inner {
     pub vlan: Option<u16>,
     pub inner_vlan: Option<u16>,
     pub ip_version: Option<u8>,
@@ -336,7 +336,7 @@ pub struct Inner {
 
 /// The INT header fields kept per report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct IntHdr {
+pub(crate) struct IntHdr {
     pub version: u8,
     pub hop_ml: u8,
     pub instructions: u16,
@@ -346,11 +346,10 @@ pub struct IntHdr {
 
 /// Header fields of one (individual) report.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Rep {
+pub(crate) struct Rep {
     pub version: u8,
     pub hw_id: u8,
     pub seq: u32,
-    pub seq_bits: u8,
     pub switch_id: u32,
     /// Whether `switch_id` came from the report (else from the source address).
     pub has_switch: bool,
@@ -369,7 +368,7 @@ pub struct Rep {
 
 /// Reusable per-decoder parse state.
 #[derive(Debug)]
-pub struct Scratch {
+pub(crate) struct Scratch {
     pub rep: Rep,
     pub inner: Inner,
     pub int: Option<IntHdr>,
@@ -419,7 +418,6 @@ impl Scratch {
             version: 0,
             hw_id: h[3] & 0x3f,
             seq: be32(h, 4),
-            seq_bits: 32,
             d: h[1] & 0x80 != 0,
             q: h[1] & 0x40 != 0,
             f: h[1] & 0x20 != 0,
@@ -470,7 +468,6 @@ impl Scratch {
             switch_id: be32(h, 4),
             has_switch: true,
             seq: be32(h, 8),
-            seq_bits: 32,
             d: h[2] & 0x01 != 0,
             q: h[3] & 0x80 != 0,
             f: h[3] & 0x40 != 0,

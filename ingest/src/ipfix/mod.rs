@@ -6,7 +6,7 @@
 //! ([`TemplateError`]), never a panic.
 
 pub mod encode;
-pub mod template;
+pub(crate) mod template;
 
 pub use encode::{Encoder, HftTemplate};
 pub use template::{

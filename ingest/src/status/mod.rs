@@ -10,7 +10,8 @@
 mod output;
 
 pub use output::{
-    show, status_json, status_line, write_status, FilterInfo, Rates, StatusInfo, StatusTicker,
+    int_status_line, show, status_json, status_line, write_status, FilterInfo, Rates, StatusInfo,
+    StatusTicker,
 };
 use std::{
     borrow::Cow,
@@ -341,55 +342,159 @@ impl StatusMetrics {
         );
 
         if let Some(i) = int {
-            self.total(
-                M::ReaderDatagrams,
-                labels!(Source = "int"),
-                i.recv.datagrams,
-            );
-            self.total(M::ReaderBytes, labels!(Source = "int"), i.recv.bytes);
-            self.total(
-                M::ReaderTruncatedDatagrams,
-                labels!(Source = "int"),
-                i.recv.truncated,
-            );
-            self.total(
-                M::ReaderKernelDroppedDatagrams,
-                labels!(Source = "int"),
-                i.kernel_drops,
-            );
-            self.total(M::IntDecodedReports, labels!(), i.decode.reports_decoded);
-            self.total(M::IntDecodedHops, labels!(), i.decode.hops);
-            self.total(M::IntSeqLostReports, labels!(), i.decode.seq_lost);
-            if let Some(f) = &i.filter {
-                self.total(M::IntFilterSeenDatagrams, labels!(), f.seen_datagrams);
-                self.total(M::IntFilterKeptDatagrams, labels!(), f.kept_datagrams);
-                for (reason, v) in [
-                    ("version", f.dropped_version_datagrams),
-                    ("source", f.dropped_source_datagrams),
-                    ("empty", f.empty_datagrams),
-                ] {
-                    self.total(M::IntFilterDroppedDatagrams, labels!(Reason = reason), v);
-                }
-            }
-            for r in crate::int::Malformed::ALL {
-                self.total(
-                    M::IntMalformedReports,
-                    labels!(Reason = r.name()),
-                    i.decode.malformed(*r),
-                );
-            }
-            self.total(
-                M::SinkDeliveredSamples,
-                labels!(Sink = "int"),
-                i.sink.rows_written,
-            );
-            self.total(
-                M::SinkPublishedFiles,
-                labels!(Sink = "int"),
-                i.sink.files_published,
-            );
+            self.publish_int(i);
         }
         self.level(M::DaemonHealthyState, labels!(), u64::from(healthy));
+    }
+
+    /// The INT source's counters (with `[int]`): its receive loop as the reader's with
+    /// `source="int"`, its decoders', its report filter's, and its tables sink's (the generic
+    /// sink series with `sink="int"`, the rest as `stel_int_*`).
+    fn publish_int(&self, i: &IntSourceStats) {
+        use Metric as M;
+        let src = labels!(Source = "int");
+        let r = &i.recv;
+        self.total(M::ReaderDatagrams, src, r.datagrams);
+        self.total(M::ReaderBytes, src, r.bytes);
+        self.total(M::ReaderTruncatedDatagrams, src, r.truncated);
+        self.total(M::ReaderKernelDroppedDatagrams, src, i.kernel_drops);
+        self.total(
+            M::ReaderRearms,
+            labels!(Source = "int", Reason = "no_buffers"),
+            r.rearms_no_buffers,
+        );
+        self.total(
+            M::ReaderRearms,
+            labels!(Source = "int", Reason = "kernel"),
+            r.rearms,
+        );
+        self.total(M::ReaderErrors, src, r.errors);
+        self.total(M::ReaderSlotWaits, src, r.no_free_slot);
+        self.total(M::ReaderPolls, src, r.polls);
+
+        let d = &i.decode;
+        self.level(M::IntDecoders, labels!(), i.sockets as u64);
+        self.total(M::IntDatagrams, labels!(), d.payloads);
+        self.total(M::IntBytes, labels!(), d.bytes);
+        for (v, n) in [
+            ("0.5", d.reports_v05),
+            ("1.0", d.reports_v1),
+            ("2.0", d.reports_v2),
+        ] {
+            self.total(M::IntVersionDatagrams, labels!(Version = v), n);
+        }
+        self.total(M::IntReports, labels!(), d.reports);
+        self.total(M::IntDecodedReports, labels!(), d.reports_decoded);
+        self.total(M::IntDecodedHops, labels!(), d.hops);
+        self.total(M::IntDecodedDropReports, labels!(), d.drops);
+        for r in crate::int::Malformed::ALL {
+            self.total(
+                M::IntMalformedReports,
+                labels!(Reason = r.name()),
+                d.malformed(*r),
+            );
+        }
+        for (m, v) in [
+            (M::IntStackReports, d.int_stacks),
+            (M::IntUnsignalledReports, d.int_not_signalled),
+            (M::IntMxOrDestinationHeaders, d.int_mx_or_destination),
+            (M::IntTcpIntBeforeOptionsReports, d.tcp_int_before_options),
+            (M::IntUnknownInstructionBits, d.unknown_instruction_bits),
+            (M::IntHopCountMismatchReports, d.hop_count_rhc_mismatch),
+            (M::IntReservedMdBits, d.v2_reserved_md_bits),
+            (
+                M::IntSkippedDomainSpecificBytes,
+                d.domain_specific_bytes_skipped,
+            ),
+            (M::IntSkippedV2Reports, d.v2_reports_skipped),
+            (M::IntNegativeLatencyHops, d.negative_hop_latency),
+            (M::IntSeqLostReports, d.seq_lost),
+            (M::IntSeqReorderedReports, d.seq_reordered),
+            (M::IntSeqDuplicateReports, d.seq_duplicates),
+            (M::IntSeqStaleReports, d.seq_stale),
+            (M::IntSeqResyncs, d.seq_resyncs),
+            (M::IntUntrackedFlows, d.flows_untracked),
+            (M::IntExpiredFlows, d.flows_expired),
+            (M::IntPathChanges, d.path_changes),
+            (M::IntEvcMatchedReports, d.evc_matched),
+            (M::IntEvcUnmatchedReports, d.evc_unmatched),
+        ] {
+            self.total(m, labels!(), v);
+        }
+        self.level(M::IntSeqPendingReports, labels!(), d.seq_pending);
+        self.level(M::IntTrackedFlows, labels!(), d.flows);
+        self.total(
+            M::IntLatencyCrossings,
+            labels!(Reason = "up"),
+            d.latency_crossings_up,
+        );
+        self.total(
+            M::IntLatencyCrossings,
+            labels!(Reason = "down"),
+            d.latency_crossings_down,
+        );
+        self.level(M::IntEvcs, labels!(), i.evcs as u64);
+        self.total(M::IntEvcReloads, labels!(Reason = "ok"), i.evc_reloads);
+        self.total(
+            M::IntEvcReloads,
+            labels!(Reason = "failed"),
+            i.evc_reload_failures,
+        );
+        if let Some(f) = &i.filter {
+            self.total(M::IntFilterSeenDatagrams, labels!(), f.seen_datagrams);
+            self.total(M::IntFilterKeptDatagrams, labels!(), f.kept_datagrams);
+            self.total(
+                M::IntFilterDroppedDatagrams,
+                labels!(Reason = "version"),
+                f.dropped_version_datagrams,
+            );
+            self.total(
+                M::IntFilterDroppedDatagrams,
+                labels!(Reason = "source"),
+                f.dropped_source_datagrams,
+            );
+            self.total(M::IntFilterEmptyDatagrams, labels!(), f.empty_datagrams);
+        }
+
+        let k = &i.sink;
+        let sink = labels!(Sink = "int");
+        self.total(M::SinkReceivedBatches, sink, k.batches_submitted);
+        self.total(M::SinkReceivedSamples, sink, k.rows_submitted);
+        self.total(M::SinkQueuedBatches, sink, k.batches_queued);
+        self.total(M::SinkDequeuedBatches, sink, k.batches_dequeued);
+        self.level(M::SinkQueuedBytes, sink, k.queued_bytes);
+        for (reason, v) in [
+            ("queue_full", k.shed_queue_full_rows),
+            ("queue_timeout", k.shed_queue_timeout_rows),
+            ("memory_budget", k.shed_memory_budget_rows),
+            ("closed", k.shed_closed_rows),
+            ("disk_full", k.lost_disk_full_rows),
+            ("write_error", k.lost_write_error_rows),
+        ] {
+            self.total(
+                M::SinkDroppedSamples,
+                labels!(Sink = "int", Reason = reason),
+                v,
+            );
+        }
+        self.total(M::SinkDeliveredSamples, sink, k.rows_written);
+        self.total(M::SinkPublishedFiles, sink, k.files_published);
+        self.total(M::IntPublishedBytes, labels!(), k.bytes_published);
+        self.total(M::IntWriteErrors, labels!(), k.write_errors);
+        for (reason, v) in [
+            ("hour", k.rotations_hour),
+            ("size", k.rotations_size),
+            ("age", k.rotations_age),
+        ] {
+            self.total(M::IntRotations, labels!(Reason = reason), v);
+        }
+        self.total(M::IntBudgetFlushes, labels!(), k.budget_row_group_flushes);
+        self.level(M::IntBufferedBytes, labels!(), k.writer_bytes);
+        self.total(M::IntStaleTempFiles, labels!(), k.stale_temp_files_removed);
+        self.total(M::IntStaleTempBytes, labels!(), k.stale_temp_bytes_removed);
+        self.total(M::IntRetentionFiles, labels!(), k.retention_files_deleted);
+        self.total(M::IntRetentionBytes, labels!(), k.retention_bytes_deleted);
+        self.level(M::IntHistoryBytes, labels!(), k.history_bytes);
     }
 
     /// The STATE_DB watcher's counters (with `[state_db]`).
@@ -423,5 +528,75 @@ impl StatusMetrics {
             s.notifications_enabled_by_us,
         );
         self.level(M::StateDbConnectedState, labels!(), u64::from(s.connected));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::int::IntFilterStatus;
+
+    /// The INT source's figures reach their series, and the status line's INT part reads them
+    /// back from two snapshots.
+    #[test]
+    fn int_figures_are_series_and_the_line_reads_them() {
+        let registry = Registry::new();
+        let m = StatusMetrics::new(Arc::clone(&registry), SourceKind::None);
+        let mut i = IntSourceStats {
+            sockets: 2,
+            kernel_drops: 4,
+            evcs: 8,
+            evc_reloads: 1,
+            ..IntSourceStats::default()
+        };
+        i.recv.datagrams = 1000;
+        i.decode.reports = 1000;
+        i.decode.reports_v1 = 990;
+        i.decode.count(crate::int::Malformed::Empty);
+        i.decode.count(crate::int::Malformed::V1LengthTooSmall);
+        i.decode.seq_lost = 7;
+        i.decode.flows = 3;
+        i.decode.latency_crossings_down = 2;
+        i.sink.shed_queue_full_rows = 5;
+        i.sink.shed_closed_rows = 1;
+        i.sink.lost_disk_full_rows = 9;
+        i.filter = Some(IntFilterStatus {
+            kind: "kernel",
+            fallback_reason: None,
+            seen_datagrams: 1010,
+            kept_datagrams: 1000,
+            dropped_version_datagrams: 6,
+            dropped_source_datagrams: 4,
+            empty_datagrams: 0,
+        });
+        let prev = registry.snapshot();
+        m.publish_int(&i);
+        let now = registry.snapshot();
+        use Metric as M;
+        assert_eq!(now.get(M::IntDecoders), 2);
+        assert_eq!(
+            now.sum_where(M::IntVersionDatagrams, Label::Version, "1.0"),
+            990
+        );
+        assert_eq!(now.sum(M::IntMalformedReports), 2);
+        assert_eq!(now.get(M::IntTrackedFlows), 3);
+        assert_eq!(now.reason(M::IntLatencyCrossings, "down"), 2);
+        assert_eq!(now.reason(M::IntEvcReloads, "ok"), 1);
+        assert_eq!(now.get(M::IntEvcs), 8);
+        assert_eq!(
+            now.with_label(Label::Sink, "int")
+                .reason(M::SinkDroppedSamples, "disk_full"),
+            9
+        );
+        for metric in Metric::ALL {
+            if matches!(metric.condition(), Some("[int]" | "[int.filter]")) {
+                assert!(now.has(*metric), "{metric} not published");
+            }
+        }
+        assert_eq!(
+            output::int_status_line(&now, &prev, 0.5, Some("kernel")).unwrap(),
+            "int 2.0 k reports/s, 2 malformed, 7 seq lost, 4 kernel drops, 6 shed, 10 filtered (kernel)"
+        );
+        assert_eq!(output::int_status_line(&prev, &prev, 1.0, None), None);
     }
 }
