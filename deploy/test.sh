@@ -35,3 +35,4 @@ cargo run --release -p stel-benches --bin stel-bench -- fleet --quick
 # Not here: `stel-bench query --quick` needs a release build of DataFusion (~18 min cold on 2
 # cores, on top of the debug one the tests use), which would put a cold CI run past its 90 min.
 # Run it by hand: cargo run --release -p stel-benches --bin stel-bench -- query --quick
+# (it builds stel-query-bench in the release-query profile: no cross-crate LTO, see Cargo.toml).

@@ -187,7 +187,8 @@ fn query(quick: bool) -> Result<serde_json::Value, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut args = vec![
         "run",
-        "--release",
+        "--profile",
+        "release-query",
         "-q",
         "-p",
         "stel-query",
