@@ -14,7 +14,7 @@ use std::{
 use serde_json::Value;
 use stel_ingest::int::{evc::EvcSources, IntBatch, IntDecodeConfig, IntDecoder, IntSink};
 use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig};
-use stel_testkit::python3;
+use stel_testkit::python3_json;
 
 struct ToSink<'a>(&'a ParquetIntSink, u64);
 impl IntSink for ToSink<'_> {
@@ -178,13 +178,7 @@ print(json.dumps(out))
 "#,
         root = data.to_str().unwrap()
     );
-    let o = python3(&script).output().unwrap();
-    assert!(
-        o.status.success(),
-        "pyarrow: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let got: Value = python3_json(&script);
     assert_eq!(got["int_reports"].as_u64(), Some(u("reports_sent")));
     assert_eq!(got["int_hops"].as_u64(), Some(u("hops_sent")));
     assert_eq!(got["int_drops"].as_u64(), Some(u("drops_sent")));

@@ -12,7 +12,7 @@ use std::{
 
 use serde_json::Value;
 use stel_store::metrics::{Label, Metric, Snapshot};
-use stel_testkit::python3;
+use stel_testkit::python3_json;
 
 fn status(path: &Path) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
@@ -231,13 +231,7 @@ print(json.dumps(out))
 "#,
         root = data.to_str().unwrap()
     );
-    let o = python3(&script).output().unwrap();
-    assert!(
-        o.status.success(),
-        "pyarrow: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let got: Value = python3_json(&script);
     assert_eq!(got["int_reports"].as_u64(), Some(u("reports_sent")));
     assert_eq!(got["int_hops"].as_u64(), Some(u("hops_sent")));
     assert_eq!(got["int_drops"].as_u64(), Some(u("drops_sent")));
@@ -350,13 +344,7 @@ print(json.dumps({{"reports": len(r), "hops": len(h), "r": {{k: r[0][k] for k in
 "#,
         root = data.to_str().unwrap()
     );
-    let o = python3(&script).output().unwrap();
-    assert!(
-        o.status.success(),
-        "pyarrow: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let got: Value = python3_json(&script);
     assert_eq!(got["reports"], 1);
     assert_eq!(got["hops"], 1);
     let want_r = serde_json::json!({
@@ -463,13 +451,7 @@ print(json.dumps(rows))
 "#,
             root = data.to_str().unwrap()
         );
-        let o = python3(&script).output().unwrap();
-        assert!(
-            o.status.success(),
-            "pyarrow: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let got: Value = python3_json(&script);
         assert_eq!(
             got,
             serde_json::json!([
@@ -636,13 +618,7 @@ print(json.dumps(out))
 "#,
         root = data.to_str().unwrap()
     );
-    let o = python3(&script).output().unwrap();
-    assert!(
-        o.status.success(),
-        "pyarrow: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let got: Value = python3_json(&script);
     assert_eq!(got["int_reports"].as_u64(), Some(u("reports_sent")));
     assert_eq!(got["int_hops"].as_u64(), Some(u("hops_sent")));
     assert_eq!(got["int_drops"].as_u64(), Some(u("drops_sent")));

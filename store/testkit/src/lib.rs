@@ -33,6 +33,23 @@ pub fn python3(script: &str) -> Command {
     c
 }
 
+/// Runs `script` with [`python3`] and parses the JSON it prints last (a pyarrow/DuckDB read-back);
+/// panics with the interpreter's stderr when it fails and with its stdout when that is not JSON.
+pub fn python3_json(script: &str) -> serde_json::Value {
+    let o = python3(script).output().expect("cannot run python3");
+    assert!(
+        o.status.success(),
+        "python3 failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "python3 printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
 /// A moto S3 server owned by a test (killed on drop), with one bucket created.
 #[derive(Debug)]
 pub struct MotoS3 {
