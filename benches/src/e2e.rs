@@ -123,10 +123,10 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         let h = std::thread::Builder::new()
             .name("stel-bench-emu".into())
             .spawn_scoped(s, || {
-                let c0 = thread_stat_cpu_s();
+                let c0 = stel_ingest::demo::thread_cpu_s();
                 let r = send(&w, group, count, Some(period), &stop);
                 if let Ok(mut c) = emu_cpu.lock() {
-                    *c = thread_stat_cpu_s() - c0;
+                    *c = stel_ingest::demo::thread_cpu_s() - c0;
                 }
                 r
             })
@@ -255,17 +255,6 @@ fn redis_cpu_s(redis: &TestRedis) -> f64 {
             matches!(k, "used_cpu_sys" | "used_cpu_user").then(|| v.trim().parse::<f64>().ok())?
         })
         .sum()
-}
-
-/// CPU seconds (user + system) of the calling thread, from `/proc/thread-self/stat` (the same
-/// clock as the process total, so the two subtract).
-fn thread_stat_cpu_s() -> f64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    (ut + st) / 100.0
 }
 
 fn env_usize(name: &str) -> Option<usize> {

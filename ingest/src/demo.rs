@@ -58,8 +58,9 @@ pub struct DemoPace {
     pub blocked_s: f64,
 }
 
-/// CPU seconds (user + system) of the calling thread, from `/proc/thread-self/stat`.
-fn thread_cpu_s() -> f64 {
+/// CPU seconds (user + system) of the calling thread, from `/proc/thread-self/stat` (the same
+/// clock as the process total in `/proc/self/stat`, so the two subtract; stel-bench e2e uses it).
+pub fn thread_cpu_s() -> f64 {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
     let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();
