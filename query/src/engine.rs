@@ -30,6 +30,117 @@ use crate::{
     settings::TimeRange,
 };
 
+/// What SQL a user hands in (`stel-query sql`, the Flight SQL server) may do.
+///
+/// Read-only is the default everywhere: a query over the history must never write files
+/// (`COPY … TO`), create or drop tables, or change the session (`SET`). Writes are an explicit
+/// choice of whoever starts the process (`--allow-writes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqlAccess {
+    /// `SELECT`, `WITH`, `VALUES`, `SHOW`, `DESCRIBE`, `EXPLAIN` (not `EXPLAIN ANALYZE` of a
+    /// write): no DDL, no DML (`INSERT`, `COPY`), no statements (`SET`, transactions).
+    #[default]
+    ReadOnly,
+    /// Anything the engine supports.
+    ReadWrite,
+}
+
+impl SqlAccess {
+    /// `--allow-writes` → [`SqlAccess::ReadWrite`].
+    pub fn from_allow_writes(allow: bool) -> Self {
+        if allow {
+            Self::ReadWrite
+        } else {
+            Self::ReadOnly
+        }
+    }
+
+    /// DataFusion's switches for this access.
+    pub fn options(self) -> datafusion::execution::context::SQLOptions {
+        let rw = self == Self::ReadWrite;
+        datafusion::execution::context::SQLOptions::new()
+            .with_allow_ddl(rw)
+            .with_allow_dml(rw)
+            .with_allow_statements(rw)
+    }
+}
+
+/// Plans user SQL on `ctx` under `access` — the one gate every SQL entry point goes through
+/// (`stel-query sql`, the Flight SQL server). The plan (and every subquery and `EXPLAIN` inside
+/// it) is checked before anything runs, so a refused statement has no effect at all.
+///
+/// # Errors
+/// A statement `access` does not allow (a usage error naming it and `--allow-writes`), or the
+/// engine's own planning error.
+pub async fn plan_sql(
+    ctx: &datafusion::prelude::SessionContext,
+    sql: &str,
+    access: SqlAccess,
+) -> Result<datafusion::dataframe::DataFrame> {
+    let plan = ctx.state().create_logical_plan(sql).await?;
+    access.options().verify_plan(&plan).map_err(refused)?;
+    Ok(ctx.execute_logical_plan(plan).await?)
+}
+
+/// The same gate for SQL sent to a remote engine (`--engine spark`), which stel-query does not
+/// plan: the text is parsed and only reading statements pass. Text the parser cannot read is
+/// refused too (whether it writes cannot be told).
+///
+/// # Errors
+/// A statement `access` does not allow, or unparsable text under read-only access.
+pub fn check_remote_sql(sql: &str, access: SqlAccess) -> Result<()> {
+    use datafusion::sql::sqlparser::{ast::Statement, dialect::GenericDialect, parser::Parser};
+    if access == SqlAccess::ReadWrite {
+        return Ok(());
+    }
+    let stmts = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| {
+        Error::Usage(format!(
+            "read-only SQL: cannot tell whether this statement only reads ({e}); rerun with --allow-writes to send it as is"
+        ))
+    })?;
+    fn reads(s: &Statement) -> bool {
+        match s {
+            Statement::Query(_)
+            | Statement::ShowTables { .. }
+            | Statement::ShowColumns { .. }
+            | Statement::ShowFunctions { .. }
+            | Statement::ShowDatabases { .. }
+            | Statement::ShowSchemas { .. }
+            | Statement::ShowViews { .. }
+            | Statement::ExplainTable { .. } => true,
+            Statement::Explain {
+                statement, analyze, ..
+            } => !*analyze && reads(statement),
+            _ => false,
+        }
+    }
+    match stmts.iter().find(|s| !reads(s)) {
+        None => Ok(()),
+        Some(s) => {
+            let text = s.to_string();
+            let head: String = text
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ");
+            Err(Error::Usage(format!(
+                "read-only SQL: `{head} …` would write or change the engine's state and is refused; rerun with --allow-writes to run it"
+            )))
+        }
+    }
+}
+
+/// The refusal of [`SqlAccess::options`] as the user sees it.
+fn refused(e: datafusion::error::DataFusionError) -> Error {
+    let why = match &e {
+        datafusion::error::DataFusionError::Plan(m) => m.clone(),
+        other => other.to_string(),
+    };
+    Error::Usage(format!(
+        "read-only SQL: {why} (COPY, INSERT, CREATE, DROP and SET are refused); rerun with --allow-writes to run it"
+    ))
+}
+
 /// Most `bucket × column` cells one chunk keeps (per partition).
 pub const MAX_CELLS: usize = 4 << 20;
 
@@ -320,6 +431,59 @@ pub async fn clamp_to_data(cat: &Catalog, s: &Session, r: &TimeRange) -> Result<
     Ok((c.to_ns > c.from_ns).then_some(c))
 }
 
+/// A resolution flag: `None` = the whole window, `stream` = the data's own interval.
+///
+/// # Errors
+/// An unparsable duration, or no data to measure the stream interval from.
+pub async fn resolve_resolution(
+    cat: &Catalog,
+    s: &Session,
+    r: &TimeRange,
+    res: Option<&str>,
+) -> Result<Option<i64>> {
+    match res {
+        None => Ok(None),
+        Some("stream") | Some("native") => Ok(Some(stream_interval(cat, s, r).await?)),
+        Some(d) => Ok(Some(crate::settings::parse_duration_ns(d)?)),
+    }
+}
+
+/// The session's snapshot interval, measured from the first rows of the window.
+///
+/// # Errors
+/// Fewer than two rows in the window.
+pub async fn stream_interval(cat: &Catalog, s: &Session, r: &TimeRange) -> Result<i64> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::TimestampNanosecondType;
+    let df = cat
+        .ctx
+        .table(s.table.as_str())
+        .await?
+        .filter(crate::catalog::time_filter(r))?
+        .select(vec![datafusion::logical_expr::col("ts")])?
+        .limit(0, Some(4096))?;
+    let mut ts: Vec<i64> = Vec::new();
+    for b in df.collect().await? {
+        ts.extend(
+            b.column(0)
+                .as_primitive::<TimestampNanosecondType>()
+                .values()
+                .iter(),
+        );
+    }
+    ts.sort_unstable();
+    ts.windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|d| *d > 0)
+        .min()
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "fewer than two snapshots of {}/{} in {r}; cannot tell the stream's interval",
+                s.profile, s.group
+            ))
+        })
+}
+
 /// Scans one chunk: `streams` (partitions of one scan) each on its own task, merged into `acc`.
 async fn scan_chunk(
     streams: Vec<SendableRecordBatchStream>,
@@ -524,6 +688,31 @@ mod tests {
         assert_eq!(a.rows, 3);
         assert_eq!(a.first.as_ref().unwrap().0, 4);
         assert_eq!((a.last(0, 0), a.last(1, 0)), (Some(3), Some(4)));
+    }
+
+    #[test]
+    fn remote_sql_must_only_read() {
+        let ro = SqlAccess::ReadOnly;
+        for q in [
+            "SELECT switch, COUNT(*) AS n, COUNT(`Ethernet0.IF_OUT_DISCARDS`) AS c FROM lake \
+             WHERE `group` = 'PORT' GROUP BY switch ORDER BY switch",
+            "WITH x AS (SELECT 1 AS a) SELECT a FROM x",
+            "EXPLAIN SELECT 1",
+            "SHOW TABLES",
+        ] {
+            assert!(check_remote_sql(q, ro).is_ok(), "{q}");
+        }
+        for q in [
+            "INSERT INTO lake SELECT * FROM lake",
+            "CREATE TABLE t AS SELECT 1",
+            "SELECT 1; DROP TABLE lake",
+            "SET spark.sql.shuffle.partitions = 1",
+            "EXPLAIN ANALYZE INSERT INTO lake SELECT * FROM lake",
+        ] {
+            let e = check_remote_sql(q, ro).unwrap_err().to_string();
+            assert!(e.contains("--allow-writes"), "{q}: {e}");
+            assert!(check_remote_sql(q, SqlAccess::ReadWrite).is_ok(), "{q}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! daemon must never link; it depends on `stel-store` only for names and the file contract.
 #![forbid(unsafe_code)]
 
+pub mod burst;
 pub mod catalog;
 pub mod cmd;
 pub mod engine;

@@ -690,3 +690,64 @@ fn export_keeps_escaped_profile_directories() {
     }
     assert_eq!(count("s3://lake/x", &env), 2000);
 }
+
+/// `sql` only reads unless `--allow-writes`: COPY … TO (also under EXPLAIN ANALYZE), INSERT,
+/// CREATE, DROP and SET are refused before anything runs, with a message naming the flag.
+#[test]
+fn sql_is_read_only_unless_writes_are_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    write_emulated(dir.path(), cfg(Pattern::Steady, 2), 200, 200);
+    let d = dir.path().to_str().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let target = out.path().join("copy.parquet");
+    let tp = target.to_str().unwrap();
+    let copy = format!("COPY (SELECT * FROM lab_port) TO '{tp}' STORED AS PARQUET");
+    let refused = [
+        copy.clone(),
+        format!("EXPLAIN ANALYZE {copy}"),
+        format!("CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{tp}'"),
+        "CREATE TABLE t AS SELECT 1".to_string(),
+        "INSERT INTO lab_port SELECT * FROM lab_port".to_string(),
+        "DROP TABLE lab_port".to_string(),
+        "SET datafusion.execution.batch_size = 1".to_string(),
+    ];
+    for q in &refused {
+        let o = query(&["sql", "-d", d, q], &[]);
+        assert_eq!(o.code, 2, "{q}: {}", o.stderr);
+        assert!(
+            o.stderr.starts_with("stel-query: read-only SQL")
+                && o.stderr.contains("--allow-writes"),
+            "{q}: {}",
+            o.stderr
+        );
+        assert_eq!(
+            std::fs::read_dir(out.path()).unwrap().count(),
+            0,
+            "{q} wrote"
+        );
+    }
+    let o = query(&["sql", "-d", d, &copy, "--json"], &[]);
+    assert_eq!(o.code, 2);
+    let e: Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert!(
+        e["data"]["message"].as_str().unwrap().contains("COPY"),
+        "{e}"
+    );
+    // Reading statements still run.
+    for q in [
+        "SELECT count(*) AS n FROM lab_port",
+        "SHOW TABLES",
+        "EXPLAIN SELECT count(*) FROM lab_port",
+        "DESCRIBE lab_port",
+    ] {
+        let o = query(&["sql", "-d", d, q], &[]);
+        assert_eq!(o.code, 0, "{q}: {}", o.stderr);
+    }
+    // With the flag the COPY runs, and what it wrote is the table.
+    let o = query(&["sql", "-d", d, &copy, "--allow-writes", "--json"], &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let n = stel_testkit::python3_json(&format!(
+        "import json, pyarrow.parquet as pq\nprint(json.dumps(pq.read_metadata({tp:?}).num_rows))"
+    ));
+    assert_eq!(n, 200);
+}

@@ -38,8 +38,8 @@ use synth::{bench_schema, generate, START_NS};
 
 use stel_query::{
     catalog::Catalog,
-    cmd::rates::{compute, plan_inputs, resolve_resolution, Inputs},
-    engine::Progress,
+    cmd::rates::{compute, plan_inputs, Inputs},
+    engine::{resolve_resolution, Progress},
     error::{Error, Result},
     rates,
     settings::{parse_duration_ns, TimeRange},

@@ -148,7 +148,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         }
         Some(res) => {
             let width = if res == "stream" {
-                super::rates::stream_interval(&cat, s, &r).await?
+                crate::engine::stream_interval(&cat, s, &r).await?
             } else {
                 parse_duration_ns(res)?
             };

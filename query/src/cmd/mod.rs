@@ -215,3 +215,24 @@ pub async fn open_session<'a>(
     let r = time.resolve(extent)?;
     Ok((s, r))
 }
+
+/// The objects of `s` to look at: `wanted` (those the session has, in a fleet where switches
+/// differ; all of them, checked, for one switch) or every object.
+pub fn objects_of(s: &Session, wanted: &[String], fleet: bool) -> Result<Vec<String>> {
+    if fleet && !wanted.is_empty() {
+        let have = s.objects();
+        return Ok(wanted
+            .iter()
+            .filter(|w| have.contains(w))
+            .cloned()
+            .collect());
+    }
+    pick_objects(s, wanted)
+}
+
+/// Adds the fields of `extra` (an object) to `v` (an object).
+pub fn merge(v: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(m), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+        m.extend(e);
+    }
+}

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::{
     catalog::{Catalog, Session},
-    engine::{scan_buckets, Aggs, Buckets, Grid, Progress},
+    engine::{resolve_resolution, scan_buckets, Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
     output::{Cell, Format, Printer},
     plot,
@@ -128,59 +128,6 @@ pub fn plan_inputs(s: &Session, objects: &[String], st: &RateStats) -> (Vec<Stri
         });
     }
     (cols, out)
-}
-
-/// A resolution flag: `None` = the whole window, `stream` = the data's own interval.
-///
-/// # Errors
-/// An unparsable duration, or no data to measure the stream interval from.
-pub async fn resolve_resolution(
-    cat: &Catalog,
-    s: &Session,
-    r: &TimeRange,
-    res: Option<&str>,
-) -> Result<Option<i64>> {
-    match res {
-        None => Ok(None),
-        Some("stream") | Some("native") => Ok(Some(stream_interval(cat, s, r).await?)),
-        Some(d) => Ok(Some(parse_duration_ns(d)?)),
-    }
-}
-
-/// The session's snapshot interval, measured from the first rows of the window.
-///
-/// # Errors
-/// Fewer than two rows in the window.
-pub async fn stream_interval(cat: &Catalog, s: &Session, r: &TimeRange) -> Result<i64> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::TimestampNanosecondType;
-    let df = cat
-        .ctx
-        .table(s.table.as_str())
-        .await?
-        .filter(crate::catalog::time_filter(r))?
-        .select(vec![datafusion::logical_expr::col("ts")])?
-        .limit(0, Some(4096))?;
-    let mut ts: Vec<i64> = Vec::new();
-    for b in df.collect().await? {
-        ts.extend(
-            b.column(0)
-                .as_primitive::<TimestampNanosecondType>()
-                .values()
-                .iter(),
-        );
-    }
-    ts.sort_unstable();
-    ts.windows(2)
-        .map(|w| w[1] - w[0])
-        .filter(|d| *d > 0)
-        .min()
-        .ok_or_else(|| {
-            Error::NotFound(format!(
-                "fewer than two snapshots of {}/{} in {r}; cannot tell the stream's interval",
-                s.profile, s.group
-            ))
-        })
 }
 
 /// One output row of `rates`.
@@ -426,7 +373,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             Some(d) => Some(parse_duration_ns(d)?),
         };
         let s = crate::fleet::lake_session(&lake.columns, group, a.profile.as_deref());
-        let objects = crate::cmd::bursts::objects_of(&s, &a.interface, true)?;
+        let objects = super::objects_of(&s, &a.interface, true)?;
         let (cols, proto_feed) = RateFeed::new(&s, &objects, &st, alpha)?;
         let scope = Scope {
             group: group.into(),
@@ -468,7 +415,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             crate::fleet::sessions(&targets, a.profile.as_deref(), group, &a.time).await?;
         let mut begun = false;
         for (t, s) in &found {
-            let objects = crate::cmd::bursts::objects_of(s, &a.interface, fleet)?;
+            let objects = super::objects_of(s, &a.interface, fleet)?;
             let width = match resolve_resolution(&t.cat, s, &r, a.resolution.as_deref()).await {
                 Ok(w) => w,
                 Err(Error::NotFound(_)) if fleet => continue,
@@ -517,7 +464,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         "rows": p.rows(), "snapshots_scanned": scanned, "samples_scanned": samples,
         "elapsed_s": elapsed,
     });
-    crate::cmd::bursts::merge(&mut out, summary);
+    super::merge(&mut out, summary);
     p.summary(out)?;
     Ok(super::exit_for(p.rows()))
 }

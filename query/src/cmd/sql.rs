@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use crate::{
     catalog::Catalog,
+    engine::{check_remote_sql, plan_sql, SqlAccess},
     error::Result,
     output::{Cell, Printer},
     spark::Lake,
@@ -30,7 +31,7 @@ use crate::{
 ///
 /// Tables: `<profile>_<group>` per session (wide: ts + "<object>.<STAT>" columns, partitions
 /// date/hour) and the long view counters(ts, profile, "group", object, stat, value).
-/// `SHOW TABLES` lists them.
+/// `SHOW TABLES` lists them. Read-only unless --allow-writes.
 ///
 /// Examples:
 ///   stel-query sql 'SHOW TABLES'
@@ -44,6 +45,11 @@ pub struct Args {
     pub common: crate::settings::CommonArgs,
     /// The query.
     pub query: String,
+    /// Let the statement write or change state (COPY … TO, INSERT, CREATE/DROP, SET). Without
+    /// it only reading statements run (SELECT, WITH, VALUES, SHOW, DESCRIBE, EXPLAIN); anything
+    /// else is refused before it runs (exit 2).
+    #[arg(long)]
+    pub allow_writes: bool,
 }
 
 fn cell(a: &dyn Array, f: &ArrayFormatter<'_>, i: usize) -> Cell {
@@ -122,8 +128,10 @@ async fn register_lake(data: &str) -> Result<datafusion::prelude::SessionContext
 pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
+    let access = SqlAccess::from_allow_writes(a.allow_writes);
     let mut p = Printer::new(set.format);
     if let Some(remote) = set.spark_remote()? {
+        check_remote_sql(&a.query, access)?;
         let lake = Lake::open(remote, &set.data).await?;
         let (answer, files) = lake.run(&a.query).await?;
         let header: Vec<String> = answer
@@ -145,7 +153,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         )?;
         print_batches(&mut p, &answer.batches)?;
         let mut summary = json!({"rows": p.rows(), "elapsed_s": started.elapsed().as_secs_f64()});
-        crate::cmd::bursts::merge(&mut summary, lake.about(files));
+        super::merge(&mut summary, lake.about(files));
         p.summary(summary)?;
         return Ok(super::exit_for(p.rows()));
     }
@@ -173,7 +181,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         let t = cat.sessions.iter().map(|s| s.table.clone()).collect();
         (cat.ctx, t)
     };
-    let df = ctx.sql(&a.query).await?;
+    let df = plan_sql(&ctx, &a.query, access).await?;
     let schema = df.schema().as_arrow().clone();
     let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     p.begin(

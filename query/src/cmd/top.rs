@@ -6,8 +6,9 @@ use std::{collections::BTreeMap, process::ExitCode, time::Instant};
 
 use serde_json::json;
 
-use super::bursts::{merge, objects_of, Direction, Rule};
+use super::{merge, objects_of};
 use crate::{
+    burst::{Direction, Rule},
     catalog::{Catalog, Column, Session},
     engine::{scan_buckets, Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
@@ -264,13 +265,13 @@ async fn local_entries(
                     )))
                 };
             }
-            let width = match crate::cmd::rates::stream_interval(cat, s, r).await {
+            let width = match crate::engine::stream_interval(cat, s, r).await {
                 Ok(w) => w,
                 Err(Error::NotFound(_)) if fleet => return Ok((Vec::new(), 0)),
                 Err(e) => return Err(e),
             };
             let (bursts, scanned) =
-                crate::cmd::bursts::detect(cat, s, &series, r, width, rule, progress).await?;
+                crate::burst::detect(cat, s, &series, r, width, rule, progress).await?;
             let mut m = BTreeMap::new();
             for b in bursts {
                 burst_entry(switch, &b.object, b.dir, b.end_ns - b.start_ns, 1, &mut m);

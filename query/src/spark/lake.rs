@@ -387,7 +387,7 @@ impl Lake {
         scope: &compile::Scope,
         series: &[compile::Series],
         p: &compile::BurstParams,
-    ) -> Result<(Vec<PerSwitch<crate::cmd::bursts::Burst>>, Option<FilesRead>)> {
+    ) -> Result<(Vec<PerSwitch<crate::burst::Burst>>, Option<FilesRead>)> {
         let (a, files) = self.run(&compile::bursts_sql(scope, series, p)).await?;
         let mut out = Vec::new();
         for b in &a.batches {
@@ -408,7 +408,7 @@ impl Lake {
                 out.push(PerSwitch {
                     switch: partition_value(sw[r].as_deref().unwrap_or_default()),
                     profile: partition_value(pr[r].as_deref().unwrap_or_default()),
-                    value: crate::cmd::bursts::Burst {
+                    value: crate::burst::Burst {
                         object: ob[r].clone().unwrap_or_default(),
                         dir: if dir[r].as_deref() == Some("TX") {
                             "TX"

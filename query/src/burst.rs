@@ -1,0 +1,189 @@
+//! Microbursts: what makes one ([`Rule`]: utilisation above a threshold for at least a minimum
+//! duration), what one is ([`Burst`]), and finding them in one session's history ([`detect`]).
+//! The local engine runs [`detect`] over the bucket scan; `--engine spark` runs the same rule as
+//! SQL ([`crate::spark::compile::bursts_sql`]) and returns the same [`Burst`] rows.
+
+use crate::{
+    catalog::{Catalog, Session},
+    engine::{scan_buckets, Aggs, Grid, Progress},
+    error::{Error, Result},
+    rates,
+    settings::{parse_duration_ns, TimeRange},
+    spark::compile::{BurstParams, Series},
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Direction {
+    Rx,
+    Tx,
+    #[default]
+    Both,
+}
+
+/// One burst.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Burst {
+    pub object: String,
+    /// `RX` or `TX`.
+    pub dir: &'static str,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// Peak utilisation over one interval, %.
+    pub peak: f64,
+    /// Bytes moved during the burst.
+    pub bytes: u64,
+    /// Still above the threshold at the window's end.
+    pub open: bool,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Track {
+    prev: Option<(i64, u64)>,
+    run: Option<(i64, i64, f64, u64)>,
+}
+
+/// What makes a burst, resolved from the flags.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    /// Line rate, bytes/s (from --speed).
+    pub bytes_per_s: f64,
+    /// Utilisation threshold, %.
+    pub threshold: f64,
+    /// Shortest burst kept, ns.
+    pub min_ns: i64,
+    pub direction: Direction,
+}
+
+impl Rule {
+    /// # Errors
+    /// A bad --speed or --min-duration.
+    pub fn new(
+        speed: &str,
+        threshold: f64,
+        min_duration: &str,
+        direction: Direction,
+    ) -> Result<Self> {
+        let speed = rates::parse_speed_mbps(speed).map_err(Error::Usage)?;
+        Ok(Self {
+            bytes_per_s: speed * 1e6 / 8.0,
+            threshold,
+            min_ns: parse_duration_ns(min_duration)?,
+            direction,
+        })
+    }
+
+    /// The (object, direction, column) series of `objects` this rule looks at.
+    pub fn series(&self, s: &Session, objects: &[String], st: &rates::RateStats) -> Vec<Series> {
+        let mut out = Vec::new();
+        for o in objects {
+            if self.direction != Direction::Tx {
+                if let Some(c) = s.column(o, st.rx_octets) {
+                    out.push(Series {
+                        object: o.clone(),
+                        dir: "RX".into(),
+                        column: c.name.clone(),
+                    });
+                }
+            }
+            if self.direction != Direction::Rx {
+                if let Some(c) = s.column(o, st.tx_octets) {
+                    out.push(Series {
+                        object: o.clone(),
+                        dir: "TX".into(),
+                        column: c.name.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// For the distributed engine.
+    pub fn params(&self) -> BurstParams {
+        BurstParams {
+            bytes_per_s: self.bytes_per_s,
+            threshold: self.threshold,
+            min_ns: self.min_ns,
+        }
+    }
+}
+
+/// The bursts of `series` of one session over `r`, at `width_ns` (the stream's own interval
+/// unless asked otherwise). Returns the bursts (time order) and the snapshots scanned.
+///
+/// # Errors
+/// Engine failures.
+pub async fn detect(
+    cat: &Catalog,
+    s: &Session,
+    series: &[Series],
+    r: &TimeRange,
+    width_ns: i64,
+    rule: &Rule,
+    progress: &Progress,
+) -> Result<(Vec<Burst>, u64)> {
+    let names: Vec<String> = series.iter().map(|c| c.column.clone()).collect();
+    let mut tracks = vec![Track::default(); series.len()];
+    let mut bursts: Vec<Burst> = Vec::new();
+    let min_ns = rule.min_ns;
+    let close = |t: &mut Track, c: &Series, out: &mut Vec<Burst>, open: bool| {
+        if let Some((st, en, peak, bytes)) = t.run.take() {
+            if en - st >= min_ns {
+                out.push(Burst {
+                    object: c.object.clone(),
+                    dir: if c.dir == "TX" { "TX" } else { "RX" },
+                    start_ns: st,
+                    end_ns: en,
+                    peak,
+                    bytes,
+                    open,
+                });
+            }
+        }
+    };
+    let Some(r) = crate::engine::clamp_to_data(cat, s, r).await? else {
+        return Ok((Vec::new(), 0));
+    };
+    let r = &r;
+    let grid = Grid::new(r, Some(width_ns));
+    let scanned = scan_buckets(cat, s, &names, r, grid, Aggs::default(), progress, |b| {
+        for i in 0..b.n {
+            let t = b.last_ts[i];
+            if t == i64::MIN {
+                continue;
+            }
+            for (c, tr) in tracks.iter_mut().enumerate() {
+                let Some(v) = b.last(i, c) else { continue };
+                let Some((pt, pv)) = tr.prev.replace((t, v)) else {
+                    continue;
+                };
+                if t <= pt {
+                    continue;
+                }
+                if v < pv {
+                    // Counter reset: whatever was running ends here, no spike.
+                    close(tr, &series[c], &mut bursts, false);
+                    continue;
+                }
+                // The same operations in the same order as the Spark SQL (compile::bursts_ctes),
+                // so both engines compare the same double with the threshold.
+                let util = (v - pv) as f64 / ((t - pt) as f64 / 1e9) / rule.bytes_per_s * 100.0;
+                if util > rule.threshold {
+                    let run = tr.run.get_or_insert((pt, t, util, 0));
+                    run.1 = t;
+                    run.2 = run.2.max(util);
+                    run.3 += v - pv;
+                } else {
+                    close(tr, &series[c], &mut bursts, false);
+                }
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    for (c, tr) in tracks.iter_mut().enumerate() {
+        close(tr, &series[c], &mut bursts, true);
+    }
+    bursts.sort_by(|x, y| (x.start_ns, &x.object, x.dir).cmp(&(y.start_ns, &y.object, y.dir)));
+    Ok((bursts, scanned))
+}
