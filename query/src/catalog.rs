@@ -34,6 +34,7 @@ use url::Url;
 
 use crate::{
     error::{Error, Result},
+    quarantine::{HidingStore, Quarantine, Shape},
     settings::{fmt_ts, TimeRange},
 };
 
@@ -228,6 +229,8 @@ pub struct Catalog {
     pub ctx: SessionContext,
     pub location: Location,
     pub sessions: Vec<Session>,
+    /// Files found unreadable or foreign while registering, hidden from the context's scans.
+    pub quarantine: Arc<Quarantine>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -237,13 +240,6 @@ impl std::fmt::Debug for Catalog {
             .field("sessions", &self.sessions)
             .finish_non_exhaustive()
     }
-}
-
-fn partition_cols() -> Vec<(String, DataType)> {
-    vec![
-        ("date".to_string(), DataType::Utf8),
-        ("hour".to_string(), DataType::Utf8),
-    ]
 }
 
 /// A session context tuned for scans of wide counter files.
@@ -265,17 +261,41 @@ pub fn session_context() -> SessionContext {
 }
 
 impl Catalog {
-    /// Opens a data location and registers one table per session found in it.
+    /// A context over `data` with no table registered yet. Its object store hides the files
+    /// [`Catalog::register_listing`] finds unusable.
+    ///
+    /// # Errors
+    /// An unusable location.
+    pub fn empty(data: &str, strict: bool) -> Result<Self> {
+        let location = Location::parse(data, false)?;
+        let ctx = session_context();
+        let quarantine = Arc::new(Quarantine::new(strict));
+        ctx.register_object_store(
+            &location.store_url(),
+            Arc::new(HidingStore::new(
+                location.store_for_df()?,
+                Arc::clone(&quarantine),
+            )),
+        );
+        Ok(Self {
+            ctx,
+            location,
+            sessions: Vec::new(),
+            quarantine,
+        })
+    }
+
+    /// Opens a data location and registers one table per session found in it. Unreadable or
+    /// foreign files are skipped with a warning (`strict`: the first one is the error).
     ///
     /// # Errors
     /// An unusable location, or one that holds no session at all.
-    pub async fn open(data: &str) -> Result<Self> {
-        let location = Location::parse(data, false)?;
-        let ctx = session_context();
-        ctx.register_object_store(&location.store_url(), location.store_for_df()?);
-        let mut sessions = Vec::new();
+    pub async fn open(data: &str, strict: bool) -> Result<Self> {
+        let mut cat = Self::empty(data, strict)?;
+        let location = &cat.location;
         // Directory values are Hive-escaped (`lab 1` → `profile=lab%201`); tables and messages
         // use the names themselves.
+        let mut sessions = Vec::new();
         for pdir in location.subdirs("", "profile").await? {
             let profile = unescape_value(&pdir).unwrap_or_else(|| pdir.clone());
             for gdir in location
@@ -284,62 +304,85 @@ impl Catalog {
             {
                 let group = unescape_value(&gdir).unwrap_or_else(|| gdir.clone());
                 let dir = format!("profile={pdir}/group={gdir}");
-                let Some(s) = Self::register(&ctx, &location, &profile, &group, &dir).await? else {
+                let table = table_name(&profile, &group);
+                let Some(schema) = cat
+                    .register_listing(&table, &dir, &["date", "hour"], Shape::Counters)
+                    .await?
+                else {
                     continue;
                 };
-                sessions.push(s);
+                let columns = schema
+                    .fields()
+                    .iter()
+                    .filter(|f| f.name() != "ts")
+                    .filter_map(|f| Column::parse(f.name()))
+                    .collect();
+                sessions.push(Session {
+                    profile: profile.clone(),
+                    group,
+                    table,
+                    dir,
+                    schema,
+                    columns,
+                });
             }
         }
         if sessions.is_empty() {
+            let skipped = cat.quarantine.skipped().len();
             return Err(Error::NotFound(format!(
-                "no Parquet files under {} (expected profile=<p>/group=<g>/date=…/hour=…/part-*.parquet; is stel-ingestd writing with its Parquet sink, or is --data-dir wrong?)",
-                location.url
+                "no {}Parquet files under {} (expected profile=<p>/group=<g>/date=…/hour=…/part-*.parquet; is stel-ingestd writing with its Parquet sink, or is --data-dir wrong?)",
+                if skipped > 0 { format!("readable ({skipped} skipped) ") } else { String::new() },
+                cat.location.url
             )));
         }
-        Ok(Self {
-            ctx,
-            location,
-            sessions,
-        })
+        cat.sessions = sessions;
+        Ok(cat)
     }
 
-    async fn register(
-        ctx: &SessionContext,
-        location: &Location,
-        profile: &str,
-        group: &str,
-        dir: &str,
-    ) -> Result<Option<Session>> {
+    /// Registers the Parquet files under `rel` (root-relative directory; `""`: the root) as the
+    /// table `name`, with the Hive partition columns `parts` (strings). Its schema is the union
+    /// of its files' schemas, so files written before a template change simply read as null in
+    /// the columns they lack; files that are unreadable or not of `shape` are skipped (see
+    /// [`crate::quarantine`]). Returns the schema, `None` when no usable file exists yet.
+    ///
+    /// # Errors
+    /// Listing and engine failures; with --strict, the first bad file.
+    pub async fn register_listing(
+        &self,
+        name: &str,
+        rel: &str,
+        parts: &[&str],
+        shape: Shape,
+    ) -> Result<Option<SchemaRef>> {
         // In a URL a `%` of the directory name must be `%25`.
-        let url = ListingTableUrl::parse(format!("{}{}/", location.url, dir.replace('%', "%25")))?;
+        let rel = rel.trim_matches('/');
+        let url = ListingTableUrl::parse(if rel.is_empty() {
+            self.location.url.to_string()
+        } else {
+            format!("{}{}/", self.location.url, rel.replace('%', "%25"))
+        })?;
         let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
             .with_file_extension(".parquet")
-            .with_table_partition_cols(partition_cols());
-        let schema = match opts.infer_schema(&ctx.state(), &url).await {
-            Ok(s) => s,
-            // A session directory with no published file yet.
-            Err(datafusion::error::DataFusionError::Plan(_)) => return Ok(None),
-            Err(e) => return Err(e.into()),
+            .with_table_partition_cols(
+                parts
+                    .iter()
+                    .map(|p| (p.to_string(), DataType::Utf8))
+                    .collect(),
+            );
+        let raw = self.location.store_for_df()?;
+        let state = self.ctx.state();
+        let Some(schema) =
+            crate::quarantine::infer_schema(&state, &raw, &url, &opts, shape, &self.quarantine)
+                .await?
+        else {
+            return Ok(None);
         };
-        let columns = schema
-            .fields()
-            .iter()
-            .filter(|f| f.name() != "ts")
-            .filter_map(|f| Column::parse(f.name()))
-            .collect();
         let config = ListingTableConfig::new(url)
             .with_listing_options(opts)
             .with_schema(Arc::clone(&schema));
-        let table = table_name(profile, group);
-        ctx.register_table(&table, Arc::new(ListingTable::try_new(config)?))?;
-        Ok(Some(Session {
-            profile: profile.to_string(),
-            group: group.to_string(),
-            table,
-            dir: dir.to_string(),
-            schema,
-            columns,
-        }))
+        self.ctx
+            .register_table(name, Arc::new(ListingTable::try_new(config)?))?;
+        Ok(Some(schema))
     }
 
     /// The session for `profile` (optional when there is one) and `group`.

@@ -12,6 +12,10 @@ pub enum Error {
     /// Nothing to answer from: no files, no session, an empty window. The text says what exists.
     #[error("{0}")]
     NotFound(String),
+    /// A Parquet file that cannot be read or is not a stel file (only with --strict; otherwise
+    /// such files are skipped with a warning).
+    #[error("{0}")]
+    BadFile(String),
     /// A remote engine (Spark Connect) refused or failed the question; the text is its own.
     #[error("{0}")]
     Engine(String),

@@ -31,7 +31,7 @@ pub struct Target {
 ///
 /// # Errors
 /// An unusable location, no switch left after the filter, no data at all.
-pub async fn open(data: &str, switches: &[String]) -> Result<Vec<Target>> {
+pub async fn open(data: &str, switches: &[String], strict: bool) -> Result<Vec<Target>> {
     let loc = Location::parse(data, false)?;
     let dirs = loc.subdirs_pub("", "switch").await?;
     if dirs.is_empty() {
@@ -42,7 +42,7 @@ pub async fn open(data: &str, switches: &[String]) -> Result<Vec<Target>> {
         }
         return Ok(vec![Target {
             switch: None,
-            cat: Catalog::open(data).await?,
+            cat: Catalog::open(data, strict).await?,
         }]);
     }
     let mut out = Vec::new();
@@ -52,7 +52,7 @@ pub async fn open(data: &str, switches: &[String]) -> Result<Vec<Target>> {
         if !switches.is_empty() && !switches.contains(&name) {
             continue;
         }
-        match Catalog::open(&format!("{base}/switch={d}")).await {
+        match Catalog::open(&format!("{base}/switch={d}"), strict).await {
             Ok(cat) => out.push(Target {
                 switch: Some(name),
                 cat,

@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod longview;
 pub mod output;
 pub mod plot;
+pub mod quarantine;
 pub mod rates;
 pub mod settings;
 pub mod spark;

@@ -603,7 +603,9 @@ mod data_tests {
         let other = Arc::new(other);
         generate(dir.path(), &a, 3000, 1_000_000).unwrap();
         generate(dir.path(), &other, 500, 1_000_000).unwrap();
-        let cat = Catalog::open(dir.path().to_str().unwrap()).await.unwrap();
+        let cat = Catalog::open(dir.path().to_str().unwrap(), true)
+            .await
+            .unwrap();
         super::LongView::register(&cat).await.unwrap();
         let q = |s: &str| s.to_string();
         let cases: Vec<(String, String)> = vec![

@@ -11,6 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.cmd.format() == Format::Json;
+    stel_query::output::set_diagnostics(cli.cmd.format());
     match cli.cmd.run() {
         Ok(code) => code,
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
@@ -18,6 +19,12 @@ fn main() -> ExitCode {
             let code = match e {
                 Error::NotFound(_) => 1,
                 _ => 2,
+            };
+            let skipped = stel_query::quarantine::skipped_total();
+            let e = if skipped > 0 {
+                format!("{e} ({skipped} unreadable or foreign Parquet files were skipped)")
+            } else {
+                e.to_string()
             };
             if json {
                 eprintln!(

@@ -9,11 +9,37 @@
 //!
 //! A table's column widths come from its first [`TABLE_SAMPLE`] rows; later rows stream.
 
-use std::io::{self, BufWriter, Stdout, Write};
+use std::{
+    io::{self, BufWriter, Stdout, Write},
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use serde_json::{json, Map, Value};
 
 use crate::error::Result;
+
+/// Whether diagnostics on stderr are JSON lines (`--json`) or `stel-query: …` text.
+static JSON_DIAGNOSTICS: AtomicBool = AtomicBool::new(false);
+
+/// Chooses how [`warn`] writes (the process's output format; set once by `main`).
+pub fn set_diagnostics(format: Format) {
+    JSON_DIAGNOSTICS.store(format == Format::Json, Ordering::Relaxed);
+}
+
+/// A warning on stderr: `stel-query: warning: <message>`, or with `--json` one
+/// `{"type":"warning","data":{"message":…, …data}}` line.
+pub fn warn(message: &str, data: Value) {
+    if JSON_DIAGNOSTICS.load(Ordering::Relaxed) {
+        let mut d = match data {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        d.insert("message".into(), Value::String(message.to_string()));
+        eprintln!("{}", json!({"type": "warning", "data": d}));
+    } else {
+        eprintln!("stel-query: warning: {message}");
+    }
+}
 
 /// Rows a table buffers to size its columns before it streams.
 pub const TABLE_SAMPLE: usize = 512;
@@ -199,10 +225,17 @@ impl Printer {
         Ok(())
     }
 
-    /// Ends the output: `summary` in JSON; a footer line on stderr for tables.
-    pub fn summary(&mut self, about: Value) -> Result<()> {
+    /// Ends the output: `summary` in JSON (with `files_skipped`, the unreadable or foreign
+    /// files left out); for tables and CSV, a line on stderr when files were skipped.
+    pub fn summary(&mut self, mut about: Value) -> Result<()> {
+        let skipped = crate::quarantine::skipped_total();
         match self.format {
-            Format::Json => self.line(json!({"type": "summary", "data": about}))?,
+            Format::Json => {
+                if let Some(m) = about.as_object_mut() {
+                    m.insert("files_skipped".into(), json!(skipped));
+                }
+                self.line(json!({"type": "summary", "data": about}))?
+            }
             Format::Table => {
                 if self.rows > 0 {
                     self.flush_table()?;
@@ -211,6 +244,12 @@ impl Printer {
             Format::Csv => {}
         }
         self.out.flush()?;
+        if skipped > 0 && self.format != Format::Json {
+            eprintln!(
+                "stel-query: {skipped} unreadable or foreign Parquet file{} skipped (named above; --strict fails on them instead)",
+                if skipped == 1 { "" } else { "s" }
+            );
+        }
         Ok(())
     }
 

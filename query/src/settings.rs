@@ -46,6 +46,10 @@ pub struct CommonArgs {
     /// (comma-separated; default all).
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub switch: Vec<String>,
+    /// Fail on the first unreadable or foreign Parquet file (a truncated copy, random bytes,
+    /// another schema) instead of skipping it with a warning and counting it in the summary.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Which engine answers.
@@ -185,6 +189,8 @@ pub struct Settings {
     pub remote: Option<String>,
     /// Switches to keep (empty: all).
     pub switches: Vec<String>,
+    /// Fail on unreadable files instead of skipping them.
+    pub strict: bool,
 }
 
 impl Settings {
@@ -209,6 +215,7 @@ impl CommonArgs {
             engine: self.engine,
             remote: self.remote.clone(),
             switches: self.switch.clone(),
+            strict: self.strict,
             data: self.data_dir.clone(),
             format: if self.json {
                 Format::Json

@@ -751,3 +751,114 @@ fn sql_is_read_only_unless_writes_are_allowed() {
     ));
     assert_eq!(n, 200);
 }
+
+/// One bad `.parquet` in the tree (a truncated copy, random bytes, an empty file, another
+/// schema) does not break the commands: it is named in a warning, skipped, counted in the
+/// summary; `--strict` fails on it instead, naming it.
+#[test]
+fn a_bad_file_is_named_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    write_emulated(dir.path(), cfg(Pattern::Steady, 8), 3_000, 1000);
+    let d = dir.path().to_str().unwrap();
+    let hour = dir
+        .path()
+        .join("profile=lab/group=PORT/date=2023-11-14/hour=22");
+    let good: Vec<_> = std::fs::read_dir(&hour)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    assert_eq!(good.len(), 3);
+    let original = std::fs::read(&good[0]).unwrap();
+    let bad = hour.join("part-99999999999999999999-000000.parquet");
+    let foreign = format!(
+        "import pyarrow as pa, pyarrow.parquet as pq\n\
+         pq.write_table(pa.table({{'ts': pa.array([1, 2], pa.int64()), 'note': ['a', 'b']}}), {:?})\n\
+         print('{{}}')",
+        bad.to_str().unwrap()
+    );
+    type Make = Box<dyn Fn()>;
+    let kinds: Vec<(&str, Make)> = vec![
+        ("truncated", {
+            let (b, o) = (bad.clone(), original.clone());
+            Box::new(move || std::fs::write(&b, &o[..o.len() / 2]).unwrap())
+        }),
+        ("random", {
+            let b = bad.clone();
+            Box::new(move || {
+                let mut x: u64 = 7;
+                let junk: Vec<u8> = (0..100_000)
+                    .map(|_| {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        (x >> 56) as u8
+                    })
+                    .collect();
+                std::fs::write(&b, junk).unwrap()
+            })
+        }),
+        ("empty", {
+            let b = bad.clone();
+            Box::new(move || std::fs::write(&b, b"").unwrap())
+        }),
+        ("foreign", {
+            let f = foreign.clone();
+            Box::new(move || {
+                stel_testkit::python3_json(&f);
+            })
+        }),
+    ];
+    let shown = bad.to_str().unwrap();
+    for (kind, make) in &kinds {
+        make();
+        // Every command still answers, from the good files only.
+        let o = query(
+            &[
+                "sql",
+                "-d",
+                d,
+                "SELECT count(*) AS n FROM lab_port",
+                "--json",
+            ],
+            &[],
+        );
+        assert_eq!(o.code, 0, "{kind}: {}", o.stderr);
+        assert_eq!(o.rows()[0]["n"].as_u64(), Some(3000), "{kind}");
+        let summary = o
+            .json()
+            .into_iter()
+            .find(|v| v["type"] == "summary")
+            .unwrap();
+        assert_eq!(summary["data"]["files_skipped"], 1, "{kind}");
+        let w: Value = serde_json::from_str(o.stderr.lines().next().unwrap())
+            .unwrap_or_else(|e| panic!("{kind}: {e}: {}", o.stderr));
+        assert_eq!(w["type"], "warning", "{kind}");
+        assert_eq!(w["data"]["path"], shown, "{kind}");
+        for args in [
+            vec!["rates", "-d", d],
+            vec!["history", "-d", d, "-o", "Ethernet0", "-s", "IF_IN_OCTETS"],
+            vec!["top", "-d", d],
+            vec!["bursts", "-d", d, "--threshold", "1"],
+        ] {
+            let o = query(&args, &[]);
+            assert_eq!(o.code, 0, "{kind} {args:?}: {}", o.stderr);
+            assert!(
+                o.stderr
+                    .contains(&format!("stel-query: warning: skipping {shown}: "))
+                    && o.stderr
+                        .contains("1 unreadable or foreign Parquet file skipped"),
+                "{kind} {args:?}: {}",
+                o.stderr
+            );
+        }
+        // --strict: the file is the error.
+        let o = query(&["rates", "-d", d, "--strict"], &[]);
+        assert_eq!(o.code, 2, "{kind}: {}", o.stderr);
+        assert!(
+            o.stderr.starts_with(&format!("stel-query: {shown}: "))
+                && o.stderr.contains("--strict"),
+            "{kind}: {}",
+            o.stderr
+        );
+        std::fs::remove_file(&bad).unwrap();
+    }
+}

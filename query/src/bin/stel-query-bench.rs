@@ -273,7 +273,7 @@ async fn run(a: Args) -> Result<ExitCode> {
     let mut plan = None;
     for i in 0..runs {
         let t = Instant::now();
-        let cat = Catalog::open(&root_s).await?;
+        let cat = Catalog::open(&root_s, true).await?;
         let s = cat.session(Some("bench"), "PORT")?;
         res_ns = resolve_resolution(&cat, s, &r, Some("stream"))
             .await?

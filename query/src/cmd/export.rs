@@ -160,7 +160,7 @@ async fn export_file(
 pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
-    let cat = Catalog::open(&set.data).await?;
+    let cat = Catalog::open(&set.data, set.strict).await?;
     let dst = Location::parse(&a.dest, true)?;
     let sessions: Vec<_> = cat
         .sessions

@@ -69,7 +69,7 @@ pub enum Agg {
 pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
-    let cat = Catalog::open(&set.data).await?;
+    let cat = Catalog::open(&set.data, set.strict).await?;
     let (s, r) = super::open_session(&cat, a.profile.as_deref(), &a.group, &a.time).await?;
     let objects = super::pick_objects(s, &a.object)?;
     let stats = super::pick_stats(s, &a.stat)?;

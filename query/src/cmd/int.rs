@@ -6,65 +6,49 @@
 //! statistics). Same conventions as the other commands: `--since/--from/--to/--last`, table,
 //! `--json` or `--csv`, exit 0 rows / 1 none / 2 error.
 
-use std::{process::ExitCode, sync::Arc, time::Instant};
+use std::{process::ExitCode, time::Instant};
 
 use arrow_array::Array;
-use arrow_schema::DataType;
-use datafusion::{
-    arrow::util::display::{ArrayFormatter, FormatOptions},
-    datasource::{
-        file_format::parquet::ParquetFormat,
-        listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
-    },
-    prelude::SessionContext,
-};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::{
-    catalog::{session_context, Location},
+    catalog::Catalog,
     error::{Error, Result},
     output::{Cell, Printer},
+    quarantine::Shape,
     settings::{CommonArgs, TimeArgs},
 };
 
 /// The INT tables.
 pub const TABLES: [&str; 3] = ["int_reports", "int_hops", "int_drops"];
 
-/// Registers every INT table present under `location` (partition columns `switch`, `date`,
+/// Registers every INT table present in `cat`'s location (partition columns `switch`, `date`,
 /// `hour`); returns the names registered.
 ///
 /// # Errors
 /// Listing or schema inference failures.
-pub async fn register(ctx: &SessionContext, location: &Location) -> Result<Vec<&'static str>> {
-    let present = location.subdirs_pub("", "table").await?;
+pub async fn register(cat: &Catalog) -> Result<Vec<&'static str>> {
+    let present = cat.location.subdirs_pub("", "table").await?;
     let mut out = Vec::new();
     for t in TABLES {
         if !present.iter().any(|p| p == t) {
             continue;
         }
-        if ctx.table_exist(t)? {
+        if cat.ctx.table_exist(t)?
+            || cat
+                .register_listing(
+                    t,
+                    &format!("table={t}"),
+                    &["switch", "date", "hour"],
+                    Shape::Timestamped,
+                )
+                .await?
+                .is_some()
+        {
             out.push(t);
-            continue;
         }
-        let url = ListingTableUrl::parse(format!("{}table={t}/", location.url))?;
-        let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
-            .with_file_extension(".parquet")
-            .with_table_partition_cols(vec![
-                ("switch".to_string(), DataType::Utf8),
-                ("date".to_string(), DataType::Utf8),
-                ("hour".to_string(), DataType::Utf8),
-            ]);
-        let schema = match opts.infer_schema(&ctx.state(), &url).await {
-            Ok(s) => s,
-            Err(datafusion::error::DataFusionError::Plan(_)) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let cfg = ListingTableConfig::new(url)
-            .with_listing_options(opts)
-            .with_schema(schema);
-        ctx.register_table(t, Arc::new(ListingTable::try_new(cfg)?))?;
-        out.push(t);
     }
     Ok(out)
 }
@@ -73,18 +57,12 @@ pub async fn register(ctx: &SessionContext, location: &Location) -> Result<Vec<&
 ///
 /// # Errors
 /// An unusable location, listing or schema failures.
-pub async fn int_only_catalog(data: &str) -> Result<Option<crate::catalog::Catalog>> {
-    let location = Location::parse(data, false)?;
-    let ctx = session_context();
-    ctx.register_object_store(&location.store_url(), location.store_for_df()?);
-    if register(&ctx, &location).await?.is_empty() {
+pub async fn int_only_catalog(data: &str, strict: bool) -> Result<Option<Catalog>> {
+    let cat = Catalog::empty(data, strict)?;
+    if register(&cat).await?.is_empty() {
         return Ok(None);
     }
-    Ok(Some(crate::catalog::Catalog {
-        ctx,
-        location,
-        sessions: Vec::new(),
-    }))
+    Ok(Some(cat))
 }
 
 /// Questions about INT telemetry: flow latency, per-hop breakdown, drops, per-EVC latency.
@@ -205,10 +183,9 @@ fn sql(a: &Args, from: i64, to: i64) -> (String, &'static str) {
 pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
-    let location = Location::parse(&set.data, false)?;
-    let ctx = session_context();
-    ctx.register_object_store(&location.store_url(), location.store_for_df()?);
-    let tables = register(&ctx, &location).await?;
+    let cat = Catalog::empty(&set.data, set.strict)?;
+    let tables = register(&cat).await?;
+    let (ctx, location) = (&cat.ctx, &cat.location);
     let needed = match a.what {
         What::Hops => "int_hops",
         What::Drops => "int_drops",

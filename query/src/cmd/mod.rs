@@ -101,11 +101,12 @@ impl Cmd {
         let common = match &self {
             Cmd::History(a) => Some(&a.common),
             Cmd::Export(a) => Some(&a.common),
+            Cmd::Int(a) => Some(&a.common),
             _ => None,
         };
         if !remote_ok && common.is_some_and(|c| c.engine == crate::settings::Engine::Spark) {
             return Err(Error::Usage(
-                "--engine spark answers top, bursts, rates and sql; run this command with the local engine".into(),
+                "--engine spark answers top, bursts, rates and sql; history, export and int run on the local engine only (drop --engine spark)".into(),
             ));
         }
         let rt = tokio::runtime::Builder::new_multi_thread()

@@ -409,7 +409,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             )));
         }
     } else {
-        let targets = crate::fleet::open(&set.data, &set.switches).await?;
+        let targets = crate::fleet::open(&set.data, &set.switches, set.strict).await?;
         let fleet = targets.iter().any(|t| t.switch.is_some());
         let (found, r) =
             crate::fleet::sessions(&targets, a.profile.as_deref(), group, &a.time).await?;

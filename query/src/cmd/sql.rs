@@ -22,8 +22,9 @@ use serde_json::{json, Value};
 use crate::{
     catalog::Catalog,
     engine::{check_remote_sql, plan_sql, SqlAccess},
-    error::Result,
+    error::{Error, Result},
     output::{Cell, Printer},
+    quarantine::Shape,
     spark::Lake,
 };
 
@@ -95,32 +96,22 @@ fn print_batches<'a>(
 /// The fleet lake at `data` (a root of `switch=` directories) as one DataFusion table `lake`
 /// with the partition columns switch, profile, group, date, hour and the schema merged by name
 /// over every file — the same view `--engine spark` registers.
-async fn register_lake(data: &str) -> Result<datafusion::prelude::SessionContext> {
-    use std::sync::Arc;
-
-    use datafusion::datasource::{
-        file_format::parquet::ParquetFormat,
-        listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl},
-    };
-    let location = crate::catalog::Location::parse(data, false)?;
-    let ctx = crate::catalog::session_context();
-    ctx.register_object_store(&location.store_url(), location.store_for_df()?);
-    let url = ListingTableUrl::parse(location.url.as_str())?;
-    let parts = ["switch", "profile", "group", "date", "hour"]
-        .map(|k| (k.to_string(), DataType::Utf8))
-        .to_vec();
-    let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
-        .with_file_extension(".parquet")
-        .with_table_partition_cols(parts);
-    let schema = opts.infer_schema(&ctx.state(), &url).await?;
-    let config = ListingTableConfig::new(url)
-        .with_listing_options(opts)
-        .with_schema(schema);
-    ctx.register_table(
+async fn register_lake(data: &str, strict: bool) -> Result<Catalog> {
+    let cat = Catalog::empty(data, strict)?;
+    cat.register_listing(
         crate::spark::lake::VIEW,
-        Arc::new(ListingTable::try_new(config)?),
-    )?;
-    Ok(ctx)
+        "",
+        &["switch", "profile", "group", "date", "hour"],
+        Shape::Timestamped,
+    )
+    .await?
+    .ok_or_else(|| {
+        Error::NotFound(format!(
+            "no readable Parquet files under {}",
+            cat.location.url
+        ))
+    })?;
+    Ok(cat)
 }
 
 /// # Errors
@@ -159,29 +150,29 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     let loc = crate::catalog::Location::parse(&set.data, false)?;
     let fleet = !loc.subdirs_pub("", "switch").await?.is_empty();
-    let (ctx, tables) = if fleet {
+    let (cat, tables) = if fleet {
         (
-            register_lake(&set.data).await?,
+            register_lake(&set.data, set.strict).await?,
             vec![crate::spark::lake::VIEW.to_string()],
         )
     } else {
-        let cat = match Catalog::open(&set.data).await {
+        let cat = match Catalog::open(&set.data, set.strict).await {
             Ok(c) => c,
             // A data dir with only INT tables is still something to query.
-            Err(crate::error::Error::NotFound(m)) => super::int::int_only_catalog(&set.data)
+            Err(Error::NotFound(m)) => super::int::int_only_catalog(&set.data, set.strict)
                 .await?
-                .ok_or(crate::error::Error::NotFound(m))?,
+                .ok_or(Error::NotFound(m))?,
             Err(e) => return Err(e),
         };
         if a.query.to_ascii_lowercase().contains("counters") {
             crate::longview::LongView::register(&cat).await?;
         }
         // The INT tables (int_reports, int_hops, int_drops) when the data has them.
-        super::int::register(&cat.ctx, &cat.location).await?;
+        super::int::register(&cat).await?;
         let t = cat.sessions.iter().map(|s| s.table.clone()).collect();
-        (cat.ctx, t)
+        (cat, t)
     };
-    let df = plan_sql(&ctx, &a.query, access).await?;
+    let df = plan_sql(&cat.ctx, &a.query, access).await?;
     let schema = df.schema().as_arrow().clone();
     let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     p.begin(

@@ -456,7 +456,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         fleet = true;
         profile = a.profile.clone().unwrap_or_else(|| "*".into());
     } else {
-        let targets = crate::fleet::open(&set.data, &set.switches).await?;
+        let targets = crate::fleet::open(&set.data, &set.switches, set.strict).await?;
         fleet = targets.iter().any(|t| t.switch.is_some());
         let (found, range) =
             crate::fleet::sessions(&targets, a.profile.as_deref(), &group, &a.time).await?;
