@@ -1337,8 +1337,14 @@ metrics! {
     IntPublishedBytes: Counter "stel_int_published_bytes_total" [];
     /// Failed open/write/publish operations of the INT tables.
     IntWriteErrors: Counter "stel_int_write_errors_total" [];
-    /// INT table parts published, by why: `hour`, `size` (max_file_bytes), `age` (flush_interval_ms).
+    /// INT table parts published, by why: `hour`, `size` (max_file_bytes), `age` (flush_interval_ms), `idle` (the switch sent nothing for idle_publish_ms).
     IntRotations: Counter "stel_int_rotations_total" [Reason];
+    /// Switches whose INT tables are being written now (at most `max_switches`).
+    IntOpenSwitches: Gauge "stel_int_open_switches" [];
+    /// INT table files open now.
+    IntOpenFiles: Gauge "stel_int_open_files" [];
+    /// New switch ids whose INT rows were refused (once per id per decoder batch): `max_switches` switches were being written (rows dropped with reason `switch_limit`), or new ids came faster than `new_switches_per_s` (reason `switch_rate`).
+    IntSwitchRefusals: Counter "stel_int_switch_refusals_total" [];
     /// INT row groups flushed early because buffered rows reached half the memory budget.
     IntBudgetFlushes: Counter "stel_int_budget_flushes_total" [];
     /// Bytes the INT writer buffers in unfinished row groups now.

@@ -468,6 +468,8 @@ impl StatusMetrics {
             ("queue_timeout", k.shed_queue_timeout_rows),
             ("memory_budget", k.shed_memory_budget_rows),
             ("closed", k.shed_closed_rows),
+            ("switch_limit", k.shed_switch_limit_rows),
+            ("switch_rate", k.shed_switch_rate_rows),
             ("disk_full", k.lost_disk_full_rows),
             ("write_error", k.lost_write_error_rows),
         ] {
@@ -485,9 +487,13 @@ impl StatusMetrics {
             ("hour", k.rotations_hour),
             ("size", k.rotations_size),
             ("age", k.rotations_age),
+            ("idle", k.rotations_idle),
         ] {
             self.total(M::IntRotations, labels!(Reason = reason), v);
         }
+        self.level(M::IntOpenSwitches, labels!(), k.open_switches);
+        self.level(M::IntOpenFiles, labels!(), k.open_files);
+        self.total(M::IntSwitchRefusals, labels!(), k.switch_refusals);
         self.total(M::IntBudgetFlushes, labels!(), k.budget_row_group_flushes);
         self.level(M::IntBufferedBytes, labels!(), k.writer_bytes);
         self.total(M::IntStaleTempFiles, labels!(), k.stale_temp_files_removed);

@@ -202,15 +202,22 @@ pub fn int_status_line(
         .sum(M::IntReports)
         .saturating_sub(prev.sum(M::IntReports)) as f64
         / dt.max(1e-3);
-    let shed: u64 = ["queue_full", "queue_timeout", "memory_budget", "closed"]
-        .iter()
-        .map(|r| {
-            now.series(M::SinkDroppedSamples)
-                .filter(|s| s.label(Label::Sink) == "int" && s.label(Label::Reason) == *r)
-                .map(|s| s.value)
-                .sum::<u64>()
-        })
-        .sum();
+    let shed: u64 = [
+        "queue_full",
+        "queue_timeout",
+        "memory_budget",
+        "closed",
+        "switch_limit",
+        "switch_rate",
+    ]
+    .iter()
+    .map(|r| {
+        now.series(M::SinkDroppedSamples)
+            .filter(|s| s.label(Label::Sink) == "int" && s.label(Label::Reason) == *r)
+            .map(|s| s.value)
+            .sum::<u64>()
+    })
+    .sum();
     let mut line = format!(
         "int {:.1} k reports/s, {} malformed, {} seq lost, {} kernel drops, {} shed",
         rate / 1e3,

@@ -17,7 +17,8 @@ use crate::parquet::{Codec, ConfigError, WhenFull};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IntSinkConfig {
-    /// Root directory of the history (the counters' root; the INT tables live under `table=`).
+    /// Root directory of the history (the INT tables live under `table=`). Empty (the default)
+    /// = the counters' history root, which the daemon fills in.
     pub dir: PathBuf,
     /// Decoder batches the queue in front of the writer holds.
     pub queue_batches: usize,
@@ -30,6 +31,20 @@ pub struct IntSinkConfig {
     /// A file is published at the latest this many ms after it was opened (bounds what a crash
     /// loses, plus what sits in the queue).
     pub flush_interval_ms: u64,
+    /// A switch that sent no rows for this many ms has its open files published (so queries see
+    /// a stopped sender's reports within seconds) and gives up its slot (`max_switches`).
+    pub idle_publish_ms: u64,
+    /// Switch ids written at once (each has up to one open file per table). Rows of a further
+    /// switch id are refused (counted, reason `switch_limit`) until a switch goes idle for
+    /// `idle_publish_ms`: the switch id is whatever a datagram says, so this is what bounds the
+    /// open files and their memory when a sender floods made-up ids.
+    pub max_switches: usize,
+    /// New switch ids admitted per second once the first `max_switches` are in (a token bucket
+    /// of `max_switches` tokens, refilled at this rate). Each new id costs files, directories
+    /// and fsyncs when it is published; this bounds that work when made-up ids keep coming,
+    /// so the switches already being written keep their writer. Rows refused for it are counted
+    /// with reason `switch_rate`.
+    pub new_switches_per_s: f64,
     /// Rows per row group.
     pub row_group_rows: usize,
     /// Compression codec. Default `lz4`: parquet's zstd sets up a fresh context per page
@@ -54,12 +69,15 @@ pub struct IntSinkConfig {
 impl Default for IntSinkConfig {
     fn default() -> Self {
         Self {
-            dir: PathBuf::from("/var/lib/stel"),
+            dir: PathBuf::new(),
             queue_batches: 256,
             when_full: WhenFull::Block,
             block_timeout_ms: 50,
             max_file_bytes: 128 << 20,
             flush_interval_ms: 60_000,
+            idle_publish_ms: 2_000,
+            max_switches: 256,
+            new_switches_per_s: 4.0,
             row_group_rows: 128 * 1024,
             compression: Codec::Lz4,
             compression_level: 3,
@@ -78,6 +96,7 @@ impl IntSinkConfig {
             dir: dir.into(),
             queue_batches: 16,
             flush_interval_ms: 200,
+            idle_publish_ms: 200,
             row_group_rows: 1024,
             memory_budget_bytes: 64 << 20,
             retry_interval_ms: 50,
@@ -89,6 +108,10 @@ impl IntSinkConfig {
         Duration::from_millis(self.flush_interval_ms.max(1))
     }
 
+    pub(crate) fn idle_publish(&self) -> Duration {
+        Duration::from_millis(self.idle_publish_ms.max(1))
+    }
+
     /// Every problem at once.
     ///
     /// # Errors
@@ -97,6 +120,15 @@ impl IntSinkConfig {
         let mut problems = Vec::new();
         if self.queue_batches == 0 {
             problems.push("queue_batches must be at least 1".to_string());
+        }
+        if self.max_switches == 0 {
+            problems.push("max_switches must be at least 1".to_string());
+        }
+        if !(self.new_switches_per_s.is_finite() && self.new_switches_per_s > 0.0) {
+            problems.push(format!(
+                "new_switches_per_s {} must be a positive number",
+                self.new_switches_per_s
+            ));
         }
         if self.row_group_rows == 0 {
             problems.push("row_group_rows must be at least 1".to_string());

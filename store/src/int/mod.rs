@@ -32,6 +32,7 @@ use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 pub mod config;
 pub mod sink;
+mod stats;
 mod writer;
 
 pub use config::IntSinkConfig;

@@ -4,7 +4,7 @@
 
 use crate::durable::{fsync_dir, is_disk_full};
 use std::{
-    collections::HashMap,
+    collections::{hash_map::Entry, HashMap, HashSet},
     fs::{self, File},
     io::{self, BufWriter},
     path::PathBuf,
@@ -15,7 +15,7 @@ use std::{
 use ::parquet::{arrow::ArrowWriter, file::metadata::KeyValue};
 use arrow_array::{cast::AsArray, types::TimestampNanosecondType, RecordBatch};
 
-use super::{sink::Counters, IntBatch, IntSinkConfig, Table, NS_PER_HOUR, TS_COLUMN};
+use super::{stats::Counters, IntBatch, IntSinkConfig, Table, NS_PER_HOUR, TS_COLUMN};
 use crate::{
     log_limit::LogLimiter,
     parquet::keys,
@@ -33,6 +33,17 @@ struct OpenPart {
     rows: u64,
 }
 
+/// Write buffer per open file: row groups reach it as whole pages, so a small buffer costs no
+/// extra syscalls worth measuring, and `3 × max_switches` of them stay small.
+const WRITE_BUFFER: usize = 64 << 10;
+
+impl OpenPart {
+    /// Bytes this open file holds in memory: its unfinished row group and its write buffer.
+    fn memory(&self) -> u64 {
+        (self.writer.memory_size() + WRITE_BUFFER) as u64
+    }
+}
+
 /// (table, switch id)
 type Key = (Table, u32);
 
@@ -40,6 +51,15 @@ pub(crate) struct Writer {
     cfg: IntSinkConfig,
     c: Arc<Counters>,
     parts: HashMap<Key, OpenPart>,
+    /// Switches being written (at most `max_switches`) and when rows of each last arrived. A
+    /// switch keeps its slot while its files rotate (hour, size, age) and gives it up once idle
+    /// for `idle_publish_ms`.
+    switches: HashMap<u32, Instant>,
+    /// New switch ids that may still be admitted now (token bucket: `max_switches` at most,
+    /// refilled at `new_switches_per_s`), and when it was last refilled.
+    admit_tokens: f64,
+    admit_refilled: Instant,
+    log_refused: LogLimiter,
     seq: u32,
     history: History,
     paused_until: Option<Instant>,
@@ -58,9 +78,13 @@ impl std::fmt::Debug for Writer {
 impl Writer {
     pub(crate) fn new(cfg: IntSinkConfig, c: Arc<Counters>) -> Self {
         Self {
+            admit_tokens: cfg.max_switches as f64,
             cfg,
             c,
             parts: HashMap::new(),
+            switches: HashMap::new(),
+            admit_refilled: Instant::now(),
+            log_refused: LogLimiter::new(Duration::from_secs(10)),
             seq: 0,
             history: History::default(),
             paused_until: None,
@@ -118,6 +142,10 @@ impl Writer {
     }
 
     pub(crate) fn push(&mut self, mut batch: IntBatch) {
+        let now = Instant::now();
+        // Rows of switches without a slot go first, before anything is built for them: a
+        // batch of made-up switch ids would otherwise become a record batch per id.
+        self.admit(&mut batch, now);
         // Rows are grouped by (table, switch, hour) before the transpose: one pass over the
         // rows, no column filtering afterwards.
         let pieces = match batch.finish_split() {
@@ -150,6 +178,84 @@ impl Writer {
             self.write_piece(table, switch, hour * NS_PER_HOUR, &rb);
         }
         self.update_memory();
+    }
+
+    /// Keeps the rows of switches that have a slot or get one (a free slot and an admission
+    /// token, in order of first appearance), and drops the others: counted by reason
+    /// (`switch_limit`: no free slot; `switch_rate`: new ids faster than `new_switches_per_s`;
+    /// one refusal per switch id per batch) and logged at most every 10 s.
+    fn admit(&mut self, batch: &mut IntBatch, now: Instant) {
+        let max = self.cfg.max_switches;
+        let elapsed = now.saturating_duration_since(self.admit_refilled);
+        self.admit_refilled = now;
+        self.admit_tokens = (self.admit_tokens
+            + elapsed.as_secs_f64() * self.cfg.new_switches_per_s)
+            .min(max as f64);
+        let mut refused: HashSet<u32> = HashSet::new();
+        let (mut no_slot, mut too_fast) = (0u64, 0u64);
+        // One map lookup per run of rows of the same switch.
+        let mut last: Option<(u32, Verdict)> = None;
+        let switches = &mut self.switches;
+        let tokens = &mut self.admit_tokens;
+        let mut verdict = |switch: u32| -> Verdict {
+            if let Some((s, v)) = last {
+                if s == switch {
+                    return v;
+                }
+            }
+            let free = switches.len() < max;
+            let v = match switches.entry(switch) {
+                Entry::Occupied(mut e) => {
+                    e.insert(now);
+                    Verdict::Keep
+                }
+                Entry::Vacant(_) if !free => Verdict::NoSlot,
+                Entry::Vacant(_) if *tokens < 1.0 => Verdict::TooFast,
+                Entry::Vacant(e) => {
+                    *tokens -= 1.0;
+                    e.insert(now);
+                    Verdict::Keep
+                }
+            };
+            if v != Verdict::Keep {
+                refused.insert(switch);
+            }
+            last = Some((switch, v));
+            v
+        };
+        let mut keep = |switch: u32| match verdict(switch) {
+            Verdict::Keep => true,
+            Verdict::NoSlot => {
+                no_slot += 1;
+                false
+            }
+            Verdict::TooFast => {
+                too_fast += 1;
+                false
+            }
+        };
+        batch.reports.rows.retain(|r| keep(r.switch_id));
+        batch.hops.rows.retain(|r| keep(r.switch_id));
+        batch.drops.rows.retain(|r| keep(r.switch_id));
+        if refused.is_empty() {
+            return;
+        }
+        self.c.shed_switch_limit_rows.fetch_add(no_slot, Relaxed);
+        self.c.shed_switch_rate_rows.fetch_add(too_fast, Relaxed);
+        self.c
+            .switch_refusals
+            .fetch_add(refused.len() as u64, Relaxed);
+        if let Some(n) = self.log_refused.allow_at(now) {
+            tracing::warn!(
+                switch_ids = refused.len(),
+                rows_no_slot = no_slot,
+                rows_too_fast = too_fast,
+                max_switches = max,
+                new_switches_per_s = self.cfg.new_switches_per_s,
+                suppressed = n,
+                "INT: rows of new switch ids refused: max_switches switches are being written, or new ids arrive faster than new_switches_per_s (a slot frees when a switch sends nothing for idle_publish_ms; raise int.parquet.max_switches for a larger fleet, or set [int.filter] senders if the ids are made up)."
+            );
+        }
     }
 
     fn write_piece(&mut self, table: Table, switch: u32, hour_start: i64, rb: &RecordBatch) {
@@ -189,14 +295,6 @@ impl Writer {
         p.rows += rows;
         p.first_ns = p.first_ns.min(first);
         p.last_ns = p.last_ns.max(last);
-        if p.writer.in_progress_size() as u64 > self.cfg.memory_budget_bytes / 2 {
-            self.c.budget_row_group_flushes.fetch_add(1, Relaxed);
-            if let Err(e) = p.writer.flush() {
-                let p = self.parts.remove(&key);
-                self.failed(p, 0, &e);
-                return;
-            }
-        }
         let size = (p.writer.bytes_written() + p.writer.in_progress_size()) as u64;
         if size >= self.cfg.max_file_bytes {
             self.publish(key, Rotation::Size);
@@ -237,7 +335,7 @@ impl Writer {
             ]))
             .build();
         let writer = match ArrowWriter::try_new(
-            BufWriter::with_capacity(1 << 20, file),
+            BufWriter::with_capacity(WRITE_BUFFER, file),
             table.schema(),
             Some(props),
         ) {
@@ -311,6 +409,7 @@ impl Writer {
                     Rotation::Hour => self.c.rotations_hour.fetch_add(1, Relaxed),
                     Rotation::Size => self.c.rotations_size.fetch_add(1, Relaxed),
                     Rotation::Age => self.c.rotations_age.fetch_add(1, Relaxed),
+                    Rotation::Idle => self.c.rotations_idle.fetch_add(1, Relaxed),
                     Rotation::Shutdown => 0,
                 };
                 self.history.insert(
@@ -329,17 +428,56 @@ impl Writer {
         }
     }
 
-    fn update_memory(&self) {
-        let m: usize = self
-            .parts
-            .values()
-            .map(|p| p.writer.in_progress_size())
-            .sum();
-        self.c.writer_bytes.store(m as u64, Relaxed);
+    /// Publishes the writer's memory (open parts' buffers and unfinished row groups) and, when
+    /// it is above half the memory budget, flushes the largest row groups until it is below a
+    /// quarter (the files stay open; their row groups are on disk).
+    fn update_memory(&mut self) {
+        let mut m: u64 = self.parts.values().map(OpenPart::memory).sum();
+        let budget = self.cfg.memory_budget_bytes;
+        if m > budget / 2 {
+            let mut by_size: Vec<(u64, Key)> =
+                self.parts.iter().map(|(k, p)| (p.memory(), *k)).collect();
+            by_size.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+            for (_, key) in by_size {
+                if m <= budget / 4 {
+                    break;
+                }
+                let Some(p) = self.parts.get_mut(&key) else {
+                    continue;
+                };
+                let before = p.memory();
+                self.c.budget_row_group_flushes.fetch_add(1, Relaxed);
+                if let Err(e) = p.writer.flush() {
+                    let p = self.parts.remove(&key);
+                    self.failed(p, 0, &e);
+                    m = m.saturating_sub(before);
+                    continue;
+                }
+                m = m.saturating_sub(before) + p.memory();
+            }
+        }
+        self.c.writer_bytes.store(m, Relaxed);
+        self.c.open_files.store(self.parts.len() as u64, Relaxed);
+        self.c
+            .open_switches
+            .store(self.switches.len() as u64, Relaxed);
     }
 
     pub(crate) fn tick(&mut self) {
         let now = Instant::now();
+        let idle = self.cfg.idle_publish();
+        let quiet: Vec<u32> = self
+            .switches
+            .iter()
+            .filter(|(_, &last)| now.saturating_duration_since(last) >= idle)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in quiet {
+            self.switches.remove(&s);
+            for t in Table::ALL {
+                self.publish((t, s), Rotation::Idle);
+            }
+        }
         let max_age = self.cfg.flush_interval();
         let due: Vec<Key> = self
             .parts
@@ -359,10 +497,16 @@ impl Writer {
 
     pub(crate) fn next_deadline(&self) -> Duration {
         let now = Instant::now();
-        let max_age = self.cfg.flush_interval();
-        self.parts
+        let (max_age, idle) = (self.cfg.flush_interval(), self.cfg.idle_publish());
+        let age = self
+            .parts
             .values()
-            .map(|p| (p.opened + max_age).saturating_duration_since(now))
+            .map(|p| (p.opened + max_age).saturating_duration_since(now));
+        let quiet = self
+            .switches
+            .values()
+            .map(|&last| (last + idle).saturating_duration_since(now));
+        age.chain(quiet)
             .min()
             .unwrap_or(Duration::from_secs(1))
             .min(Duration::from_secs(1))
@@ -373,6 +517,7 @@ impl Writer {
         for k in keys {
             self.publish(k, Rotation::Shutdown);
         }
+        self.switches.clear();
         self.update_memory();
     }
 
@@ -388,11 +533,20 @@ impl Writer {
     }
 }
 
+/// What [`Writer::admit`] decided for a switch id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Keep,
+    NoSlot,
+    TooFast,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Rotation {
     Hour,
     Size,
     Age,
+    Idle,
     Shutdown,
 }
 
@@ -447,5 +601,97 @@ mod tests {
             ]
         );
         assert!(!stale.temp.exists());
+    }
+
+    /// Polls the sink's counters until `ok` holds (the writer works on its own thread).
+    fn wait_for(sink: &IntSink, what: &str, ok: impl Fn(&crate::int::IntSinkStats) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ok(&sink.stats()) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {:?}",
+                sink.stats()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn new_switch_ids_past_max_switches_are_refused_until_one_goes_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = 1_700_000_000_000_000_000i64;
+        let cfg = IntSinkConfig {
+            max_switches: 2,
+            new_switches_per_s: 1000.0,
+            idle_publish_ms: 300,
+            flush_interval_ms: 3_600_000,
+            ..IntSinkConfig::for_test(dir.path())
+        };
+        let sink = IntSink::start(cfg).unwrap();
+        // Switches 1 and 2 take the two slots; switch 3's rows are refused, counted.
+        sink.submit(batch(&[(t, 1, 1), (t, 2, 1), (t, 3, 1), (t + 1, 3, 2)]))
+            .unwrap();
+        wait_for(&sink, "the refusal", |s| s.switch_refusals == 1);
+        let s = sink.stats();
+        assert_eq!(s.shed_switch_limit_rows, 2);
+        assert_eq!(s.open_switches, 2);
+        assert_eq!(s.open_files, 2);
+        // Switch 1 keeps writing, its slot stays; switch 2 goes quiet and is published.
+        let mut n = 2;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sink.stats().rotations_idle == 0 {
+            sink.submit(batch(&[(t + n, 1, n as u32)])).unwrap();
+            n += 1;
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(Instant::now() < deadline, "{:?}", sink.stats());
+        }
+        wait_for(&sink, "switch 2's slot", |s| s.open_switches == 1);
+        assert_eq!(
+            sink.stats().files_published,
+            1,
+            "switch 1's file stays open"
+        );
+        // Now switch 3 gets the free slot.
+        sink.submit(batch(&[(t + n, 3, 3)])).unwrap();
+        wait_for(&sink, "switch 3's slot", |s| s.open_switches == 2);
+        let st = sink.shutdown().unwrap();
+        assert_eq!(st.switch_refusals, 1);
+        assert_eq!(
+            st.rows_submitted,
+            st.rows_written + st.shed_rows() + st.lost_rows(),
+            "{st:?}"
+        );
+        assert_eq!(st.rows_written, st.rows_submitted - 2);
+        assert_eq!(st.open_switches, 0);
+        assert_eq!(st.open_files, 0);
+    }
+
+    #[test]
+    fn new_switch_ids_beyond_the_admission_rate_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = 1_700_000_000_000_000_000i64;
+        let cfg = IntSinkConfig {
+            max_switches: 4,
+            new_switches_per_s: 0.001,
+            idle_publish_ms: 100,
+            ..IntSinkConfig::for_test(dir.path())
+        };
+        let sink = IntSink::start(cfg).unwrap();
+        // The burst: four ids at once take the four slots (and tokens).
+        sink.submit(batch(&[(t, 1, 1), (t, 2, 1), (t, 3, 1), (t, 4, 1)]))
+            .unwrap();
+        wait_for(&sink, "four idle publishes", |s| s.rotations_idle == 4);
+        // Slots are free again, but no new id may come in before the bucket refills.
+        sink.submit(batch(&[(t, 5, 1), (t, 6, 1), (t + 1, 6, 2)]))
+            .unwrap();
+        wait_for(&sink, "the refusals", |s| s.switch_refusals == 2);
+        // A switch that had a slot before is a new id again once it gave the slot up.
+        sink.submit(batch(&[(t + 2, 1, 2)])).unwrap();
+        wait_for(&sink, "the third refusal", |s| s.switch_refusals == 3);
+        let st = sink.shutdown().unwrap();
+        assert_eq!(st.shed_switch_rate_rows, 4, "{st:?}");
+        assert_eq!(st.shed_switch_limit_rows, 0, "{st:?}");
+        assert_eq!(st.rows_written, 4);
+        assert_eq!(st.rows_submitted, st.rows_written + st.shed_rows());
     }
 }
