@@ -78,7 +78,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     if let Some(us) = env_usize("STEL_BENCH_BATCH_WAIT_US") {
         cfg.reader.batch_wait_us = us as u32;
     }
-    cfg.status.file = Default::default();
+    cfg.status.file = Some(Default::default()); // none
     cfg.inspect.enabled = false;
     cfg.parquet = Some(ParquetSinkConfig {
         dir: dir.path().to_path_buf(),

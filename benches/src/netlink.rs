@@ -196,7 +196,7 @@ fn daemon(
     cfg.filter.policy = stel_ingest::filter::FilterPolicy::Registered;
     // One observation domain: one decoder does the work; the other core runs the emulator.
     cfg.pipeline.decoders = 1;
-    cfg.status.file = Default::default();
+    cfg.status.file = Some(Default::default()); // none
     let mut d = Daemon::setup(cfg, None)?;
     let sink = Arc::new(CountingSink::default());
     d.start(vec![Arc::clone(&sink) as Arc<dyn Sink>]);

@@ -90,19 +90,35 @@ impl Default for FilterConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct StatusConfig {
     /// Every counter, as JSON, rewritten atomically each interval (`stel-ingestd status` reads
-    /// it). Empty = none.
-    pub file: PathBuf,
+    /// it; mode 0600). Unset: `status.json` in the data directory ([`DaemonConfig::data_dir`]),
+    /// so everything a run writes follows it. Empty: none.
+    pub file: Option<PathBuf>,
     /// Status line and file interval, ms.
     pub interval_ms: u64,
+    /// Rates on the status line: `bytes` per second in SONiC's portstat style (`MB/s`, as
+    /// RATES `RX_BPS` and `show interfaces counters`), or `bits` (`Gb/s`).
+    pub rate_unit: stel_store::rate::RateUnit,
 }
 
 impl Default for StatusConfig {
     fn default() -> Self {
         Self {
-            file: PathBuf::from("stel-data/status.json"),
+            file: None,
             interval_ms: 1000,
+            rate_unit: stel_store::rate::RateUnit::Bytes,
         }
     }
+}
+
+/// `[files]`: who may read what the daemon writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilesConfig {
+    /// The group of every file, directory and socket the daemon creates (a name or a number;
+    /// `--group`): the daemon takes it as its group at start (as root, or when started with
+    /// it). Empty: the daemon's own group. Modes are fixed whatever the umask: history 0640,
+    /// sockets 0660, state files 0600, directories 0750 (`stel_store::durable`).
+    pub group: String,
 }
 
 /// `[inspect]`: the live inspect endpoint (`stel-query inspect <profile>` reads it).
@@ -240,6 +256,7 @@ pub struct DaemonConfig {
     pub filter: FilterConfig,
     pub pipeline: PipelineConfig,
     pub status: StatusConfig,
+    pub files: FilesConfig,
     /// Sessions registered at start (besides STATE_DB).
     pub sessions: Vec<SessionFile>,
     /// Parquet history (`stel_store::parquet`). On by default (`dir = "stel-data"`); set
@@ -303,6 +320,21 @@ pub enum ConfigError {
 }
 
 impl DaemonConfig {
+    /// Where the run writes: the history's root (`[parquet] dir`), else `stel-data`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.parquet
+            .as_ref()
+            .map_or_else(|| PathBuf::from("stel-data"), |p| p.dir.clone())
+    }
+
+    /// The status file: `[status] file`, else `status.json` in [`Self::data_dir`]; empty: none.
+    pub fn status_file(&self) -> PathBuf {
+        self.status
+            .file
+            .clone()
+            .unwrap_or_else(|| self.data_dir().join("status.json"))
+    }
+
     /// Reads and validates a config file.
     ///
     /// # Errors
@@ -374,9 +406,10 @@ impl DaemonConfig {
                 }
             }
         }
+        let status_file = self.status_file();
         if self.inspect.enabled
-            && !self.status.file.as_os_str().is_empty()
-            && self.inspect.socket_path(&self.status.file) == self.status.file
+            && !status_file.as_os_str().is_empty()
+            && self.inspect.socket_path(&status_file) == status_file
         {
             p.push(format!(
                 "inspect.socket = {:?} is also status.file: choose another path",

@@ -22,7 +22,8 @@ use crate::{
     genl::{GenlConfig, GenlSource, GenlSourceConfig},
     input::{FileInput, InputStats},
     int::source::IntFeed,
-    pipeline::{Pipeline, PipelineStats, Sink, UnitFraming},
+    netlink::UnitFraming,
+    pipeline::{Pipeline, PipelineStats, Sink},
     reader::Reader,
     sessions::{Ack, SessionRegistry},
     sources::state_db::{SessionAcker, SessionEvent},
@@ -90,6 +91,9 @@ pub struct DaemonStatus {
     /// File input counters (`--input`); absent for sockets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<InputStats>,
+    /// File input: the files that could not be read, each with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub input_problems: Vec<String>,
     /// Datagrams the kernel dropped on our socket because its buffer was full (SO_MEMINFO
     /// SK_MEMINFO_DROPS): true loss, counted as lost.
     pub kernel_drops: u64,
@@ -227,9 +231,9 @@ impl Daemon {
                 (Socket::Local(fd), "demo (in-process emulator)".to_string())
             }
             SourceKind::Usersock => {
+                // The group is joined once the filter is attached (below): a datagram queued
+                // before would reach the reader unfiltered and uncounted by the filter.
                 let s = NetlinkSocket::usersock().map_err(privilege_hint)?;
-                s.join_group(cfg.source.usersock_group)
-                    .map_err(privilege_hint)?;
                 let d = format!("NETLINK_USERSOCK group {}", cfg.source.usersock_group);
                 (Socket::Netlink(s), d)
             }
@@ -276,17 +280,24 @@ impl Daemon {
                 TemplateFilter::user_space_quiet(max)
             }
         };
-        if let Some(fd) = socket.fd() {
-            if let Err(e) = filter.attach(fd) {
-                tracing::error!(error = %e, "Could not attach the eBPF filter; filtering in user space.");
-                filter = TemplateFilter::user_space_quiet(max);
-            }
-        }
+        // Policy first, then attach, then join: from the first datagram on, the filter runs
+        // with its policy and counts everything the reader receives.
         let policy = cfg
             .filter
             .policy
             .resolve(cfg.source.kind == SourceKind::Genl && cfg.state_db.is_some());
         filter.set_policy(policy).map_err(|e| e.to_string())?;
+        if let Some(fd) = socket.fd() {
+            if let Err(e) = filter.attach(fd) {
+                tracing::error!(error = %e, "Could not attach the eBPF filter; filtering in user space.");
+                filter = TemplateFilter::user_space_quiet(max);
+                filter.set_policy(policy).map_err(|e| e.to_string())?;
+            }
+        }
+        if let (SourceKind::Usersock, Socket::Netlink(s)) = (cfg.source.kind, &socket) {
+            s.join_group(cfg.source.usersock_group)
+                .map_err(privilege_hint)?;
+        }
         let reader = match socket.fd() {
             Some(fd) => Reader::new(fd, &cfg.reader).map_err(|e| e.to_string())?,
             None => Reader::files(
@@ -567,6 +578,7 @@ impl Daemon {
             receive_gap_max_us: self.gap_max.as_micros() as u64,
             receive_gaps_over_10ms: self.gaps_over_10ms,
             input,
+            input_problems: self.reader.input_problems(),
             kernel_drops,
             int_datagrams_unrouted: self.int_unrouted,
             filter,

@@ -37,8 +37,7 @@ use pcap_file::{
 
 use crate::{
     ipfix::{MESSAGE_HEADER_LEN, VERSION},
-    netlink::NLMSG_HDRLEN,
-    pipeline::UnitFraming,
+    netlink::{UnitFraming, NLMSG_HDRLEN},
 };
 
 /// First 8 bytes of a netlink recording written by `stel-emu --record` (then, per datagram, its
@@ -138,6 +137,8 @@ pub struct FileInput {
     /// UDP destination ports whose datagrams are INT reports.
     int_ports: Vec<u16>,
     origin: Origin,
+    /// Files that could not be read, with why (one entry per file at most).
+    problems: Vec<String>,
 }
 
 impl std::fmt::Debug for FileInput {
@@ -163,6 +164,9 @@ pub fn detect(path: &Path) -> io::Result<InputFormat> {
             0 => break,
             k => n += k,
         }
+    }
+    if n == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "empty file"));
     }
     Ok(detect_bytes(&head[..n]).unwrap_or(InputFormat::Auto))
 }
@@ -208,7 +212,13 @@ impl FileInput {
             defrag: Defrag::default(),
             int_ports: Vec::new(),
             origin: Origin::default(),
+            problems: Vec::new(),
         }
+    }
+
+    /// The files that could not be read, each with why (`path: reason`).
+    pub fn problems(&self) -> &[String] {
+        &self.problems
     }
 
     /// UDP datagrams of captures to these destination ports are INT reports
@@ -248,6 +258,7 @@ impl FileInput {
                 Err(e) => {
                     self.stats.files_failed += 1;
                     tracing::error!(file = %path.display(), error = %e, "Cannot read input file; skipped.");
+                    self.problems.push(format!("{}: {e}", path.display()));
                 }
             }
         }

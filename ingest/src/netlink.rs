@@ -25,6 +25,20 @@ pub const USERSOCK_MSG_TYPE: u16 = 0x10;
 /// Control message types below this carry no payload for us (NOOP, ERROR, DONE, OVERRUN).
 pub const NLMSG_MIN_TYPE: u16 = wire::NLMSG_MIN_TYPE;
 
+/// How the units the reader hands over are framed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UnitFraming {
+    /// Netlink datagrams: nlmsghdr + genlmsghdr + IPFIX, several messages per datagram (the
+    /// sockets, raw netlink recordings, nlmon captures).
+    #[default]
+    Netlink,
+    /// Raw IPFIX messages, concatenated (IPFIX files, UDP payloads of captures).
+    Ipfix,
+    /// INT telemetry reports (UDP payloads of captures to an INT port): the daemon hands them to
+    /// the INT decoder, never to `pipeline::Pipeline::dispatch`.
+    Int,
+}
+
 /// Appends one netlink message carrying `payload` (genl command 0, version 1), padded to 4 bytes.
 pub fn frame(out: &mut Vec<u8>, msg_type: u16, seq: u32, payload: &[u8]) {
     let len = (HEADERS_LEN + payload.len()) as u32;

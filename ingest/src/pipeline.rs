@@ -57,7 +57,7 @@ use crate::{
         CounterBatch, DecodeConfig, DecodeStats, Decoder, DomainSeqStats, Malformed, SessionSpec,
     },
     ipfix::{MESSAGE_HEADER_LEN, VERSION},
-    netlink::{self, FrameErrors},
+    netlink::{self, FrameErrors, UnitFraming},
     reader::Reader,
     sys::slots::{Lease, SlotView},
 };
@@ -102,20 +102,6 @@ impl Default for PipelineConfig {
             decode: DecodeConfig::default(),
         }
     }
-}
-
-/// How the units the reader hands over are framed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum UnitFraming {
-    /// Netlink datagrams: nlmsghdr + genlmsghdr + IPFIX, several messages per datagram (the
-    /// sockets, raw netlink recordings, nlmon captures).
-    #[default]
-    Netlink,
-    /// Raw IPFIX messages, concatenated (IPFIX files, UDP payloads of captures).
-    Ipfix,
-    /// INT telemetry reports (UDP payloads of captures to an INT port): the daemon hands them to
-    /// the INT decoder, never to [`Pipeline::dispatch`].
-    Int,
 }
 
 /// Control-plane requests to a decoder (from the session registry), in order with the data.
@@ -704,6 +690,7 @@ impl DecodeWorker {
             if did == 0 {
                 if self.shared.requests.closing.load(Ordering::Acquire) && self.jobs.is_empty() {
                     self.flush();
+                    self.decoder.settle_sequences();
                     self.publish(true);
                     return;
                 }

@@ -14,7 +14,7 @@ use std::{os::fd::BorrowedFd, time::Duration};
 
 use crate::{
     input::{FileInput, InputStats, Unit},
-    pipeline::UnitFraming,
+    netlink::UnitFraming,
     sys::{
         self,
         slots::{Lease, SlotPool, SlotView},
@@ -257,6 +257,14 @@ impl Reader {
         match &self.imp {
             Imp::File(f) => Some(f.input.stats()),
             _ => None,
+        }
+    }
+
+    /// File input: the files that could not be read, each with why.
+    pub fn input_problems(&self) -> Vec<String> {
+        match &self.imp {
+            Imp::File(f) => f.input.problems().to_vec(),
+            _ => Vec::new(),
         }
     }
 

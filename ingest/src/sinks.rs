@@ -51,6 +51,8 @@ impl Live {
         r.observe(Metric::LiveProfiles, labels!(), move || {
             st.profiles().len() as u64
         });
+        let st = Arc::clone(&state);
+        r.observe(Metric::LiveEvictedSessions, labels!(), move || st.evicted());
         Arc::new(Self { state, registry: r })
     }
 
@@ -137,7 +139,7 @@ impl Upload {
         tracing::info!(switch = %cfg.switch, source = ?from, "Lake switch name resolved.");
         let to = cfg.to.clone();
         let uploader = Uploader::start(cfg, data_dir, Some(registry))
-            .map_err(|e| format!("upload to {to}: {e}"))?;
+            .map_err(|e| format!("upload to {}: {e}", stel_store::redact::redact(&to)))?;
         Ok(Arc::new(Self { uploader }))
     }
 
@@ -182,8 +184,11 @@ impl ParquetHistory {
     /// The directory cannot be created, or the configuration is invalid.
     pub fn start(cfg: ParquetSinkConfig, registry: &Arc<Registry>) -> Result<Arc<Self>, String> {
         let dir = cfg.dir.display().to_string();
-        let s = ParquetSink::start(cfg, Some(registry))
-            .map_err(|e| format!("parquet sink ({dir}): {e}"))?;
+        let s = ParquetSink::start(cfg, Some(registry)).map_err(|e| match e {
+            // Names the directory already.
+            stel_store::parquet::Error::CreateDir { .. } => e.to_string(),
+            e => format!("parquet sink ({dir}): {e}"),
+        })?;
         Ok(Arc::new(Self { handle: s }))
     }
 
@@ -228,8 +233,9 @@ impl CountersDb {
     /// A bad URL or configuration.
     pub fn start(cfg: CountersDbConfig, registry: &Arc<Registry>) -> Result<Arc<Self>, String> {
         let url = cfg.url.clone();
-        let sink = CountersDbSink::start(cfg, Some(registry))
-            .map_err(|e| format!("counters-db ({url}): {e}"))?;
+        let sink = CountersDbSink::start(cfg, Some(registry)).map_err(|e| {
+            stel_store::redact::redact(&format!("counters-db ({url}): {e}")).into_owned()
+        })?;
         Ok(Arc::new(Self { sink }))
     }
 
@@ -278,8 +284,8 @@ impl Otlp {
         registry: Option<Arc<Registry>>,
     ) -> Result<Arc<Self>, String> {
         let ep = cfg.endpoint.clone();
-        let sink =
-            OtlpSink::start(cfg, registry.clone()).map_err(|e| format!("otlp ({ep}): {e}"))?;
+        let sink = OtlpSink::start(cfg, registry.clone())
+            .map_err(|e| stel_store::redact::redact(&format!("otlp ({ep}): {e}")).into_owned())?;
         Ok(Arc::new(Self { sink, registry }))
     }
 

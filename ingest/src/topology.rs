@@ -79,7 +79,7 @@ impl Topology {
         if !problems.is_empty() {
             return Err(format!("invalid configuration: {}", problems.join("; ")));
         }
-        let status_file = cfg.status.file.clone();
+        let status_file = cfg.status_file();
         let sessions: Vec<SessionFile> = cfg.sessions.clone();
         let parquet_cfg = cfg.parquet.clone().filter(|_| cfg.history.enabled);
         let counters_cfg = cfg.counters_db.clone();
@@ -96,6 +96,7 @@ impl Topology {
             c => c.clone(),
         };
         let metrics_listen = cfg.metrics.listen;
+        let group = cfg.files.group.clone();
         let registry = Registry::new();
         registry
             .gauge(Metric::DaemonStartTimeSeconds, stel_store::labels!())
@@ -123,11 +124,32 @@ impl Topology {
             _ => None,
         };
         let mut daemon = Daemon::setup(cfg, local)?;
+        // The files' group becomes the process's (still privileged, no other thread yet).
+        if !group.is_empty() {
+            let gid = crate::sys::caps::resolve_group(&group)
+                .map_err(|e| format!("[files] group / --group {group:?}: {e}"))?;
+            crate::sys::caps::set_group(gid).map_err(|e| {
+                format!(
+                    "[files] group / --group {group:?}: {e} (run it as root, or start it with \
+                     that group: systemd Group=, or `sg {group} -c …`)"
+                )
+            })?;
+        }
         // Then drop every capability before any thread exists.
         daemon
             .drop_privileges()
             .map_err(|e| format!("dropping capabilities: {e}"))?;
 
+        // INT tables go under the history's root too: say now, naming it, if it cannot be
+        // written (the counter history checks its own when it starts).
+        if int_cfg.is_some() && parquet_cfg.is_none() {
+            stel_store::durable::check_writable(&history_dir).map_err(|e| {
+                format!(
+                    "cannot write the INT tables under {}: {e}",
+                    history_dir.display()
+                )
+            })?;
+        }
         let live = Live::new(&registry);
         let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&live) as Arc<dyn Sink>];
         let mut status_sources: Vec<Arc<dyn StatusSource>> = Vec::new();
@@ -146,7 +168,8 @@ impl Topology {
                     let redis = state_db_cfg.as_ref().map(|c| c.url.as_str());
                     let up = Upload::start(u, &dir, c_switch.as_deref(), redis, &registry)?;
                     eprintln!(
-                        "stel-ingestd: uploading every published file to {to} (progress in {})",
+                        "stel-ingestd: uploading every published file to {} (progress in {})",
+                        stel_store::redact::redact(&to),
                         dir.join(stel_store::upload::STATE_FILE).display()
                     );
                     status_sources.push(Arc::clone(&up) as Arc<dyn StatusSource>);
@@ -189,7 +212,10 @@ impl Topology {
             Some(c) => {
                 let url = c.url.clone();
                 let s = CountersDb::start(c, &registry)?;
-                eprintln!("stel-ingestd: writing COUNTERS_DB and RATES to {url}");
+                eprintln!(
+                    "stel-ingestd: writing COUNTERS_DB and RATES to {}",
+                    stel_store::redact::redact(&url)
+                );
                 sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
                 Some(s)
             }
@@ -199,7 +225,10 @@ impl Topology {
             Some(c) => {
                 let ep = c.endpoint.clone();
                 let s = Otlp::start(c, Some(Arc::clone(&registry)))?;
-                eprintln!("stel-ingestd: exporting counters over OTLP to {ep}");
+                eprintln!(
+                    "stel-ingestd: exporting counters over OTLP to {}",
+                    stel_store::redact::redact(&ep)
+                );
                 sinks.push(Arc::clone(&s) as Arc<dyn Sink>);
                 Some(s)
             }
@@ -261,9 +290,13 @@ impl Topology {
         let state_db = match state_db_cfg {
             Some(c) => {
                 let url = c.url.clone();
-                let (w, rx) =
-                    StateDbWatcher::start(c).map_err(|e| format!("STATE_DB ({url}): {e}"))?;
-                eprintln!("stel-ingestd: watching STATE_DB sessions at {url}");
+                let (w, rx) = StateDbWatcher::start(c).map_err(|e| {
+                    stel_store::redact::redact(&format!("STATE_DB ({url}): {e}")).into_owned()
+                })?;
+                eprintln!(
+                    "stel-ingestd: watching STATE_DB sessions at {}",
+                    stel_store::redact::redact(&url)
+                );
                 Some((w, rx))
             }
             None => None,

@@ -1,6 +1,7 @@
 //! The shipped systemd unit: `systemd-analyze verify` accepts it with no warning (unknown keys
 //! are only warnings there, so any stderr output fails the test), pointed at the binary built
-//! here, and it keeps the capabilities and hardening the README promises.
+//! here, and it keeps the dedicated user, the capabilities and the hardening the README promises
+//! (`tests/hostile.rs` runs the binary with exactly the unit's user and ambient capabilities).
 
 #[test]
 fn systemd_unit_verifies_clean_with_capabilities_and_hardening() {
@@ -9,6 +10,9 @@ fn systemd_unit_verifies_clean_with_capabilities_and_hardening() {
     )
     .unwrap();
     for key in [
+        "User=stel",
+        "Group=stel",
+        "UMask=0027",
         "AmbientCapabilities=CAP_NET_ADMIN CAP_BPF CAP_PERFMON",
         "CapabilityBoundingSet=CAP_NET_ADMIN CAP_BPF CAP_PERFMON",
         "NoNewPrivileges=yes",

@@ -26,13 +26,15 @@ fn main() -> ExitCode {
             } else {
                 e.to_string()
             };
+            // Credentials of any URL in the message (an S3 endpoint's) stay out of it.
+            let message = stel_store::redact::redact(&e).into_owned();
             if json {
                 eprintln!(
                     "{}",
-                    serde_json::json!({"type": "error", "data": {"message": e.to_string(), "exit_code": code}})
+                    serde_json::json!({"type": "error", "data": {"message": message, "exit_code": code}})
                 );
             } else {
-                eprintln!("stel-query: {e}");
+                eprintln!("stel-query: {message}");
             }
             ExitCode::from(code)
         }

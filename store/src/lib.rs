@@ -19,7 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod batch;
-mod durable;
+pub mod durable;
 pub mod int;
 pub mod live;
 pub mod log_limit;
@@ -30,6 +30,7 @@ pub mod parquet;
 pub mod paths;
 pub mod prometheus;
 pub mod rate;
+pub mod redact;
 mod retention;
 pub mod sai;
 pub mod schema;

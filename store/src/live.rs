@@ -59,6 +59,12 @@ pub const MIN_INTERVAL_MS: u64 = 10;
 pub const MAX_INTERVAL_MS: u64 = 60_000;
 /// Longest request line accepted, bytes.
 pub const MAX_REQUEST_BYTES: u64 = 4096;
+/// Longest a client may take to send its request line (it holds a client slot meanwhile).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most sessions whose latest snapshot is kept; past it the one updated longest ago is dropped
+/// (counted `stel_live_evicted_sessions_total`): sessions come and go with in-band templates of
+/// many domains.
+pub const MAX_LIVE_SESSIONS: usize = 1024;
 
 fn default_interval() -> u64 {
     DEFAULT_INTERVAL_MS
@@ -117,6 +123,8 @@ struct Latest {
     /// Template parts present in that row (bit per part; all ones when complete).
     parts: u32,
     seq: u64,
+    /// `LiveState::rows` when it was last updated (the eviction order).
+    touched: u64,
 }
 
 /// The latest snapshot of every session, updated once per batch by the decoders.
@@ -124,6 +132,7 @@ struct Latest {
 pub struct LiveState {
     sessions: Mutex<Vec<Latest>>,
     rows: AtomicU64,
+    evicted: AtomicU64,
 }
 
 impl LiveState {
@@ -131,7 +140,7 @@ impl LiveState {
     /// when a session is new or its width changed.
     pub fn update(&self, b: &CounterBatch) {
         let n = b.rows();
-        self.rows.fetch_add(n as u64, Relaxed);
+        let clock = self.rows.fetch_add(n as u64, Relaxed);
         let Some(i) = n.checked_sub(1) else {
             return;
         };
@@ -150,16 +159,25 @@ impl LiveState {
         let l = match pos {
             Some(p) => &mut g[p],
             None => {
+                if g.len() >= MAX_LIVE_SESSIONS {
+                    // Full: the session updated longest ago goes.
+                    if let Some(old) = (0..g.len()).min_by_key(|&i| g[i].touched) {
+                        g.swap_remove(old);
+                        self.evicted.fetch_add(1, Relaxed);
+                    }
+                }
                 g.push(Latest {
                     schema: Arc::clone(s),
                     ts: 0,
                     values: Vec::new(),
                     parts: 0,
                     seq: 0,
+                    touched: 0,
                 });
                 g.last_mut().expect("just pushed")
             }
         };
+        l.touched = clock;
         if !Arc::ptr_eq(&l.schema, s) {
             l.schema = Arc::clone(s);
         }
@@ -173,6 +191,11 @@ impl LiveState {
     /// Snapshots (rows) seen in all.
     pub fn rows(&self) -> u64 {
         self.rows.load(Relaxed)
+    }
+
+    /// Sessions dropped to stay within [`MAX_LIVE_SESSIONS`].
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Relaxed)
     }
 
     /// Profiles that have data, sorted.
@@ -346,7 +369,7 @@ impl Server {
             source,
         };
         if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(d).map_err(io_err)?;
+            crate::durable::create_dirs(d).map_err(io_err)?;
         }
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
@@ -354,7 +377,7 @@ impl Server {
             }
             std::fs::remove_file(path).map_err(io_err)?;
         }
-        let listener = UnixListener::bind(path).map_err(io_err)?;
+        let listener = bind_with_mode(path).map_err(io_err)?;
         let shared = Arc::new(ServerShared {
             path: path.to_owned(),
             state,
@@ -408,8 +431,27 @@ impl Drop for Server {
     }
 }
 
+/// Binds the socket under a temporary name beside `path`, sets its mode
+/// ([`crate::durable::mode::SOCKET`]) and only then renames it into place: a client never finds
+/// the socket with the mode the umask gave it.
+fn bind_with_mode(path: &Path) -> io::Result<UnixListener> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(name);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)?;
+    let placed = crate::durable::set_mode(&tmp, crate::durable::mode::SOCKET)
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(listener)
+}
+
 fn accept_loop(listener: UnixListener, sh: Arc<ServerShared>) {
     let mut clients: Vec<JoinHandle<()>> = Vec::new();
+    let mut log = crate::log_limit::LogLimiter::new(Duration::from_secs(60));
     while !sh.stop.load(Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
@@ -420,6 +462,13 @@ fn accept_loop(listener: UnixListener, sh: Arc<ServerShared>) {
                 clients.retain(|h| !h.is_finished());
                 if sh.c.active.get() >= sh.max_clients as u64 {
                     sh.c.refused.add(1);
+                    if let Some(suppressed) = log.allow() {
+                        tracing::warn!(
+                            max_clients = sh.max_clients,
+                            suppressed,
+                            "Inspect client refused: every client slot is taken ([inspect] max_clients)."
+                        );
+                    }
                     let mut s = stream;
                     let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
                     let _ = write_msg(
@@ -466,10 +515,10 @@ fn write_msg(s: &mut UnixStream, m: &Message) -> io::Result<()> {
     s.write_all(&line)
 }
 
-/// Reads the request line: at most [`MAX_REQUEST_BYTES`], within 5 s. `Ok(None)`: the client
+/// Reads the request line: at most [`MAX_REQUEST_BYTES`], within [`REQUEST_TIMEOUT`]. `Ok(None)`: the client
 /// closed without a word (a liveness probe, e.g. a second daemon checking the socket).
 fn read_request(s: &UnixStream) -> Result<Option<Request>, String> {
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.set_read_timeout(Some(REQUEST_TIMEOUT));
     let mut line = String::new();
     let mut r = BufReader::new(s.take(MAX_REQUEST_BYTES + 1));
     match r.read_line(&mut line) {

@@ -164,7 +164,7 @@ impl Metric {
             | M::SinkRetries
             | M::SinkProfileEndpoints
             | M::SinkConfigDbErrors => Some("[otlp]"),
-            M::DaemonScrapes => Some("--metrics"),
+            M::DaemonScrapes | M::DaemonHttpDroppedConnections => Some("--metrics"),
             M::IntFilterSeenDatagrams
             | M::IntFilterKeptDatagrams
             | M::IntFilterDroppedDatagrams
@@ -1058,14 +1058,22 @@ metrics! {
     DecodeSeqLostMessages: Counter "stel_decode_seq_lost_messages_total" [];
     /// Records missing per the sequence numbers (RFC 7011 numbering).
     DecodeSeqLostRecords: Counter "stel_decode_seq_lost_records_total" [];
-    /// Jumps ahead of the sequence number: one per outage, however long.
+    /// Jumps ahead of the sequence number within the window: one per outage, however long.
     DecodeSeqGaps: Counter "stel_decode_seq_gaps_total" [];
-    /// Messages whose sequence number was behind the expected one.
+    /// Messages whose sequence number was a little behind the expected one (late or duplicated).
     DecodeSeqOutOfOrderMessages: Counter "stel_decode_seq_out_of_order_messages_total" [];
     /// Messages the user-space template filter dropped before decode: they advance the sequence, never counted as lost.
     DecodeSeqFilteredMessages: Counter "stel_decode_seq_filtered_messages_total" [];
-    /// Messages of observation domains beyond the tracked ones: decoded without sequence accounting.
-    DecodeSeqUntrackedMessages: Counter "stel_decode_seq_untracked_messages_total" [];
+    /// Sequence jumps beyond the window (`seq_window`) either way: a new sequence stream (an exporter restart, or another exporter in the domain), not counted as loss.
+    DecodeSeqResets: Counter "stel_decode_seq_resets_total" [];
+    /// Observation domains found carrying two or more interleaved sequence streams (two exporters in one domain); each stream is accounted on its own.
+    DecodeSeqConcurrentDomains: Counter "stel_decode_seq_concurrent_domains_total" [];
+    /// Observation domains whose sequence state was evicted to make room (the one idle longest, past 1,024 per decoder).
+    DecodeSeqEvictedDomains: Counter "stel_decode_seq_evicted_domains_total" [];
+    /// In-band templates evicted to stay within `max_templates` / `max_templates_per_domain` (the one whose data came longest ago); their data is unknown until announced again.
+    DecodeEvictedTemplates: Counter "stel_decode_evicted_templates_total" [];
+    /// Batch buffers freed to stay within `max_batch_memory_bytes` (the session whose data came longest ago).
+    DecodeEvictedBatchBuffers: Counter "stel_decode_evicted_batch_buffers_total" [];
 
     // ── session: the session registry ────────────────────────────────────────────────────────
     /// Sessions registered now.
@@ -1242,6 +1250,8 @@ metrics! {
     LiveRows: Counter "stel_live_rows_total" [];
     /// Profiles with a live snapshot now.
     LiveProfiles: Gauge "stel_live_profiles" [];
+    /// Sessions whose latest snapshot was dropped to stay within 1,024 (the one updated longest ago).
+    LiveEvictedSessions: Counter "stel_live_evicted_sessions_total" [];
     /// Inspect connections accepted.
     InspectClients: Counter "stel_inspect_clients_total" [];
     /// Inspect connections being served now.
@@ -1371,6 +1381,8 @@ metrics! {
     DaemonDecoderThreads: Gauge "stel_daemon_decoder_threads" [];
     /// Scrapes of `/metrics` served (with `--metrics`).
     DaemonScrapes: Counter "stel_daemon_scrapes_total" [];
+    /// Connections the metrics endpoint closed unanswered (with `--metrics`), by reason: `timeout` (the request did not arrive whole within 1 s, or the answer was not read within 5 s), `full` (every slot taken: the oldest client still sending its request made room).
+    DaemonHttpDroppedConnections: Counter "stel_daemon_http_dropped_connections_total" [Reason];
 }
 
 #[cfg(test)]

@@ -6,9 +6,15 @@
 //! through a [`Collector`] that reads one registry [`Snapshot`] per scrape: nothing is copied
 //! into a second set of metric objects, and nothing runs between scrapes.
 //!
-//! The server is one thread with a blocking listener; each request is read (up to 8 KiB, 2 s),
-//! answered and closed. A scrape costs one snapshot (one short lock over the series list, no
-//! lock on the data path: the hot paths write their own atomic cells).
+//! The server is one thread running a non-blocking event loop over the listener and at most
+//! [`MAX_CONNECTIONS`] connections: each request must arrive whole (up to 8 KiB) within
+//! [`HEADER_TIMEOUT`], is answered and closed. A slow or idle client holds one slot, never the
+//! thread, and when every slot is taken the oldest client still sending its request is closed
+//! for the newcomer, so half-sent requests can never make `/health` time out (a liveness probe
+//! would restart a healthy daemon). Dropped connections are counted
+//! (`stel_daemon_http_dropped_connections_total{reason}`) and logged at most once a minute.
+//! A scrape costs one snapshot (one short lock over the series list, no lock on the data path:
+//! the hot paths write their own atomic cells).
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
@@ -17,7 +23,7 @@ use std::{
         Arc,
     },
     thread::JoinHandle,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use prometheus_client::{
@@ -27,7 +33,10 @@ use prometheus_client::{
     registry::Registry as PromRegistry,
 };
 
-use crate::metrics::{Counter, Kind, Metric, Registry, Sample, Snapshot};
+use crate::{
+    log_limit::LogLimiter,
+    metrics::{Counter, Kind, Metric, Registry, Sample, Snapshot},
+};
 
 /// Reads the registry on each scrape.
 #[derive(Debug)]
@@ -129,6 +138,18 @@ pub struct ServeError {
     pub source: std::io::Error,
 }
 
+/// Connections held open at once. A new connection beyond it closes the oldest one still
+/// sending its request (counted `reason="full"`), so idle or slow clients can never lock the
+/// probe out: the newest connection always gets a turn.
+pub const MAX_CONNECTIONS: usize = 32;
+/// Longest a client may take to send its request line and headers (counted `reason="timeout"`
+/// when it does not).
+pub const HEADER_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Longest a client may take to read its answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request accepted (request line and headers), bytes.
+pub const MAX_REQUEST_BYTES: usize = 8192;
+
 /// The running `/metrics` + `/health` endpoint.
 #[derive(Debug)]
 pub struct MetricsServer {
@@ -158,11 +179,27 @@ impl MetricsServer {
             .map_err(|source| ServeError { addr, source })?;
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicU64::new(0));
-        let (s, n) = (Arc::clone(&stop), Arc::clone(&requests));
-        let scrapes = registry.counter(Metric::DaemonScrapes, crate::labels!());
+        let mut server = Serve {
+            listener: l,
+            conns: Vec::new(),
+            scrapes: registry.counter(Metric::DaemonScrapes, crate::labels!()),
+            dropped_full: registry.counter(
+                Metric::DaemonHttpDroppedConnections,
+                crate::labels!(Reason = "full"),
+            ),
+            dropped_timeout: registry.counter(
+                Metric::DaemonHttpDroppedConnections,
+                crate::labels!(Reason = "timeout"),
+            ),
+            log: LogLimiter::new(Duration::from_secs(60)),
+            registry,
+            health,
+            stop: Arc::clone(&stop),
+            requests: Arc::clone(&requests),
+        };
         let thread = std::thread::Builder::new()
             .name("stel-metrics".into())
-            .spawn(move || serve(l, &registry, &health, &s, &n, &scrapes))
+            .spawn(move || server.run())
             .map_err(|source| ServeError { addr, source })?;
         Ok(Self {
             addr: bound,
@@ -190,57 +227,194 @@ impl Drop for MetricsServer {
     }
 }
 
-fn serve(
-    l: TcpListener,
-    registry: &Arc<Registry>,
-    health: &HealthCheck,
-    stop: &AtomicBool,
-    n: &AtomicU64,
-    scrapes: &Counter,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        match l.accept() {
-            Ok((c, _)) => {
-                if let Err(e) = answer(c, registry, health, scrapes) {
-                    tracing::debug!(error = %e, "metrics endpoint: request failed");
+/// One client connection: reading its request, then writing its answer (non-blocking both).
+#[derive(Debug)]
+struct Conn {
+    stream: TcpStream,
+    /// Request bytes so far, then the answer being written.
+    buf: Vec<u8>,
+    /// Answer bytes written so far (`None` while reading the request).
+    written: Option<usize>,
+    deadline: Instant,
+}
+
+/// The endpoint's thread: one non-blocking event loop over the listener and at most
+/// [`MAX_CONNECTIONS`] connections, so a slow or idle client costs a slot, never the thread.
+struct Serve {
+    listener: TcpListener,
+    conns: Vec<Conn>,
+    registry: Arc<Registry>,
+    health: HealthCheck,
+    stop: Arc<AtomicBool>,
+    requests: Arc<AtomicU64>,
+    scrapes: Counter,
+    dropped_full: Counter,
+    dropped_timeout: Counter,
+    log: LogLimiter,
+}
+
+impl Serve {
+    fn run(&mut self) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let mut progress = self.accept();
+            let now = Instant::now();
+            let mut i = 0;
+            while i < self.conns.len() {
+                match self.step(i, now) {
+                    Step::Busy => progress = true,
+                    Step::Idle => {}
+                    Step::Done => {
+                        self.conns.swap_remove(i);
+                        progress = true;
+                        continue;
+                    }
+                    Step::TimedOut => {
+                        self.dropped_timeout.add(1);
+                        self.warn("a client did not send its request (or read its answer) in time");
+                        self.conns.swap_remove(i);
+                        continue;
+                    }
                 }
-                n.fetch_add(1, Ordering::Relaxed);
+                i += 1;
             }
-            // Non-blocking accept: poll for new connections and the stop flag every 50 ms.
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
+            if !progress {
+                // Nothing to do: wait a little (accept and reads are non-blocking).
+                std::thread::sleep(if self.conns.is_empty() {
+                    Duration::from_millis(20)
+                } else {
+                    Duration::from_millis(2)
+                });
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics endpoint: accept failed");
-                std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn warn(&mut self, what: &str) {
+        if let Some(suppressed) = self.log.allow() {
+            tracing::warn!(
+                suppressed,
+                max_connections = MAX_CONNECTIONS,
+                "Metrics endpoint: {what}; connection closed."
+            );
+        }
+    }
+
+    /// Accepts every pending connection; returns whether there was one.
+    fn accept(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            match self.listener.accept() {
+                Ok((c, _)) => {
+                    any = true;
+                    if c.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let _ = c.set_nodelay(true);
+                    if self.conns.len() >= MAX_CONNECTIONS {
+                        // Make room: close the oldest connection still sending its request.
+                        let victim = self
+                            .conns
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, c)| c.written.is_none())
+                            .min_by_key(|(_, c)| c.deadline)
+                            .map(|(i, _)| i);
+                        match victim {
+                            Some(v) => {
+                                self.conns.swap_remove(v);
+                            }
+                            None => {
+                                // Every slot is writing an answer: this one waits its turn
+                                // by being refused (it retries).
+                                self.dropped_full.add(1);
+                                self.warn("too many connections");
+                                continue;
+                            }
+                        }
+                        self.dropped_full.add(1);
+                        self.warn("too many connections, the oldest idle one");
+                    }
+                    self.conns.push(Conn {
+                        stream: c,
+                        buf: Vec::with_capacity(512),
+                        written: None,
+                        deadline: Instant::now() + HEADER_TIMEOUT,
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return any,
+                Err(e) => {
+                    if let Some(suppressed) = self.log.allow() {
+                        tracing::warn!(error = %e, suppressed, "Metrics endpoint: accept failed.");
+                    }
+                    return any;
+                }
             }
+        }
+    }
+
+    fn step(&mut self, i: usize, now: Instant) -> Step {
+        let c = &mut self.conns[i];
+        if now >= c.deadline {
+            return Step::TimedOut;
+        }
+        match c.written {
+            None => {
+                let mut chunk = [0u8; 2048];
+                match c.stream.read(&mut chunk) {
+                    Ok(0) => Step::Done, // closed before a full request
+                    Ok(k) => {
+                        c.buf.extend_from_slice(&chunk[..k]);
+                        let complete = c.buf.windows(4).any(|w| w == b"\r\n\r\n");
+                        if complete || c.buf.len() >= MAX_REQUEST_BYTES {
+                            let req = std::mem::take(&mut c.buf);
+                            c.buf = answer(&req, &self.registry, &self.health, &self.scrapes);
+                            c.written = Some(0);
+                            c.deadline = now + WRITE_TIMEOUT;
+                            self.requests.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Step::Busy
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Step::Idle,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Step::Busy,
+                    Err(_) => Step::Done,
+                }
+            }
+            Some(w) => match c.stream.write(&c.buf[w..]) {
+                Ok(k) => {
+                    let w = w + k;
+                    if w >= c.buf.len() {
+                        let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                        return Step::Done;
+                    }
+                    c.written = Some(w);
+                    Step::Busy
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Step::Idle,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Step::Busy,
+                Err(_) => Step::Done,
+            },
         }
     }
 }
 
+enum Step {
+    /// Made progress.
+    Busy,
+    /// Waiting for the client.
+    Idle,
+    /// Finished (answered, or the client went away).
+    Done,
+    /// The client took longer than its deadline.
+    TimedOut,
+}
+
+/// The whole answer (status line, headers, body) to one request.
 fn answer(
-    mut c: TcpStream,
+    req: &[u8],
     registry: &Arc<Registry>,
     health: &HealthCheck,
     scrapes: &Counter,
-) -> std::io::Result<()> {
-    c.set_nonblocking(false)?;
-    c.set_read_timeout(Some(Duration::from_secs(2)))?;
-    c.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut buf = [0u8; 8192];
-    let mut len = 0;
-    // The request line and headers end with an empty line; the body (none for GET) is ignored.
-    while len < buf.len() {
-        let k = c.read(&mut buf[len..])?;
-        if k == 0 {
-            break;
-        }
-        len += k;
-        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    let req = String::from_utf8_lossy(&buf[..len]);
+) -> Vec<u8> {
+    let req = String::from_utf8_lossy(req);
     let mut parts = req.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
@@ -266,15 +440,15 @@ fn answer(
         ),
         _ => ("405 Method Not Allowed", "text/plain", String::new()),
     };
-    let head = format!(
+    let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    );
-    c.write_all(head.as_bytes())?;
+    )
+    .into_bytes();
     if method != "HEAD" {
-        c.write_all(body.as_bytes())?;
+        out.extend_from_slice(body.as_bytes());
     }
-    c.flush()
+    out
 }
 
 #[cfg(test)]

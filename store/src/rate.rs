@@ -524,6 +524,57 @@ pub fn format_bps(bytes_per_s: f64) -> String {
     }
 }
 
+/// How rates are shown: the project's convention is bytes per second in portstat's style
+/// ([`format_bps`]: `MB/s`, as RATES `RX_BPS` and `show interfaces counters`); `bits` shows bits
+/// per second (`Gb/s`, [`format_bits`]) for those who think in line rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateUnit {
+    /// Bytes per second, portstat style (the default).
+    #[default]
+    Bytes,
+    /// Bits per second.
+    Bits,
+}
+
+impl RateUnit {
+    /// `bytes_per_s` in this unit.
+    pub fn format(self, bytes_per_s: f64) -> String {
+        match self {
+            RateUnit::Bytes => format_bps(bytes_per_s),
+            RateUnit::Bits => format_bits(bytes_per_s * 8.0),
+        }
+    }
+}
+
+impl std::str::FromStr for RateUnit {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "bytes" => Ok(RateUnit::Bytes),
+            "bits" => Ok(RateUnit::Bits),
+            _ => Err(format!(
+                "`{s}`: expected bytes (MB/s, the default) or bits (Gb/s)"
+            )),
+        }
+    }
+}
+
+/// Bits per second with portstat's thresholds one step up: `> 1e10` → `"{:.2} Gb/s"`, `> 1e7` →
+/// `"{:.2} Mb/s"`, `> 1e4` → `"{:.2} Kb/s"`, else `"{:.2} b/s"` (decimal units).
+pub fn format_bits(bits_per_s: f64) -> String {
+    if bits_per_s > 10_000_000_000.0 {
+        format!("{:.2} Gb/s", bits_per_s / 1e9)
+    } else if bits_per_s > 10_000_000.0 {
+        format!("{:.2} Mb/s", bits_per_s / 1e6)
+    } else if bits_per_s > 10_000.0 {
+        format!("{:.2} Kb/s", bits_per_s / 1e3)
+    } else {
+        format!("{bits_per_s:.2} b/s")
+    }
+}
+
 /// Portstat's `RX_PPS`/`TX_PPS` column: `"{:.2}/s"`.
 pub fn format_pps(packets_per_s: f64) -> String {
     format!("{packets_per_s:.2}/s")
@@ -733,6 +784,11 @@ mod tests {
         assert_eq!(format_bps(2e9), "2000.00 MB/s");
         assert_eq!(format_bps(204_800.0), "204.80 KB/s");
         assert_eq!(format_bps(13.37e6), "13.37 MB/s");
+        assert_eq!(RateUnit::Bytes.format(2e9), "2000.00 MB/s");
+        assert_eq!(RateUnit::Bits.format(12.5e9), "100.00 Gb/s");
+        assert_eq!(RateUnit::Bits.format(2e6), "16.00 Mb/s");
+        assert_eq!("bits".parse::<RateUnit>(), Ok(RateUnit::Bits));
+        assert!("gbps".parse::<RateUnit>().is_err());
         assert_eq!(format_bps(1.35e6), "1350.00 KB/s");
         assert_eq!(format_bps(10_000_000.0), "10000.00 KB/s");
         assert_eq!(format_bps(10_000.0), "10000.00 B/s");

@@ -260,7 +260,11 @@ impl UploadConfig {
 pub enum Error {
     #[error("invalid upload config: {}", .0.join("; "))]
     Config(Vec<String>),
-    #[error("upload destination {url}: {message}")]
+    #[error(
+        "upload destination {}: {}",
+        crate::redact::redact(url),
+        crate::redact::redact(message)
+    )]
     Destination { url: String, message: String },
     #[error("upload state file {path}: {source}")]
     State { path: PathBuf, source: io::Error },
@@ -492,7 +496,6 @@ impl State {
 
     /// Rewrites the file with only the live entries (temp, fsync, rename, fsync dir).
     fn compact(&mut self) -> io::Result<()> {
-        let tmp = self.path.with_extension("tmp");
         let mut out = String::with_capacity(64 + self.done.len() * 96);
         out.push_str(STATE_HEADER);
         out.push_str(&self.destination);
@@ -506,15 +509,7 @@ impl State {
             out.push_str(r);
             out.push('\n');
         }
-        {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(out.as_bytes())?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, &self.path)?;
-        if let Some(d) = self.path.parent() {
-            fs::File::open(d)?.sync_all()?;
-        }
+        crate::durable::write_state_file_durable(&self.path, out.as_bytes())?;
         self.file = fs::OpenOptions::new().append(true).open(&self.path)?;
         self.lines = self.done.len();
         Ok(())
@@ -1004,7 +999,7 @@ impl Uploader {
             path: data_dir.join(STATE_FILE),
             source,
         })?;
-        tracing::info!(destination = %root, switch = %switch, "Uploading under the switch's lake prefix.");
+        tracing::info!(destination = %crate::redact::redact(&root.to_string()), switch = %switch, "Uploading under the switch's lake prefix.");
         let shared = Arc::new(Shared {
             destination,
             switch,

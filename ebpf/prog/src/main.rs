@@ -4,7 +4,8 @@
 //!
 //! The decision is [`stel_ebpf_common::classify`] (shared with the user-space fallback, see that
 //! crate's docs for the rules and the several-templates case); this file only supplies the skb as
-//! the byte source, the template hash map as the lookup, and counts the verdict per CPU. Under
+//! the byte source, the template hash map as the lookup, and counts the verdict per CPU (atomic
+//! adds: a preempted or interrupted run on the same CPU never loses a count). Under
 //! the learn policy (`STEL_FILTER_CONFIG`), a kept template set's IDs go into the template map
 //! here, in the sender's context ([`stel_ebpf_common::learn_templates`]), before the sender's
 //! next datagram reaches this filter.
@@ -15,6 +16,11 @@
 //! [`stel_ebpf_common::int_verdict`], shared with the user-space fallback.
 #![no_std]
 #![no_main]
+// `atomic_xadd` (see `atomic_add`): the build already runs with RUSTC_BOOTSTRAP=1 for build-std.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
+
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::{
     bindings::{__sk_buff, bpf_hdr_start_off::BPF_HDR_START_NET},
@@ -131,13 +137,18 @@ fn try_filter(ctx: &SkBuffContext) -> bool {
         failed = l.failed;
     }
     if let Some(s) = STEL_FILTER_STATS.get_ptr_mut(STATS_INDEX) {
-        // SAFETY: a per-CPU array slot: only this CPU writes it, and socket filters are not
-        // preempted by another program on the same CPU touching this map.
+        let mut d = FilterStats::default();
+        d.count(v);
+        d.learned = learned;
+        d.learn_failed = failed;
+        // SAFETY: `s` points at this CPU's slot of the per-CPU array, valid for the program's
+        // run. Socket filters run with migration disabled but can be preempted (and interrupted
+        // by a softirq running this same program) on their CPU, so a plain `+=` could lose an
+        // update between its load and its store: every counter is one atomic add instead.
         unsafe {
-            (*s).count(v);
-            (*s).learned += learned;
-            (*s).learn_failed += failed;
+            add_stats(s, &d);
             if dropped_set != 0 {
+                // A plain store: a racing one leaves either ID, both valid.
                 (*s).last_dropped_set_id = u64::from(dropped_set);
             }
         }
@@ -162,13 +173,54 @@ pub fn stel_int_filter(ctx: SkBuffContext) -> i64 {
     };
     let v = int_verdict(first, versions, source);
     if let Some(s) = STEL_INT_STATS.get_ptr_mut(STATS_INDEX) {
-        // SAFETY: a per-CPU array slot, only this CPU writes it (as in `try_filter`).
-        unsafe { (*s).count(v) };
+        let mut d = IntFilterStats::default();
+        d.count(v);
+        // SAFETY: this CPU's slot of the per-CPU array, valid for the run; atomic adds for the
+        // reason given in `try_filter`.
+        unsafe {
+            atomic_add(&raw mut (*s).seen, d.seen);
+            atomic_add(&raw mut (*s).kept, d.kept);
+            atomic_add(&raw mut (*s).dropped_version, d.dropped_version);
+            atomic_add(&raw mut (*s).dropped_source, d.dropped_source);
+            atomic_add(&raw mut (*s).empty, d.empty);
+        }
     }
     if v.keep() {
         ctx.len() as i64
     } else {
         0
+    }
+}
+
+/// Adds `n` to the counter at `p` with one atomic instruction (`lock xadd`: BPF_ATOMIC | BPF_ADD
+/// with the result unused, which every kernel with eBPF accepts).
+///
+/// # Safety
+/// `p` points at a live, aligned u64 in map memory.
+#[inline(always)]
+unsafe fn atomic_add(p: *mut u64, n: u64) {
+    if n != 0 {
+        // SAFETY: the caller's contract; map values are 8-byte aligned. (`core::sync::atomic`
+        // has no read-modify-write on this target; the intrinsic lowers to the same
+        // instruction C's `__sync_fetch_and_add` does.)
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, n) };
+    }
+}
+
+/// Adds every counter of `d` to the filter's counters at `s`, each atomically.
+///
+/// # Safety
+/// `s` points at a live `FilterStats` in map memory.
+#[inline(always)]
+unsafe fn add_stats(s: *mut FilterStats, d: &FilterStats) {
+    // SAFETY: fields of the live struct the caller vouches for.
+    unsafe {
+        atomic_add(&raw mut (*s).seen, d.seen);
+        atomic_add(&raw mut (*s).kept, d.kept);
+        atomic_add(&raw mut (*s).dropped, d.dropped);
+        atomic_add(&raw mut (*s).too_short, d.too_short);
+        atomic_add(&raw mut (*s).learned, d.learned);
+        atomic_add(&raw mut (*s).learn_failed, d.learn_failed);
     }
 }
 

@@ -9,8 +9,8 @@ use stel_ingest::{
     decode::{CounterBatch, DecodeConfig, Decoder},
     input::{FileInput, InputFormat, Unit},
     int::{IntBatch, IntDecodeConfig, IntDecoder, IntSink},
-    netlink::{for_each_payload, FrameErrors},
-    pipeline::{for_each_ipfix_message, UnitFraming},
+    netlink::{for_each_payload, FrameErrors, UnitFraming},
+    pipeline::for_each_ipfix_message,
 };
 
 struct Discard;

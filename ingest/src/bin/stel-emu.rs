@@ -13,8 +13,7 @@ use stel_ingest::{
     emu::{self, EmuConfig, Emulator, Pattern},
     input::{FileInput, InputFormat, NetlinkRecorder, Unit},
     ipfix::SeqMode,
-    netlink,
-    pipeline::UnitFraming,
+    netlink::{self, UnitFraming},
     sys::{netlink::NetlinkSocket, signal},
 };
 use stel_store::sai::ObjectType;

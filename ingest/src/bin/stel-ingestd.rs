@@ -28,6 +28,13 @@ use stel_ingest::{
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+const EXIT_CODES: &str = "Exit status:
+  0  stopped cleanly (a signal, --duration, or every --input file read and decoded)
+  1  `stel-ingestd status`: the status file is stale (the daemon stopped, died or stalled)
+  2  an error: a bad flag or configuration, something that cannot start (a data directory that
+     cannot be written, a socket, a privilege), --input files that could not be read or held
+     nothing decodable, or a history that could write nothing it was given";
+
 /// Ingests SONiC high-frequency-telemetry counters (IPFIX over generic netlink) at line rate.
 ///
 /// By default it follows the switch's generic netlink family (names from
@@ -51,7 +58,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-query inspect stel_demo --table        # live counters from the running daemon's
 ///                                               # inspect socket (next to the status file)
 #[derive(Debug, Parser)]
-#[command(version, verbatim_doc_comment, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "stel-ingestd",
+    version,
+    verbatim_doc_comment,
+    args_conflicts_with_subcommands = true,
+    after_help = EXIT_CODES
+)]
 struct Args {
     #[command(subcommand)]
     command: Option<Command>,
@@ -99,19 +112,32 @@ struct Args {
     /// Do not load the eBPF filter; filter in user space.
     #[arg(long)]
     no_ebpf: bool,
-    /// Sequence numbering of the exporter: per_message (HFT HLD) or rfc7011.
-    #[arg(long, value_parser = parse_seq_mode)]
+    /// Sequence numbering of the exporter: per_message (+1 per IPFIX message, the HFT HLD's) or
+    /// rfc7011 (+records, RFC 7011's).
+    #[arg(long, value_parser = parse_seq_mode, value_name = "per_message|rfc7011")]
     seq_mode: Option<SeqMode>,
     /// Socket receive buffer, bytes.
     #[arg(long)]
     rcvbuf: Option<usize>,
-    /// Status file (JSON of every counter, rewritten each second).
+    /// Status file (JSON of every counter, rewritten each second; mode 0600). Default:
+    /// status.json in the data directory (/run/stel/status.json for a root daemon started
+    /// without --config or --data-dir).
     #[arg(long)]
     status_file: Option<PathBuf>,
-    /// Parquet history root (default: ./stel-data with --demo or --input, else [parquet] dir
-    /// or /var/lib/stel).
+    /// Where the run writes: the Parquet history, and (unless --status-file / --inspect-socket
+    /// say otherwise) the status file and the inspect socket. Default: ./stel-data with --demo,
+    /// --input or --int-only, else [parquet] dir or /var/lib/stel.
     #[arg(long, env = "STEL_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Group of every file, directory and socket the daemon creates (history 0640, sockets
+    /// 0660, state files 0600, directories 0750, whatever the umask); the daemon takes it as
+    /// its group at start. Default: its own group ([files] group).
+    #[arg(long, value_name = "GROUP")]
+    group: Option<String>,
+    /// Rates on the status line: bytes (MB/s, SONiC portstat style, the default) or bits
+    /// (Gb/s) ([status] rate_unit).
+    #[arg(long, value_name = "bytes|bits")]
+    rate_unit: Option<stel_store::rate::RateUnit>,
     /// Do not write Parquet history.
     #[arg(long, conflicts_with = "upload_to")]
     no_history: bool,
@@ -122,8 +148,8 @@ struct Args {
     /// (<data dir>/.stel-upload-state); other settings: [upload] in the config file.
     #[arg(long, value_name = "URL")]
     upload_to: Option<String>,
-    /// Live inspect socket that `stel-query inspect` reads (default: inspect.sock next to the
-    /// status file, e.g. /run/stel/inspect.sock or ./stel-data/inspect.sock with --demo).
+    /// Live inspect socket that `stel-query inspect` reads (mode 0660; default: inspect.sock
+    /// next to the status file, e.g. /run/stel/inspect.sock or <data dir>/inspect.sock).
     #[arg(long, value_name = "PATH", conflicts_with = "no_inspect")]
     inspect_socket: Option<PathBuf>,
     /// Do not serve the live inspect socket.
@@ -209,14 +235,32 @@ impl StatusLine {
     }
 }
 
-/// Logs to stderr: plain text without colour codes unless stderr is a terminal, or JSON lines.
+/// Log lines to stderr with the credentials of any URL in them masked
+/// ([`stel_store::redact`]): whatever a library puts in an error message, no password leaves.
+struct RedactedStderr;
+
+impl std::io::Write for RedactedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The formatter hands over one whole event per call.
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(stel_store::redact::redact(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// Logs to stderr: plain text without colour codes unless stderr is a terminal, or JSON lines;
+/// credentials in URLs masked.
 fn init_logs(format: LogFormat) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(|| RedactedStderr);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.with_ansi(std::io::stderr().is_terminal()).init(),
@@ -239,6 +283,7 @@ enum Command {
     },
 }
 
+/// `per_message` (documented; `per-message` accepted too) or `rfc7011`.
 fn parse_seq_mode(s: &str) -> Result<SeqMode, String> {
     match s {
         "per_message" | "per-message" => Ok(SeqMode::PerMessage),
@@ -288,9 +333,18 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
         cfg.source.rcvbuf_bytes = b;
     }
     if let Some(f) = &a.status_file {
-        cfg.status.file = f.clone();
-    } else if a.config.is_none() && !a.demo && euid_is_root() {
-        cfg.status.file = PathBuf::from("/run/stel/status.json");
+        cfg.status.file = Some(f.clone());
+    } else if let Some(d) = &a.data_dir {
+        // Everything a run writes follows --data-dir.
+        cfg.status.file = Some(d.join("status.json"));
+    } else if a.config.is_none() && !a.demo && a.input.is_empty() && euid_is_root() {
+        cfg.status.file = Some(PathBuf::from("/run/stel/status.json"));
+    }
+    if let Some(g) = &a.group {
+        cfg.files.group = g.clone();
+    }
+    if let Some(u) = a.rate_unit {
+        cfg.status.rate_unit = u;
     }
     if a.no_history {
         cfg.history.enabled = false;
@@ -365,7 +419,7 @@ fn euid_is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn run(a: Args) -> Result<(), String> {
+fn run(a: Args) -> Result<ExitCode, String> {
     let stop = signal::stop_flag();
     let cfg = config_from(&a)?;
     let demo_cfg = (cfg.source.kind == SourceKind::Demo).then_some(DemoSettings {
@@ -380,12 +434,18 @@ fn run(a: Args) -> Result<(), String> {
     } else {
         (None, None)
     };
-    let status_file = cfg.status.file.clone();
+    let status_file = cfg.status_file();
+    let data_dir = cfg.data_dir();
     let interval = Duration::from_millis(cfg.status.interval_ms.max(100));
+    let rate_unit = cfg.status.rate_unit;
+    let input_files = (cfg.source.kind == SourceKind::File).then(|| cfg.source.files.clone());
     let int_only = cfg.source.kind == SourceKind::None;
     // The whole daemon in one pass: config checked, privileged set-up, privileges dropped,
     // sinks, decoders, INT, metrics, STATE_DB, sessions.
     let mut topo = Topology::build(cfg, local_rx)?;
+    if let Some(files) = &input_files {
+        check_inputs(files)?;
+    }
     let hup = signal::hup_flag();
     let halt = Arc::new(AtomicBool::new(false));
     let mut producer = None;
@@ -407,7 +467,13 @@ fn run(a: Args) -> Result<(), String> {
 
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_nanos(d));
     let files = topo.daemon.status().input.is_some();
-    let mut ticker = StatusTicker::new(&topo, status_file, interval, a.status_line.enabled());
+    let mut ticker = StatusTicker::new(
+        &topo,
+        status_file,
+        interval,
+        a.status_line.enabled(),
+        rate_unit,
+    );
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         topo.daemon.step()?;
         if files && topo.daemon.input_done() {
@@ -467,19 +533,104 @@ fn run(a: Args) -> Result<(), String> {
             i.files, i.files_failed, i.bytes_read, i.units, i.unreadable_records, i.skipped_packets, i.int_datagrams, i.non_ipfix_datagrams, i.ip_reassembled
         );
     }
-    match st.nothing_decoded() {
-        Some(w) => {
-            tracing::warn!("Nothing decoded: {w}.");
+    let how = format!(
+        "reader {}, filter {} {}",
+        st.reader, st.filter.kind, st.filter.policy
+    );
+    let m = &fin.metrics;
+    // Input files that held nothing recognisable (no IPFIX message with a valid header, no INT
+    // report, nothing a filter recognised and dropped by configuration): say so and fail.
+    if let Some(i) = &st.input {
+        use stel_store::metrics::Metric as M;
+        let recognised = st.pipeline.decode.messages
+            + st.filter.dropped
+            + m.sum(M::IntDecodedReports)
+            + m.sum(M::IntFilterDroppedDatagrams);
+        if recognised == 0 {
+            let mut why = st.nothing_decoded().unwrap_or_else(|| {
+                format!(
+                    "{} bytes read from {} file(s) ({} unreadable records, {} bytes discarded): \
+                     not HFT IPFIX (netlink, IPFIX file or pcap) nor INT reports",
+                    i.bytes_read, i.files, i.unreadable_records, i.discarded_bytes
+                )
+            });
+            for p in &st.input_problems {
+                why.push_str(&format!("; {p}"));
+            }
+            tracing::warn!("Nothing decoded from the input: {why}.");
             eprintln!(
-                "stel-ingestd: stopped cleanly but NOTHING WAS DECODED: {w} (reader {}, filter {} {})",
-                st.reader, st.filter.kind, st.filter.policy
+                "stel-ingestd: NOTHING WAS DECODED from the input ({}): {why} ({how}; --input-format \
+                 names the format when detection guesses wrong)",
+                input_files
+                    .iter()
+                    .flatten()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
+            return Ok(ExitCode::from(2));
         }
-        None if int_only => eprintln!("stel-ingestd: stopped cleanly (INT only)"),
-        None => eprintln!(
-            "stel-ingestd: stopped cleanly: {} snapshots decoded, reader {}, filter {} {}",
-            st.pipeline.decode.records, st.reader, st.filter.kind, st.filter.policy
+    }
+    let parquet = |metric| {
+        m.series(metric)
+            .filter(|x| x.label(stel_store::metrics::Label::Sink) == "parquet")
+            .map(|x| x.value)
+            .sum::<u64>()
+    };
+    let (written, lost) = (
+        parquet(stel_store::metrics::Metric::SinkDeliveredSamples),
+        parquet(stel_store::metrics::Metric::SinkDroppedSamples),
+    );
+    let drops = status::sink_drops(m);
+    if written == 0 && lost > 0 {
+        eprintln!(
+            "stel-ingestd: stopped, but THE HISTORY WROTE NOTHING under {}: {} ({how})",
+            data_dir.display(),
+            drops.unwrap_or_default()
+        );
+        return Ok(ExitCode::from(2));
+    }
+    match (st.nothing_decoded(), drops) {
+        (Some(w), _) => {
+            tracing::warn!("Nothing decoded: {w}.");
+            eprintln!("stel-ingestd: stopped cleanly but NOTHING WAS DECODED: {w} ({how})");
+        }
+        (None, Some(d)) => eprintln!(
+            "stel-ingestd: stopped: {} snapshots decoded, but SINKS DROPPED {d} ({how})",
+            st.pipeline.decode.records
         ),
+        (None, None) if int_only => eprintln!("stel-ingestd: stopped cleanly (INT only)"),
+        (None, None) => eprintln!(
+            "stel-ingestd: stopped cleanly: {} snapshots decoded, {how}",
+            st.pipeline.decode.records
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Before anything starts: every `--input` file must exist, be readable and hold bytes; when
+/// none does, that is the error (naming each file and why). Some unreadable: warned, skipped.
+///
+/// # Errors
+/// No input file can be read.
+fn check_inputs(files: &[PathBuf]) -> Result<(), String> {
+    let mut bad = Vec::new();
+    for f in files {
+        let why = match std::fs::File::open(f).and_then(|h| h.metadata()) {
+            Err(e) => Some(e.to_string()),
+            Ok(m) if m.is_dir() => Some("a directory, not a file".to_string()),
+            Ok(m) if m.len() == 0 => Some("empty".to_string()),
+            Ok(_) => None,
+        };
+        if let Some(w) = why {
+            bad.push(format!("{}: {w}", f.display()));
+        }
+    }
+    if bad.len() == files.len() {
+        return Err(format!("no input file can be read: {}", bad.join("; ")));
+    }
+    for b in &bad {
+        tracing::warn!("Input file skipped: {b}.");
     }
     Ok(())
 }
@@ -521,9 +672,15 @@ fn main() -> ExitCode {
     }) = a.command
     {
         return match status::show(file, json, help_text) {
-            Ok(out) => {
-                print!("{out}");
-                ExitCode::SUCCESS
+            Ok(shown) => {
+                print!("{}", shown.out);
+                match shown.stale {
+                    Some(why) => {
+                        eprintln!("stel-ingestd: {why}");
+                        ExitCode::from(1)
+                    }
+                    None => ExitCode::SUCCESS,
+                }
             }
             Err(e) => {
                 eprintln!("stel-ingestd: {e}");
@@ -532,9 +689,9 @@ fn main() -> ExitCode {
         };
     }
     match run(a) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("stel-ingestd: {e}");
+            eprintln!("stel-ingestd: {}", stel_store::redact::redact(&e));
             ExitCode::from(2)
         }
     }

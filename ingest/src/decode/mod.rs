@@ -13,12 +13,14 @@
 //! templates change (no batch mixes schemas) and on [`Decoder::flush`].
 
 mod bswap;
+mod seq;
 mod stats;
 
 use std::{collections::HashMap, sync::Arc};
 
 pub use bswap::{portable as portable_bswap, select as select_bswap, BswapFn};
-pub use stats::{DecodeStats, DomainSeqStats, Malformed, MAX_TRACKED_DOMAINS};
+pub use seq::{MAX_STREAMS, MAX_TRACKED_DOMAINS};
+pub use stats::{DecodeStats, DomainSeqStats, Malformed};
 pub use stel_store::CounterBatch;
 use stel_store::{batch::MAX_PARTS, BatchBuilder, CounterColumn, SessionSchema};
 
@@ -54,6 +56,20 @@ pub struct DecodeConfig {
     pub batch_bytes: usize,
     /// Most snapshots per batch.
     pub max_batch_rows: usize,
+    /// Largest sequence-number jump still counted as loss (messages, or records with
+    /// `rfc7011`); a larger jump either way starts a new sequence stream (an exporter restart,
+    /// or another exporter in the domain) and is counted as a reset. Default 2^20: 40 s of
+    /// messages at the design rate.
+    pub seq_window: u32,
+    /// Most in-band templates (announced in the stream rather than registered by a session,
+    /// options templates included) one decoder holds; past it, the one whose data came longest
+    /// ago is evicted (counted, logged).
+    pub max_templates: usize,
+    /// Most in-band templates of one observation domain (same rule).
+    pub max_templates_per_domain: usize,
+    /// Most bytes of batch buffers one decoder holds (one per session with data); past it, the
+    /// session whose data came longest ago flushes and gives its buffer back.
+    pub max_batch_memory_bytes: usize,
 }
 
 impl Default for DecodeConfig {
@@ -62,6 +78,10 @@ impl Default for DecodeConfig {
             seq_mode: SeqMode::PerMessage,
             batch_bytes: 8 << 20,
             max_batch_rows: 8192,
+            seq_window: 1 << 20,
+            max_templates: 1024,
+            max_templates_per_domain: 256,
+            max_batch_memory_bytes: 256 << 20,
         }
     }
 }
@@ -118,11 +138,28 @@ enum SlotKind {
     Withdrawn,
 }
 
+/// A template's key: (observation domain, template ID).
+type SlotKey = (u32, u16);
+
 #[derive(Debug)]
 struct Slot {
     kind: SlotKind,
     session: usize,
     part: usize,
+    /// Decoder clock of its last data set (or of its announcement): the eviction order of
+    /// in-band templates.
+    used: u64,
+}
+
+impl Slot {
+    /// Announced in the stream (an anonymous session's template or an options template), as
+    /// opposed to a registered session's part: what the template bounds count and evict.
+    fn in_band(&self, sessions: &[Session]) -> bool {
+        match self.kind {
+            SlotKind::Options { .. } => true,
+            _ => sessions.get(self.session).is_some_and(|s| s.spec.is_none()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -135,16 +172,12 @@ struct Session {
     /// (template id, plan) per part; `None` until the part's template is known.
     parts: Vec<(u16, Option<Arc<DecodePlan>>)>,
     builder: Option<BatchBuilder>,
+    /// Bytes the builder's buffers hold (counted against `max_batch_memory_bytes`).
+    builder_bytes: usize,
+    /// Decoder clock of its last data.
+    used: u64,
     generation: u64,
     live: bool,
-}
-
-/// Expected next sequence number of one domain; `DecodeStats::domains` holds its figures at
-/// the same index.
-#[derive(Debug, Clone, Copy)]
-struct SeqState {
-    domain: u32,
-    expected: Option<u32>,
 }
 
 /// The per-thread IPFIX decoder. See the module docs.
@@ -154,22 +187,32 @@ pub struct Decoder {
     bswap: BswapFn,
     slots: HashMap<(u32, u16), Slot>,
     sessions: Vec<Session>,
-    seq: Vec<SeqState>,
+    seq: seq::SeqTracker,
     stats: DecodeStats,
     generation: u64,
+    /// Bytes of all builders' buffers.
+    builder_bytes: usize,
+    /// Advances per data set and template: the eviction order.
+    clock: u64,
+    log_evict: stel_store::log_limit::LogLimiter,
+    log_buffers: stel_store::log_limit::LogLimiter,
 }
 
 impl Decoder {
     pub fn new(config: DecodeConfig) -> Self {
         let (bswap, _) = bswap::select();
         Self {
+            seq: seq::SeqTracker::new(config.seq_mode, config.seq_window),
             config,
             bswap,
             slots: HashMap::new(),
             sessions: Vec::new(),
-            seq: Vec::new(),
             stats: DecodeStats::default(),
             generation: 0,
+            builder_bytes: 0,
+            clock: 0,
+            log_evict: stel_store::log_limit::LogLimiter::new(std::time::Duration::from_secs(60)),
+            log_buffers: stel_store::log_limit::LogLimiter::new(std::time::Duration::from_secs(60)),
         }
     }
 
@@ -210,6 +253,7 @@ impl Decoder {
                     kind,
                     session: idx,
                     part,
+                    used: self.clock,
                 },
             );
         }
@@ -235,12 +279,16 @@ impl Decoder {
         }
     }
 
+    /// Counts every sequence gap still waiting for confirmation as lost (the decoder stops, or a
+    /// test reads the figures now).
+    pub fn settle_sequences(&mut self) {
+        self.seq.settle(&mut self.stats, None);
+    }
+
     /// Forgets the expected sequence numbers of every domain: the exporter restarted (genl
     /// family re-registered), so its numbering starts over and the next message is not a gap.
     pub fn reset_sequences(&mut self) {
-        for s in &mut self.seq {
-            s.expected = None;
-        }
+        self.seq.reset();
     }
 
     /// A message of `domain` with sequence number `seq` was dropped by the user-space template
@@ -249,14 +297,9 @@ impl Decoder {
     /// unknown (its template is not registered), so the next message restarts the numbering.
     pub fn skip_filtered(&mut self, domain: u32, seq: u32) {
         self.stats.filtered_messages += 1;
-        let Some(i) = self.check_sequence(domain, seq) else {
-            return;
-        };
-        self.stats.domains[i].filtered_messages += 1;
-        self.seq[i].expected = match self.config.seq_mode {
-            SeqMode::PerMessage => Some(seq.wrapping_add(1)),
-            SeqMode::Rfc7011 => None,
-        };
+        let at = self.seq.place(domain, seq, &mut self.stats);
+        self.stats.domains[at.domain].filtered_messages += 1;
+        self.seq.advance(at, seq, None);
     }
 
     /// Unregisters the session named `profile`/`group` (what STATE_DB knows it by). Returns
@@ -295,6 +338,8 @@ impl Decoder {
             label_types,
             parts,
             builder: None,
+            builder_bytes: 0,
+            used: self.clock,
             generation: 0,
             live: true,
         };
@@ -311,13 +356,33 @@ impl Decoder {
     fn close_session<S: BatchSink>(&mut self, s: usize, sink: &mut S) {
         self.flush_session(s, sink);
         self.sessions[s].live = false;
-        self.sessions[s].builder = None;
+        self.drop_builder(s);
+    }
+
+    /// Frees session `s`'s batch buffers (flushed before by the caller).
+    fn drop_builder(&mut self, s: usize) {
+        let sess = &mut self.sessions[s];
+        sess.builder = None;
+        self.builder_bytes -= std::mem::take(&mut sess.builder_bytes);
     }
 
     fn flush_session<S: BatchSink>(&mut self, s: usize, sink: &mut S) {
         if let Some(b) = self.sessions[s].builder.as_mut() {
             if !b.is_empty() {
-                let batch = b.finish();
+                let mut batch = b.finish();
+                if batch.values.len() * 4 < batch.values.capacity() {
+                    // A partial flush (a slow session, the flush interval, a schema change): the
+                    // batch leaves with buffers of its size, and the builder keeps the big ones
+                    // (as its spare), so queued batches hold their data, not a full batch's
+                    // buffers each. Full batches (the design-rate path) never copy.
+                    let small = CounterBatch {
+                        schema: Arc::clone(&batch.schema),
+                        ts: batch.ts.clone(),
+                        values: batch.values.clone(),
+                        part_masks: batch.part_masks.clone(),
+                    };
+                    b.recycle(std::mem::replace(&mut batch, small));
+                }
                 self.stats.batches += 1;
                 self.stats.missing_samples += batch.missing_samples() as u64;
                 sink.on_batch(batch);
@@ -325,8 +390,10 @@ impl Decoder {
         }
     }
 
-    /// Finishes every non-empty batch and hands it to `sink`.
+    /// Finishes every non-empty batch and hands it to `sink`; sequence gaps seen more than
+    /// [`seq::SETTLE_AFTER`] ago and not confirmed yet are counted as lost.
     pub fn flush<S: BatchSink>(&mut self, sink: &mut S) {
+        self.seq.settle(&mut self.stats, Some(seq::SETTLE_AFTER));
         for s in 0..self.sessions.len() {
             if self.sessions[s].live {
                 self.flush_session(s, sink);
@@ -363,7 +430,7 @@ impl Decoder {
                 // A registered session keeps its shape; the part waits for its template again.
                 self.flush_session(s, sink);
                 self.sessions[s].parts[slot.part].1 = None;
-                self.sessions[s].builder = None;
+                self.drop_builder(s);
                 self.slots.insert(
                     (domain, tid),
                     Slot {
@@ -449,6 +516,8 @@ impl Decoder {
         options: bool,
         sink: &mut S,
     ) {
+        // Announcement order breaks ties in the eviction order.
+        self.clock += 1;
         let tid = rec.template_id;
         if rec.fields.is_empty() {
             if tid == TEMPLATE_SET_ID || tid == OPTIONS_TEMPLATE_SET_ID {
@@ -487,12 +556,14 @@ impl Decoder {
             let kind = SlotKind::Options {
                 record_len: len.max(1),
             };
+            self.make_room(domain, sink);
             self.slots.insert(
                 (domain, tid),
                 Slot {
                     kind,
                     session: usize::MAX,
                     part: 0,
+                    used: self.clock,
                 },
             );
             self.stats.options_templates += 1;
@@ -539,13 +610,14 @@ impl Decoder {
                 }
                 self.flush_session(s, sink);
                 self.sessions[s].parts[part].1 = Some(Arc::clone(&plan));
-                self.sessions[s].builder = None;
+                self.drop_builder(s);
                 self.slots.insert(
                     (domain, tid),
                     Slot {
                         kind: SlotKind::Counters(plan),
                         session: s,
                         part,
+                        used: self.clock,
                     },
                 );
                 self.stats.templates_replaced += 1;
@@ -558,6 +630,7 @@ impl Decoder {
             }
             Some(_) | None => {
                 self.slots.remove(&(domain, tid));
+                self.make_room(domain, sink);
                 self.add_anonymous(domain, tid, plan);
                 self.stats.templates_registered += 1;
             }
@@ -572,68 +645,92 @@ impl Decoder {
                 kind: SlotKind::Counters(plan),
                 session: s,
                 part: 0,
+                used: self.clock,
             },
         );
     }
 
-    /// Counts the gap (if any) before message `seq` of `domain`; returns the domain's index, or
-    /// `None` when more than [`MAX_TRACKED_DOMAINS`] domains are tracked already.
-    fn check_sequence(&mut self, domain: u32, seq: u32) -> Option<usize> {
-        let i = match self.seq.iter().position(|s| s.domain == domain) {
-            Some(i) => i,
-            None if self.seq.len() < MAX_TRACKED_DOMAINS => {
-                self.seq.push(SeqState {
-                    domain,
-                    expected: None,
-                });
-                self.stats.domains.push(DomainSeqStats {
-                    domain,
-                    ..Default::default()
-                });
-                self.seq.len() - 1
-            }
-            None => {
-                self.stats.untracked_domain_messages += 1;
-                return None;
-            }
-        };
-        if let Some(exp) = self.seq[i].expected {
-            let gap = seq.wrapping_sub(exp);
-            if gap != 0 {
-                let d = &mut self.stats.domains[i];
-                if gap < 0x8000_0000 {
-                    let gap = gap as u64;
-                    match self.config.seq_mode {
-                        SeqMode::PerMessage => {
-                            self.stats.seq_lost_messages += gap;
-                            d.lost_messages += gap;
-                        }
-                        SeqMode::Rfc7011 => {
-                            self.stats.seq_lost_records += gap;
-                            d.lost_records += gap;
-                        }
+    /// Before a new in-band template of `domain` goes in: evicts the in-band template whose
+    /// data came longest ago while the domain holds `max_templates_per_domain` of them or the
+    /// decoder `max_templates` (registered sessions' templates are never evicted and do not
+    /// count). Scans the slots: templates arrive rarely, data never pays for this.
+    fn make_room<S: BatchSink>(&mut self, domain: u32, sink: &mut S) {
+        loop {
+            let (mut in_domain, mut total) = (0usize, 0usize);
+            // (last use, slot key) of the oldest in-band template: in the domain, and anywhere.
+            let mut lru_domain: Option<(u64, SlotKey)> = None;
+            let mut lru_all: Option<(u64, SlotKey)> = None;
+            for (&k, sl) in &self.slots {
+                if !sl.in_band(&self.sessions) {
+                    continue;
+                }
+                total += 1;
+                let older = |cur: Option<(u64, SlotKey)>| cur.is_none_or(|(u, _)| sl.used < u);
+                if older(lru_all) {
+                    lru_all = Some((sl.used, k));
+                }
+                if k.0 == domain {
+                    in_domain += 1;
+                    if older(lru_domain) {
+                        lru_domain = Some((sl.used, k));
                     }
-                    self.stats.seq_gap_events += 1;
-                    d.gap_events += 1;
-                    d.largest_gap = d.largest_gap.max(gap);
-                } else {
-                    // Behind what we expected: a duplicate, a reordering or an exporter restart.
-                    self.stats.seq_out_of_order += 1;
-                    d.out_of_order += 1;
                 }
             }
+            let (victim, reason) = if in_domain >= self.config.max_templates_per_domain.max(1) {
+                (lru_domain, "max_templates_per_domain")
+            } else if total >= self.config.max_templates.max(1) {
+                (lru_all, "max_templates")
+            } else {
+                return;
+            };
+            let Some((_, (d, t))) = victim else { return };
+            self.evict_template(d, t, sink);
+            if let Some(suppressed) = self.log_evict.allow() {
+                tracing::warn!(
+                    domain = d,
+                    template = t,
+                    limit = reason,
+                    suppressed,
+                    "In-band template evicted to make room for a new one (its data is unknown until it is announced again)."
+                );
+            }
         }
-        self.seq[i].expected = Some(seq);
-        Some(i)
     }
 
-    fn advance_sequence(&mut self, i: Option<usize>, seq: u32, records: u32) {
-        let Some(i) = i else { return };
-        self.stats.domains[i].messages += 1;
-        self.seq[i].expected = Some(match self.config.seq_mode {
-            SeqMode::PerMessage => seq.wrapping_add(1),
-            SeqMode::Rfc7011 => seq.wrapping_add(records),
-        });
+    /// Drops an in-band template: its anonymous session flushes and closes.
+    fn evict_template<S: BatchSink>(&mut self, domain: u32, tid: u16, sink: &mut S) {
+        if let Some(slot) = self.slots.remove(&(domain, tid)) {
+            if let SlotKind::Counters(_) = slot.kind {
+                self.close_session(slot.session, sink);
+            }
+            self.stats.templates_evicted += 1;
+        }
+    }
+
+    /// Before session `s` allocates a builder of `bytes`: frees other sessions' buffers (the
+    /// one whose data came longest ago first) while the total would pass
+    /// `max_batch_memory_bytes`.
+    fn make_builder_room<S: BatchSink>(&mut self, s: usize, bytes: usize, sink: &mut S) {
+        while self.builder_bytes + bytes > self.config.max_batch_memory_bytes {
+            let victim = self
+                .sessions
+                .iter()
+                .enumerate()
+                .filter(|(i, x)| *i != s && x.builder.is_some())
+                .min_by_key(|(_, x)| x.used)
+                .map(|(i, _)| i);
+            let Some(v) = victim else { return };
+            self.flush_session(v, sink);
+            self.drop_builder(v);
+            self.stats.batch_buffers_evicted += 1;
+            if let Some(suppressed) = self.log_buffers.allow() {
+                tracing::warn!(
+                    budget = self.config.max_batch_memory_bytes,
+                    suppressed,
+                    "Batch buffers of the session idle longest freed to stay within max_batch_memory_bytes."
+                );
+            }
+        }
     }
 
     /// Decodes a buffer of concatenated IPFIX messages (a netlink payload, a file chunk). Returns
@@ -679,7 +776,7 @@ impl Decoder {
         let domain = be32(msg, 12);
         self.stats.messages += 1;
         self.stats.bytes += msg.len() as u64;
-        let seq_idx = self.check_sequence(domain, seq);
+        let at = self.seq.place(domain, seq, &mut self.stats);
         let mut records = 0u32;
         let mut p = MESSAGE_HEADER_LEN;
         while p < msg.len() {
@@ -716,7 +813,8 @@ impl Decoder {
             }
             p += set_len;
         }
-        self.advance_sequence(seq_idx, seq, records);
+        self.stats.domains[at.domain].messages += 1;
+        self.seq.advance(at, seq, Some(records));
     }
 
     fn template_set<S: BatchSink>(
@@ -749,7 +847,8 @@ impl Decoder {
 
     /// Decodes one data set; returns its record count (for RFC 7011 sequence accounting).
     fn data_set<S: BatchSink>(&mut self, domain: u32, id: u16, body: &[u8], sink: &mut S) -> u32 {
-        let Some(slot) = self.slots.get(&(domain, id)) else {
+        self.clock += 1;
+        let Some(slot) = self.slots.get_mut(&(domain, id)) else {
             self.stats.count(Malformed::UnknownTemplate);
             self.stats.unknown_template_bytes += body.len() as u64;
             return 0;
@@ -767,7 +866,9 @@ impl Decoder {
                 return 0;
             }
         };
+        slot.used = self.clock;
         let (s, part) = (slot.session, slot.part);
+        self.sessions[s].used = self.clock;
         let rec_len = plan.record_len;
         let n = body.len() / rec_len;
         let trailing = body.len() - n * rec_len;
@@ -780,7 +881,12 @@ impl Decoder {
         if self.sessions[s].builder.is_none() {
             let schema = self.schema_for(s, domain);
             let rows = self.rows_per_batch(schema.width());
+            // Values, timestamps and part masks; twice: the builder keeps a spare set.
+            let bytes = 2 * rows * (8 * schema.width() + 12);
+            self.make_builder_room(s, bytes, sink);
             self.sessions[s].builder = Some(BatchBuilder::new(schema, rows));
+            self.sessions[s].builder_bytes = bytes;
+            self.builder_bytes += bytes;
         }
         let bswap = self.bswap;
         let mut done = 0;

@@ -113,9 +113,6 @@ impl Malformed {
     }
 }
 
-/// Most observation domains one decoder keeps sequence state and figures for.
-pub const MAX_TRACKED_DOMAINS: usize = 4096;
-
 /// Sequence figures of one observation domain (one exporter).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DomainSeqStats {
@@ -133,8 +130,13 @@ pub struct DomainSeqStats {
     pub gap_events: u64,
     /// Largest single jump (messages or records).
     pub largest_gap: u64,
-    /// Messages whose number was behind the expected one.
+    /// Messages whose number was a little behind the expected one (late or duplicated).
     pub out_of_order: u64,
+    /// Jumps beyond the sequence window (either way): a new sequence stream began (an
+    /// exporter restart, or another exporter in the domain), not counted as loss.
+    pub resets: u64,
+    /// Most sequence streams seen interleaved (2 or more: several exporters share the domain).
+    pub max_streams: u64,
 }
 
 impl DomainSeqStats {
@@ -146,6 +148,8 @@ impl DomainSeqStats {
         self.gap_events += o.gap_events;
         self.largest_gap = self.largest_gap.max(o.largest_gap);
         self.out_of_order += o.out_of_order;
+        self.resets += o.resets;
+        self.max_streams = self.max_streams.max(o.max_streams);
     }
 }
 
@@ -182,8 +186,14 @@ pub struct DecodeStats {
     pub seq_lost_messages: u64,
     /// Records missing per the sequence numbers ([`crate::ipfix::SeqMode::Rfc7011`]).
     pub seq_lost_records: u64,
-    /// Messages whose sequence number was behind the expected one.
+    /// Messages whose sequence number was a little behind the expected one (late, duplicated).
     pub seq_out_of_order: u64,
+    /// Sequence jumps beyond the window (`seq_window`), either way: a new sequence stream (an
+    /// exporter restart, or another exporter in the domain), never counted as loss.
+    pub seq_resets: u64,
+    /// Domains found carrying two or more interleaved sequence streams (two exporters in one
+    /// observation domain); each stream is accounted on its own.
+    pub seq_concurrent_domains: u64,
     /// Times a sequence number jumped ahead (one outage, however long, is one event).
     pub seq_gap_events: u64,
     /// Messages the user-space template filter dropped before decode (files, `--no-ebpf`):
@@ -194,10 +204,18 @@ pub struct DecodeStats {
     /// type; other columns are named by label (`unknown_<label>`). Logged at warn.
     pub templates_overriding_session: u64,
     /// Sequence figures per observation domain (what each exporter sent, lost, reordered),
-    /// at most [`MAX_TRACKED_DOMAINS`] per decoder.
+    /// at most [`super::MAX_TRACKED_DOMAINS`] per decoder.
     pub domains: Vec<DomainSeqStats>,
-    /// Messages of domains beyond [`MAX_TRACKED_DOMAINS`]: decoded, without sequence accounting.
-    pub untracked_domain_messages: u64,
+    /// Domains whose sequence state was dropped to make room for a new one (the one idle
+    /// longest goes when a decoder tracks [`super::MAX_TRACKED_DOMAINS`]).
+    pub seq_evicted_domains: u64,
+    /// In-band templates dropped to stay within `max_templates` / `max_templates_per_domain`
+    /// (the one whose data came longest ago goes; logged). Its data is unknown until the
+    /// exporter sends the template again.
+    pub templates_evicted: u64,
+    /// Batch buffers freed to stay within `max_batch_memory_bytes` (the session whose data came
+    /// longest ago gives its buffer back; its next data allocates a new one).
+    pub batch_buffers_evicted: u64,
     /// Per [`Malformed`] reason, indexed by its discriminant.
     #[serde(serialize_with = "ser_malformed")]
     pub malformed: [u64; Malformed::ALL.len()],
@@ -262,10 +280,14 @@ macro_rules! with_plain_counters {
             seq_lost_messages,
             seq_lost_records,
             seq_out_of_order,
+            seq_resets,
+            seq_concurrent_domains,
             seq_gap_events,
             filtered_messages,
             templates_overriding_session,
-            untracked_domain_messages
+            seq_evicted_domains,
+            templates_evicted,
+            batch_buffers_evicted
         )
     };
 }

@@ -347,6 +347,8 @@ fn sequence_gaps_with_wraparound_both_modes() {
         };
         let mut d = Decoder::new(cfg);
         let _ = collect(&mut d, &buf);
+        // The gap is confirmed after 64 more messages, or when the figures are settled.
+        d.settle_sequences();
         match mode {
             SeqMode::PerMessage => assert_eq!(d.stats().seq_lost_messages, 2),
             SeqMode::Rfc7011 => assert_eq!(d.stats().seq_lost_records, 4),
@@ -454,4 +456,204 @@ fn emulator_counters_are_consistent_and_decode_exactly() {
             assert!(peak_occ > 0, "bursts build a queue");
         }
     }
+}
+
+/// Messages of `enc` carrying one record each, for sequence tests.
+fn seq_messages(enc: &mut Encoder, t: &HftTemplate, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut m = Vec::new();
+            enc.data_message(&mut m, 0, t, [(i as u64, &[i as u64][..])]);
+            m
+        })
+        .collect()
+}
+
+/// A decoder that knows template 256 of domain 7 (announced by an exporter of its own, in a
+/// separate decoder call, so it is not part of the streams under test).
+fn seq_decoder() -> (Decoder, HftTemplate) {
+    let t = tpl(256, &[1], &[0], 8);
+    let mut d = Decoder::new(DecodeConfig::for_test());
+    let mut tm = Vec::new();
+    Encoder::new(7, SeqMode::PerMessage).template_message(&mut tm, 0, std::slice::from_ref(&t));
+    let _ = collect(&mut d, &tm);
+    d.reset_sequences();
+    (d, t)
+}
+
+/// Two exporters numbering their own messages in one observation domain: two sequence
+/// streams, reported as such, and the jumps between them are never lost messages — whether
+/// their numbers are far apart (beyond the window) or close (within it), interleaved in bursts.
+/// A message really missing from one of them is still counted, exactly.
+#[test]
+fn two_exporters_in_one_domain_are_two_streams_not_loss() {
+    for b_start in [3_000_000_000u32, 400_000, 1_000] {
+        let (mut d, t) = seq_decoder();
+        let mut a = Encoder::new(7, SeqMode::PerMessage);
+        a.sequence = 10;
+        let mut b = Encoder::new(7, SeqMode::PerMessage);
+        b.sequence = b_start;
+        // One of A's messages is lost.
+        let mut ma = seq_messages(&mut a, &t, 3000)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1500)
+            .map(|(_, m)| m);
+        let mut mb = seq_messages(&mut b, &t, 3000).into_iter();
+        let mut buf = Vec::new();
+        let mut x = 12345u32;
+        loop {
+            // Bursts of 1..=5 messages from each in turn.
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let (mut n_a, mut n_b) = (1 + (x >> 16) % 5, 1 + (x >> 8) % 5);
+            let mut any = false;
+            while n_a > 0 {
+                if let Some(m) = ma.next() {
+                    buf.extend_from_slice(&m);
+                    any = true;
+                }
+                n_a -= 1;
+            }
+            while n_b > 0 {
+                if let Some(m) = mb.next() {
+                    buf.extend_from_slice(&m);
+                    any = true;
+                }
+                n_b -= 1;
+            }
+            if !any {
+                break;
+            }
+        }
+        let _ = collect(&mut d, &buf);
+        d.settle_sequences();
+        let s = d.stats();
+        assert_eq!(s.seq_lost_messages, 1, "b starts at {b_start}: {s:?}");
+        assert_eq!(s.seq_gap_events, 1, "b starts at {b_start}");
+        assert_eq!(s.seq_concurrent_domains, 1, "b starts at {b_start}");
+        let dom = s.domains.iter().find(|x| x.domain == 7).unwrap();
+        assert_eq!(dom.max_streams, 2);
+        assert_eq!(dom.lost_messages, 1);
+        assert_eq!(dom.messages, 6000, "with the template's message");
+    }
+}
+
+/// A jump beyond the window either way (an exporter restart, a corrupt or hostile number) is a
+/// reset, not loss; a late message does not rewind the stream and fills its gap.
+#[test]
+fn absurd_jumps_are_resets_and_late_messages_fill_their_gap() {
+    let (mut d, t) = seq_decoder();
+    let mut e = Encoder::new(7, SeqMode::PerMessage);
+    e.sequence = 5_000_000;
+    let ms = seq_messages(&mut e, &t, 10); // 5,000,000..=5,000,009
+    let mut buf = Vec::new();
+    for i in [0, 1, 2, 4, 3, 5, 6, 7, 8, 9] {
+        buf.extend_from_slice(&ms[i]); // the 4th arrives after the 5th
+    }
+    // An exporter restart: numbering from 0 again; then a garbage number far ahead.
+    let mut r = Encoder::new(7, SeqMode::PerMessage);
+    for m in seq_messages(&mut r, &t, 5) {
+        buf.extend_from_slice(&m);
+    }
+    let mut g = Encoder::new(7, SeqMode::PerMessage);
+    g.sequence = 2_000_000_000;
+    for m in seq_messages(&mut g, &t, 1) {
+        buf.extend_from_slice(&m);
+    }
+    let _ = collect(&mut d, &buf);
+    d.settle_sequences();
+    let s = d.stats();
+    assert_eq!((s.seq_lost_messages, s.seq_gap_events), (0, 0), "{s:?}");
+    assert_eq!(s.seq_out_of_order, 1);
+    assert_eq!(s.seq_resets, 2);
+    assert_eq!(s.seq_concurrent_domains, 0);
+}
+
+/// In-band templates are bounded per domain and per decoder: the one whose data came longest ago
+/// is evicted (counted), a template in use survives, and registered sessions never count.
+#[test]
+fn in_band_templates_are_bounded_least_recently_used_first() {
+    let cfg = DecodeConfig {
+        max_templates: 6,
+        max_templates_per_domain: 4,
+        ..DecodeConfig::for_test()
+    };
+    let mut d = Decoder::new(cfg);
+    let mut buf = Vec::new();
+    let mut e = Encoder::new(1, SeqMode::PerMessage);
+    let data = |e: &mut Encoder, tid: u16, buf: &mut Vec<u8>| {
+        let t = tpl(tid, &[1], &[0], 8);
+        e.data_message(buf, 0, &t, [(1u64, &[1u64][..])]);
+    };
+    for tid in 256..260 {
+        e.template_message(&mut buf, 0, &[tpl(tid, &[1], &[0], 8)]);
+    }
+    data(&mut e, 256, &mut buf); // 256 is in use: 257 is the oldest unused
+    e.template_message(&mut buf, 0, &[tpl(260, &[1], &[0], 8)]);
+    let _ = collect(&mut d, &buf);
+    assert_eq!(d.stats().templates_evicted, 1);
+    // 257 is gone (its data is unknown); 256 and 260 decode.
+    let mut buf = Vec::new();
+    for tid in [256, 257, 260] {
+        data(&mut e, tid, &mut buf);
+    }
+    let rows: usize = collect(&mut d, &buf).iter().map(|b| b.rows()).sum();
+    assert_eq!(rows, 2);
+    assert_eq!(d.stats().malformed(Malformed::UnknownTemplate), 1);
+    // Another domain: 4 more take the decoder to its bound of 6; the oldest go.
+    let mut e2 = Encoder::new(2, SeqMode::PerMessage);
+    let mut buf = Vec::new();
+    for tid in 300..304 {
+        e2.template_message(&mut buf, 0, &[tpl(tid, &[1], &[0], 8)]);
+    }
+    let _ = collect(&mut d, &buf);
+    assert_eq!(d.stats().templates_evicted, 1 + 2);
+}
+
+/// Batch buffers stay within `max_batch_memory_bytes`: the session whose data came longest ago
+/// flushes and frees its buffer, and decoding goes on exactly.
+#[test]
+fn batch_buffers_stay_within_their_budget() {
+    let width = 64;
+    let rows = 16;
+    let cfg = DecodeConfig {
+        max_batch_rows: rows,
+        // Room for two sessions' buffers (and their spares), not three.
+        max_batch_memory_bytes: 2 * 2 * rows * (8 * width + 12) + 1,
+        ..DecodeConfig::for_test()
+    };
+    let mut d = Decoder::new(cfg);
+    let labels: Vec<u16> = (1..=width as u16).collect();
+    let mut e = Encoder::new(1, SeqMode::PerMessage);
+    let mut buf = Vec::new();
+    let values = vec![5u64; width];
+    for round in 0..3 {
+        for tid in 256..259u16 {
+            let t = tpl(tid, &labels, &[0], 8);
+            if round == 0 {
+                e.template_message(&mut buf, 0, std::slice::from_ref(&t));
+            }
+            e.data_message(&mut buf, 0, &t, [(round as u64, &values[..])]);
+        }
+    }
+    let got: usize = collect(&mut d, &buf).iter().map(|b| b.rows()).sum();
+    assert_eq!(got, 9, "every record decoded");
+    assert!(d.stats().batch_buffers_evicted >= 2, "{:?}", d.stats());
+}
+
+/// More domains than a decoder tracks: the one idle longest makes room (counted); the figures
+/// list stays bounded.
+#[test]
+fn sequence_domains_are_bounded() {
+    let t = tpl(256, &[1], &[0], 8);
+    let mut d = Decoder::new(DecodeConfig::for_test());
+    let n = crate::decode::MAX_TRACKED_DOMAINS + 76;
+    let mut buf = Vec::new();
+    for dom in 0..n as u32 {
+        let mut e = Encoder::new(dom, SeqMode::PerMessage);
+        e.data_message(&mut buf, 0, &t, [(1u64, &[1u64][..])]);
+    }
+    let _ = collect(&mut d, &buf);
+    assert_eq!(d.stats().seq_evicted_domains, 76);
+    assert_eq!(d.stats().domains.len(), crate::decode::MAX_TRACKED_DOMAINS);
 }

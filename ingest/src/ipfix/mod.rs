@@ -119,8 +119,9 @@ mod tests {
 #[serde(rename_all = "snake_case")]
 pub enum SeqMode {
     /// +1 per message, per observation domain, as the HFT HLD describes (the default). A gap
-    /// counts lost messages.
+    /// counts lost messages. Spelled `per_message` (`per-message` is accepted too).
     #[default]
+    #[serde(alias = "per-message")]
     PerMessage,
     /// RFC 7011: the number of data records sent before this message, per observation domain. A
     /// gap counts lost records.

@@ -105,7 +105,7 @@ impl StateDbConfig {
 /// Watcher errors (only at start; at run time everything is retried and counted).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid redis url `{url}`: {source}")]
+    #[error("invalid redis url `{}`: {source}", stel_store::redact::redact(url))]
     Url {
         url: String,
         source: redis::RedisError,
@@ -612,7 +612,7 @@ impl Watcher {
         }
         self.shared.connects.fetch_add(1, Ordering::Relaxed);
         self.shared.connected.store(true, Ordering::Relaxed);
-        tracing::info!(url = %self.cfg.url, db, "STATE_DB watcher connected; full resync.");
+        tracing::info!(url = %stel_store::redact::redact(&self.cfg.url), db, "STATE_DB watcher connected; full resync.");
         // Subscribed first, then scanned: no change can fall between the two.
         self.full_resync(&mut conn).await?;
         let prefix = format!("__keyspace@{db}__:");

@@ -10,8 +10,8 @@
 mod output;
 
 pub use output::{
-    int_status_line, show, status_json, status_line, write_status, FilterInfo, Rates, StatusInfo,
-    StatusTicker,
+    int_status_line, show, sink_drops, staleness, status_json, status_line, write_status,
+    FilterInfo, Rates, Shown, StatusInfo, StatusTicker,
 };
 use std::{
     borrow::Cow,
@@ -299,10 +299,18 @@ impl StatusMetrics {
             d.seq_out_of_order,
         );
         self.total(M::DecodeSeqFilteredMessages, labels!(), d.filtered_messages);
+        self.total(M::DecodeSeqResets, labels!(), d.seq_resets);
         self.total(
-            M::DecodeSeqUntrackedMessages,
+            M::DecodeSeqConcurrentDomains,
             labels!(),
-            d.untracked_domain_messages,
+            d.seq_concurrent_domains,
+        );
+        self.total(M::DecodeSeqEvictedDomains, labels!(), d.seq_evicted_domains);
+        self.total(M::DecodeEvictedTemplates, labels!(), d.templates_evicted);
+        self.total(
+            M::DecodeEvictedBatchBuffers,
+            labels!(),
+            d.batch_buffers_evicted,
         );
 
         let s = &st.session_registry;

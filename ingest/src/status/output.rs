@@ -2,7 +2,6 @@
 //! status line on stderr and what `stel-ingestd status` prints, all read from one registry
 //! snapshot (plus the typed [`StatusInfo`] the registry cannot hold).
 use std::{
-    io::Write,
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -12,7 +11,10 @@ use std::{
 };
 
 use serde::Serialize;
-use stel_store::metrics::{Label, Metric, Snapshot};
+use stel_store::{
+    metrics::{Label, Metric, Snapshot},
+    rate::RateUnit,
+};
 
 use crate::{
     daemon::DaemonStatus,
@@ -21,16 +23,26 @@ use crate::{
     topology::{Finished, Topology},
 };
 
-/// RX/TX Gbit/s of the first ports between two status ticks (from the live sink's newest
-/// snapshot of the first session).
+/// RX/TX rates of the first ports between two status ticks (from the live sink's newest
+/// snapshot of the first session), in the configured unit (bytes per second, portstat style,
+/// by default).
 #[derive(Debug, Default)]
 pub struct Rates {
     prev: Option<(i64, Vec<u64>)>,
     /// Column names of the schema they were made for (once per schema, not per tick).
     names: Option<(Arc<stel_store::SessionSchema>, Vec<String>)>,
+    unit: RateUnit,
 }
 
 impl Rates {
+    /// Rates shown in `unit`.
+    pub fn new(unit: RateUnit) -> Self {
+        Self {
+            unit,
+            ..Self::default()
+        }
+    }
+
     /// The rates since the previous call (empty on the first).
     pub fn line(&mut self, live: &Live) -> String {
         let Some((ts, row, schema)) = live.state().first() else {
@@ -49,14 +61,18 @@ impl Rates {
         if let Some((pts, prow)) = &self.prev {
             let dt = (ts - *pts) as f64 / 1e9;
             if dt > 0.0 && prow.len() == row.len() {
-                let gbps = |i: usize| row[i].wrapping_sub(prow[i]) as f64 * 8.0 / dt / 1e9;
+                let bytes_per_s = |i: usize| row[i].wrapping_sub(prow[i]) as f64 / dt;
                 for (i, n) in names.iter().enumerate() {
                     if let Some(port) = n.strip_suffix(".IF_IN_OCTETS") {
                         let tx = names
                             .iter()
                             .position(|m| m == &format!("{port}.IF_OUT_OCTETS"))
-                            .map_or(0.0, gbps);
-                        s.push_str(&format!(" {port} rx {:.1}/tx {tx:.1} Gb/s;", gbps(i)));
+                            .map_or(0.0, bytes_per_s);
+                        s.push_str(&format!(
+                            " {port} rx {} tx {};",
+                            self.unit.format(bytes_per_s(i)),
+                            self.unit.format(tx)
+                        ));
                         if s.matches(';').count() == 3 {
                             break;
                         }
@@ -72,8 +88,16 @@ impl Rates {
 /// The status file's JSON: `metrics`, every series of the registry (the same snapshot the
 /// status line, `/metrics` and OTLP read: every counter is there and only there), and `info`,
 /// what is not a counter ([`StatusInfo`]).
-pub fn status_json(st: &DaemonStatus, snap: &Snapshot) -> serde_json::Value {
-    serde_json::json!({ "info": StatusInfo::of(st), "metrics": snap.to_json() })
+pub fn status_json(
+    st: &DaemonStatus,
+    snap: &Snapshot,
+    interval: Duration,
+    stopped: bool,
+) -> serde_json::Value {
+    serde_json::json!({
+        "info": StatusInfo::of(st, interval, stopped),
+        "metrics": snap.to_json(),
+    })
 }
 
 /// The status file's `info` section: what the daemon runs and state that is not a counter.
@@ -81,6 +105,14 @@ pub fn status_json(st: &DaemonStatus, snap: &Snapshot) -> serde_json::Value {
 pub struct StatusInfo<'a> {
     /// The daemon's version.
     pub version: &'static str,
+    /// The daemon's process ID (`stel-ingestd status` checks that it still runs).
+    pub pid: u32,
+    /// When this file was written, ms since the Unix epoch.
+    pub written_unix_ms: u64,
+    /// How often the daemon rewrites it, ms (older than 3 intervals, and at least 5 s: stale).
+    pub interval_ms: u64,
+    /// True in the file written when the daemon stopped.
+    pub stopped: bool,
     /// The counter source (socket, group, files, or the genl family's state).
     pub source: &'a str,
     /// The receive loop: `io_uring` or `recvmsg` (or `file`).
@@ -107,10 +139,17 @@ pub struct FilterInfo {
 }
 
 impl<'a> StatusInfo<'a> {
-    /// The info part of a status.
-    pub fn of(st: &'a DaemonStatus) -> Self {
+    /// The info part of a status, written now by a daemon that rewrites it every `interval`
+    /// (`stopped`: the last one).
+    pub fn of(st: &'a DaemonStatus, interval: Duration, stopped: bool) -> Self {
         Self {
             version: env!("CARGO_PKG_VERSION"),
+            pid: std::process::id(),
+            written_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            interval_ms: interval.as_millis() as u64,
+            stopped,
             source: &st.source,
             reader: st.reader,
             filter: FilterInfo {
@@ -124,25 +163,20 @@ impl<'a> StatusInfo<'a> {
     }
 }
 
-/// Writes the status file (atomically: a temp file renamed over it); an empty path writes
-/// nothing. A failure is logged once.
-pub fn write_status(path: &Path, st: &DaemonStatus, snap: &Snapshot) {
+/// Writes the status file `json` ([`status_json`]) atomically (a temp file renamed over it;
+/// mode 0600, see `stel_store::durable`); an empty path writes nothing. A failure is logged
+/// once.
+pub fn write_status(path: &Path, json: &serde_json::Value) {
     if path.as_os_str().is_empty() {
         return;
     }
-    let tmp = path.with_extension("json.tmp");
-    let body = serde_json::to_vec_pretty(&status_json(st, snap)).unwrap_or_default();
-    let ok = path
-        .parent()
-        .is_none_or(|d| std::fs::create_dir_all(d).is_ok())
-        && std::fs::File::create(&tmp)
-            .and_then(|mut f| f.write_all(&body))
-            .is_ok()
-        && std::fs::rename(&tmp, path).is_ok();
-    if !ok {
+    let body = serde_json::to_string_pretty(json).unwrap_or_default();
+    // Credentials of any URL a component reports (an uploader's error) stay out of the file.
+    let body = stel_store::redact::redact(&body);
+    if let Err(e) = stel_store::durable::write_state_file(path, body.as_bytes()) {
         static WARNED: AtomicBool = AtomicBool::new(false);
         if !WARNED.swap(true, Ordering::Relaxed) {
-            tracing::warn!(path = %path.display(), "Could not write the status file.");
+            tracing::warn!(path = %path.display(), error = %e, "Could not write the status file.");
         }
     }
 }
@@ -151,7 +185,13 @@ pub fn write_status(path: &Path, st: &DaemonStatus, snap: &Snapshot) {
 /// count alone (kernel or user space: each message counted once); `seq` is loss the sequence
 /// numbers show, in gap events too; when the kernel filter dropped data of a domain whose other
 /// templates are decoded, its gaps include those messages (said in the line).
-pub fn status_line(now: &Snapshot, prev: &Snapshot, dt: f64, rates: &str) -> String {
+pub fn status_line(
+    now: &Snapshot,
+    prev: &Snapshot,
+    dt: f64,
+    unit: RateUnit,
+    rates: &str,
+) -> String {
     use Metric as M;
     let seq = now.sum(M::DecodeSeqLostMessages) + now.sum(M::DecodeSeqLostRecords);
     let dropped = now.sum(M::FilterDroppedMessages);
@@ -167,10 +207,13 @@ pub fn status_line(now: &Snapshot, prev: &Snapshot, dt: f64, rates: &str) -> Str
             .map(|x| x.value)
             .sum::<u64>()
     };
+    let sinks = sink_drops(now).map_or_else(String::new, |d| format!(" | SINKS DROPPED {d}"));
     format!(
-        "stel-ingestd: {:>6.1} M counters/s {:>7.1} MB/s | {} msgs, {} snapshots | lost: kernel {} seq {} in {} gaps{} shed {} trunc {} | filtered {} malformed {}{}",
+        "stel-ingestd: {:>6.1} M counters/s {:>13} | {} msgs, {} snapshots | lost: kernel {} seq {} in {} gaps{} shed {} trunc {}{sinks} | filtered {} malformed {}{}",
         now.sum(M::DecodeValues).saturating_sub(prev.sum(M::DecodeValues)) as f64 / dt / 1e6,
-        reader(now, M::ReaderBytes).saturating_sub(reader(prev, M::ReaderBytes)) as f64 / dt / 1e6,
+        unit.format(
+            reader(now, M::ReaderBytes).saturating_sub(reader(prev, M::ReaderBytes)) as f64 / dt
+        ),
         now.sum(M::DecodeMessages),
         now.sum(M::DecodeRecords),
         reader(now, M::ReaderKernelDroppedDatagrams),
@@ -182,6 +225,35 @@ pub fn status_line(now: &Snapshot, prev: &Snapshot, dt: f64, rates: &str) -> Str
         dropped,
         now.sum(M::DecodeMalformed),
         rates
+    )
+}
+
+/// What the sinks dropped (disk full, queue full, memory budget, …), per sink with its reasons:
+/// `parquet 1234 (disk_full 1000, queue_full 234)`; `None` when nothing was dropped.
+pub fn sink_drops(now: &Snapshot) -> Option<String> {
+    let mut per: Vec<(String, u64, Vec<String>)> = Vec::new();
+    for x in now
+        .series(Metric::SinkDroppedSamples)
+        .filter(|x| x.value > 0)
+    {
+        let sink = x.label(Label::Sink).to_string();
+        let reason = format!("{} {}", x.label(Label::Reason), x.value);
+        match per.iter_mut().find(|p| p.0 == sink) {
+            Some(p) => {
+                p.1 += x.value;
+                p.2.push(reason);
+            }
+            None => per.push((sink, x.value, vec![reason])),
+        }
+    }
+    if per.is_empty() {
+        return None;
+    }
+    Some(
+        per.iter()
+            .map(|(s, n, r)| format!("{s} {n} samples ({})", r.join(", ")))
+            .collect::<Vec<_>>()
+            .join(", "),
     )
 }
 
@@ -242,23 +314,33 @@ pub struct StatusTicker {
     file: PathBuf,
     interval: Duration,
     show_line: bool,
+    unit: RateUnit,
     rates: Rates,
     prev: Snapshot,
     last_tick: Instant,
     last_warn: Option<Instant>,
+    last_drop_warn: Option<Instant>,
 }
 
 impl StatusTicker {
-    /// A ticker for `topo`, every `interval`, writing `file` (empty: none).
-    pub fn new(topo: &Topology, file: PathBuf, interval: Duration, show_line: bool) -> Self {
+    /// A ticker for `topo`, every `interval`, writing `file` (empty: none), rates in `unit`.
+    pub fn new(
+        topo: &Topology,
+        file: PathBuf,
+        interval: Duration,
+        show_line: bool,
+        unit: RateUnit,
+    ) -> Self {
         Self {
             file,
             interval,
             show_line,
-            rates: Rates::default(),
+            unit,
+            rates: Rates::new(unit),
             prev: topo.registry.snapshot(),
             last_tick: Instant::now(),
             last_warn: None,
+            last_drop_warn: None,
         }
     }
 
@@ -288,7 +370,13 @@ impl StatusTicker {
         topo.health.set(verdict);
         // Everything below reads this one snapshot of the registry.
         let snap = topo.registry.snapshot();
-        let mut line = status_line(&snap, &self.prev, dt, &self.rates.line(&topo.live));
+        let mut line = status_line(
+            &snap,
+            &self.prev,
+            dt,
+            self.unit,
+            &self.rates.line(&topo.live),
+        );
         let filter_kind = int_now
             .as_ref()
             .and_then(|s| s.filter.as_ref())
@@ -320,35 +408,98 @@ impl StatusTicker {
                 self.last_warn = Some(Instant::now());
             }
         }
-        write_status(&self.file, &st, &snap);
+        let dropped = |s: &Snapshot| s.sum(Metric::SinkDroppedSamples);
+        if dropped(&snap) > dropped(&self.prev)
+            && self
+                .last_drop_warn
+                .is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(60))
+        {
+            // Also under systemd, where there is no status line: at most once a minute.
+            tracing::warn!(
+                "Sinks dropped samples: {}.",
+                sink_drops(&snap).unwrap_or_default()
+            );
+            self.last_drop_warn = Some(Instant::now());
+        }
+        write_status(&self.file, &status_json(&st, &snap, self.interval, false));
         self.prev = snap;
         self.last_tick = Instant::now();
     }
 
     /// The final status file, and the final figures in the status line's words on stderr (a
     /// short run may never have printed one). Returns the status file's JSON.
+    /// What the sinks dropped is logged at WARN with the count.
     pub fn finish(&self, fin: &Finished) -> serde_json::Value {
-        write_status(&self.file, &fin.status, &fin.metrics);
+        let json = status_json(&fin.status, &fin.metrics, self.interval, true);
+        write_status(&self.file, &json);
         eprintln!(
             "{}",
             status_line(
                 &fin.metrics,
                 &self.prev,
                 self.last_tick.elapsed().as_secs_f64().max(1e-3),
+                self.unit,
                 ""
             )
         );
-        status_json(&fin.status, &fin.metrics)
+        if let Some(d) = sink_drops(&fin.metrics) {
+            tracing::warn!("Sinks dropped samples during the run: {d}.");
+        }
+        json
     }
+}
+
+/// What `stel-ingestd status` found.
+#[derive(Debug)]
+pub struct Shown {
+    /// What to print on stdout (the table, or the JSON).
+    pub out: String,
+    /// `Some(why)` when the file does not describe a running daemon (it stopped, died or
+    /// stalled): printed on stderr, and the exit status is 1.
+    pub stale: Option<String>,
+}
+
+/// Whether the status file `v` (read now) describes a running daemon: its process is alive and
+/// it was written within 3 intervals (at least 5 s). `None`: live; else why not.
+pub fn staleness(v: &serde_json::Value, now_unix_ms: u64) -> Option<String> {
+    let info = &v["info"];
+    let pid = info["pid"].as_u64();
+    let written = info["written_unix_ms"].as_u64();
+    let interval = info["interval_ms"].as_u64().unwrap_or(1000);
+    let (Some(pid), Some(written)) = (pid, written) else {
+        return Some(
+            "the file does not say which process wrote it or when (an older daemon)".into(),
+        );
+    };
+    let age_s = now_unix_ms.saturating_sub(written) as f64 / 1e3;
+    if info["stopped"].as_bool() == Some(true) {
+        return Some(format!(
+            "the daemon (pid {pid}) stopped {age_s:.0} s ago; these are its final counters"
+        ));
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    if comm.trim() != "stel-ingestd" {
+        return Some(format!(
+            "the daemon (pid {pid}) is not running: it died {age_s:.0} s ago without a final status (these are its last counters)"
+        ));
+    }
+    let limit_ms = (3 * interval).max(5000);
+    if now_unix_ms.saturating_sub(written) > limit_ms {
+        return Some(format!(
+            "the daemon (pid {pid}) has not rewritten its status for {age_s:.0} s (every {} ms expected): it is stalled",
+            interval
+        ));
+    }
+    None
 }
 
 /// `stel-ingestd status`: the status file `file` (default: /run/stel/status.json, else
 /// ./stel-data/status.json) as the registry's table (`help_text`: each metric's help under it)
-/// or, with `json`, whole.
+/// or, with `json`, whole; and whether it is stale ([`staleness`]).
 ///
 /// # Errors
 /// The file cannot be read or is not a status file (the message says which and what to check).
-pub fn show(file: Option<PathBuf>, json: bool, help_text: bool) -> Result<String, String> {
+pub fn show(file: Option<PathBuf>, json: bool, help_text: bool) -> Result<Shown, String> {
     let file = file.unwrap_or_else(|| {
         let run = PathBuf::from("/run/stel/status.json");
         if run.exists() {
@@ -363,11 +514,17 @@ pub fn show(file: Option<PathBuf>, json: bool, help_text: bool) -> Result<String
             file.display()
         )
     })?;
-    if json {
-        return Ok(format!("{s}\n"));
-    }
-    // Every metric of the registry, one line per series (`-`: not run by this daemon).
     let v = serde_json::from_str::<serde_json::Value>(&s)
         .map_err(|e| format!("{}: {e} (not a status file)", file.display()))?;
-    Ok(Snapshot::from_json(&v["metrics"]).to_table(help_text))
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let stale = staleness(&v, now).map(|w| format!("{}: STALE: {w}", file.display()));
+    let out = if json {
+        format!("{s}\n")
+    } else {
+        // Every metric of the registry, one line per series (`-`: not run by this daemon).
+        Snapshot::from_json(&v["metrics"]).to_table(help_text)
+    };
+    Ok(Shown { out, stale })
 }

@@ -106,3 +106,72 @@ pub fn drop_all() -> Result<(), SysError> {
     }
     Ok(())
 }
+
+/// The group ID of `name` (a group name from the system's group database, or a number).
+///
+/// # Errors
+/// No such group (`ENOENT`), or the lookup failing.
+pub fn resolve_group(name: &str) -> Result<u32, SysError> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Ok(gid);
+    }
+    let c = std::ffi::CString::new(name).map_err(|_| SysError {
+        call: "getgrnam_r",
+        source: std::io::Error::from_raw_os_error(libc::EINVAL),
+    })?;
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        // SAFETY: a zeroed `group` is a valid out-parameter; getgrnam_r writes it and the
+        // strings it points to into `buf` (alive until we return, and we only read `gr_gid`).
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut out: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call; `buf.len()` is its size.
+        let rc = unsafe {
+            libc::getgrnam_r(
+                c.as_ptr(),
+                &mut grp,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut out,
+            )
+        };
+        match rc {
+            0 if out.is_null() => {
+                return Err(SysError {
+                    call: "getgrnam_r",
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("no group named {name:?}"),
+                    ),
+                })
+            }
+            0 => return Ok(grp.gr_gid),
+            libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            e => {
+                return Err(SysError {
+                    call: "getgrnam_r",
+                    source: std::io::Error::from_raw_os_error(e),
+                })
+            }
+        }
+    }
+}
+
+/// Makes `gid` the process's real, effective and saved group, so every file, directory and
+/// socket it creates from now on belongs to that group (call while privileged, before any
+/// other thread exists; [`drop_all`] comes after). Nothing happens when it already is.
+///
+/// # Errors
+/// `setresgid` failing: without CAP_SETGID a process can only take a group it already has as
+/// its real or saved group.
+pub fn set_group(gid: u32) -> Result<(), SysError> {
+    // SAFETY: getegid has no arguments and cannot fail.
+    if unsafe { libc::getegid() } == gid {
+        return Ok(());
+    }
+    // SAFETY: setresgid with integer arguments only.
+    if unsafe { libc::setresgid(gid, gid, gid) } < 0 {
+        return Err(SysError::last("setresgid"));
+    }
+    Ok(())
+}

@@ -51,7 +51,7 @@ impl IntSink {
             }
             .into());
         }
-        std::fs::create_dir_all(&cfg.dir).map_err(|source| Error::CreateDir {
+        crate::durable::create_dirs(&cfg.dir).map_err(|source| Error::CreateDir {
             path: cfg.dir.clone(),
             source,
         })?;

@@ -310,14 +310,14 @@ impl Writer {
     ) -> Result<OpenPart, Box<dyn std::error::Error + Send + Sync>> {
         let partition =
             TableDir::new(&self.cfg.dir, table.name(), &switch.to_string()).partition(first_ns);
-        fs::create_dir_all(partition.as_path())?;
+        crate::durable::create_dirs(partition.as_path())?;
         let (paths, file) = loop {
             let paths = partition.part(PartName::new(first_ns, self.seq));
             self.seq = (self.seq + 1) % (crate::paths::MAX_SEQ + 1);
             if paths.published.exists() {
                 continue;
             }
-            match File::create_new(&paths.temp) {
+            match crate::durable::create_history_file(&paths.temp) {
                 Ok(f) => break (paths, f),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e.into()),

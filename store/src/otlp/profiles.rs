@@ -121,7 +121,7 @@ impl Poller {
             Ok(map) => {
                 if self.last.as_ref() != Some(&map) {
                     for (p, e) in &map {
-                        tracing::info!(profile = %p, endpoint = %e.endpoint, "OTLP: profile exports to its own otel_endpoint.");
+                        tracing::info!(profile = %p, endpoint = %crate::redact::redact(&e.endpoint), "OTLP: profile exports to its own otel_endpoint.");
                     }
                     self.c.profile_endpoints.set(map.len() as u64);
                     self.shared.publish(map.clone());
@@ -132,7 +132,7 @@ impl Poller {
                 self.conn = None;
                 self.c.config_db_errors.add(1);
                 if let Some(suppressed) = self.log.allow() {
-                    tracing::warn!(url = %self.cfg.url, error = %e, suppressed, "OTLP: cannot read CONFIG_DB profiles; keeping the last endpoints.");
+                    tracing::warn!(url = %crate::redact::redact(&self.cfg.url), error = %e, suppressed, "OTLP: cannot read CONFIG_DB profiles; keeping the last endpoints.");
                 }
             }
         }
@@ -151,8 +151,12 @@ impl ProfileWatch {
     /// Reads the profiles once (so the first batches are routed right), then every
     /// `refresh_ms` on its own thread.
     pub(crate) fn start(cfg: ConfigDbConfig, c: Arc<Counters>) -> Result<Self, Error> {
-        let client = redis::Client::open(cfg.url.as_str())
-            .map_err(|e| Error::Config(format!("config_db.url `{}`: {e}", cfg.url)))?;
+        let client = redis::Client::open(cfg.url.as_str()).map_err(|e| {
+            Error::Config(format!(
+                "config_db.url `{}`: {e}",
+                crate::redact::redact(&cfg.url)
+            ))
+        })?;
         let shared = Arc::new(Shared::default());
         let every = Duration::from_millis(cfg.refresh_ms);
         let mut p = Poller {

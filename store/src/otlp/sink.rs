@@ -354,7 +354,7 @@ impl OtlpSink {
             .spawn(move || ex.run(erx))
             .map_err(Error::Spawn)?;
         tracing::info!(
-            endpoint = %cfg.endpoint,
+            endpoint = %crate::redact::redact(&cfg.endpoint),
             protocol = ?cfg.protocol,
             resolution_ms = cfg.resolution_ms,
             "OTLP sink started."
@@ -640,7 +640,7 @@ impl Exporter {
         match self.dest_for(&pe.endpoint, pe.certs.clone()) {
             Ok(d) => Some(d),
             Err(e) => {
-                tracing::error!(profile, endpoint = %pe.endpoint, error = %e, "The profile's otel_endpoint is unusable; its counters are dropped (no_endpoint).");
+                tracing::error!(profile, endpoint = %crate::redact::redact(&pe.endpoint), error = %e, "The profile's otel_endpoint is unusable; its counters are dropped (no_endpoint).");
                 None
             }
         }
@@ -992,7 +992,7 @@ impl Delivery {
     fn warn(&self, what: &str, detail: &str) {
         let allow = self.log.lock().map(|mut l| l.allow()).unwrap_or(None);
         if let Some(suppressed) = allow {
-            tracing::warn!(endpoint = %self.endpoint, error = %detail, suppressed, "{what}");
+            tracing::warn!(endpoint = %crate::redact::redact(&self.endpoint), error = %crate::redact::redact(detail), suppressed, "{what}");
         }
     }
 

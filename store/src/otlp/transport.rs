@@ -89,14 +89,25 @@ pub(crate) fn parse_endpoint(url: &str, protocol: Protocol) -> Result<String, St
         format!("http://{url}")
     };
     let uri: Uri = full.parse().map_err(|e| {
-        format!("endpoint `{url}`: {e} (expected http://host:port or https://host:port)")
+        format!(
+            "endpoint `{}`: {e} (expected http://host:port or https://host:port)",
+            crate::redact::redact(url)
+        )
     })?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
-        _ => return Err(format!("endpoint `{url}`: scheme must be http or https")),
+        _ => {
+            return Err(format!(
+                "endpoint `{}`: scheme must be http or https",
+                crate::redact::redact(url)
+            ))
+        }
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("endpoint `{url}`: no host"));
+        return Err(format!(
+            "endpoint `{}`: no host",
+            crate::redact::redact(url)
+        ));
     }
     Ok(match protocol {
         Protocol::Grpc => full,
@@ -173,7 +184,7 @@ impl Client {
         match cfg.protocol {
             Protocol::Grpc => {
                 let mut ep = Endpoint::from_shared(url.clone())
-                    .map_err(|e| format!("endpoint `{url}`: {e}"))?
+                    .map_err(|e| format!("endpoint `{}`: {e}", crate::redact::redact(&url)))?
                     .connect_timeout(timeout)
                     .timeout(timeout)
                     .tcp_nodelay(true)
@@ -190,9 +201,9 @@ impl Client {
                     if let Some(n) = &cfg.tls.server_name {
                         t = t.domain_name(n.clone());
                     }
-                    ep = ep
-                        .tls_config(t)
-                        .map_err(|e| format!("endpoint `{url}`: tls: {e}"))?;
+                    ep = ep.tls_config(t).map_err(|e| {
+                        format!("endpoint `{}`: tls: {e}", crate::redact::redact(&url))
+                    })?;
                 }
                 let mut headers = HeaderMap::new();
                 headers.insert(
@@ -220,8 +231,9 @@ impl Client {
                 })
             }
             Protocol::HttpProtobuf => {
-                let mut url: reqwest::Url =
-                    url.parse().map_err(|e| format!("endpoint `{url}`: {e}"))?;
+                let mut url: reqwest::Url = url
+                    .parse()
+                    .map_err(|e| format!("endpoint `{}`: {e}", crate::redact::redact(&url)))?;
                 let mut headers = reqwest::header::HeaderMap::new();
                 for (k, v) in &cfg.headers {
                     let key = reqwest::header::HeaderName::from_bytes(k.as_bytes())
@@ -262,14 +274,21 @@ impl Client {
                         let port = url.port_or_known_default().unwrap_or(443);
                         let addrs: Vec<std::net::SocketAddr> =
                             std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-                                .map_err(|e| format!("endpoint `{url}`: resolve {host}: {e}"))?
+                                .map_err(|e| {
+                                    format!(
+                                        "endpoint `{}`: resolve {host}: {e}",
+                                        crate::redact::redact(url.as_str())
+                                    )
+                                })?
                                 .collect();
                         b = b.resolve_to_addrs(name, &addrs);
                         url.set_host(Some(name))
                             .map_err(|e| format!("tls server_name `{name}`: {e}"))?;
                     }
                 }
-                let client = b.build().map_err(|e| format!("endpoint `{url}`: {e}"))?;
+                let client = b.build().map_err(|e| {
+                    format!("endpoint `{}`: {e}", crate::redact::redact(url.as_str()))
+                })?;
                 Ok(Client::Http { client, url })
             }
         }

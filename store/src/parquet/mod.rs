@@ -76,7 +76,7 @@ pub struct ConfigError {
 pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("cannot create history directory {path}: {source}")]
+    #[error("cannot write the history under {path}: {source}")]
     CreateDir {
         path: PathBuf,
         source: std::io::Error,

@@ -75,6 +75,7 @@ counters! {
     rotations_hour: Counter ParquetRotations [Reason = "hour"],
     rotations_size: Counter ParquetRotations [Reason = "size"],
     rotations_age: Counter ParquetRotations [Reason = "age"],
+    rotations_open_files: Counter ParquetRotations [Reason = "open_files"],
     budget_row_group_flushes: Counter ParquetBudgetFlushes [],
     memory_budget_bytes: Gauge ParquetMemoryBudgetBytes [],
     queued_bytes: Gauge SinkQueuedBytes [Sink = "parquet"],
@@ -214,7 +215,7 @@ impl ParquetSink {
     /// [`crate::metrics::Registry::child`]).
     pub fn start(cfg: ParquetSinkConfig, registry: Option<&Arc<Registry>>) -> Result<ParquetSink> {
         cfg.validate()?;
-        std::fs::create_dir_all(&cfg.dir).map_err(|source| Error::CreateDir {
+        crate::durable::check_writable(&cfg.dir).map_err(|source| Error::CreateDir {
             path: cfg.dir.clone(),
             source,
         })?;

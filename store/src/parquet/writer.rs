@@ -2,7 +2,7 @@
 //!
 //! Lives entirely on the sink's thread; nothing here is shared except the counters.
 
-use crate::durable::{fsync_dir, is_disk_full};
+use crate::durable::{create_dirs, create_history_file, fsync_dir, is_disk_full};
 use crate::log_limit::LogLimiter;
 use crate::retention::{History, Limits};
 use std::{
@@ -63,6 +63,13 @@ pub struct SessionRecovery {
     pub lost_from_ns: Option<i64>,
 }
 
+/// Most parts (files being written, one per session) open at once: each holds a file descriptor,
+/// a `.tmp` file and its encoder's buffers, so a stream of ever new sessions (in-band templates
+/// of many domains) cannot exhaust either. Past it, the part written to longest ago is published
+/// early (counted `stel_parquet_rotations_total{reason="open_files"}`, logged at most once a
+/// minute).
+pub const MAX_OPEN_PARTS: usize = 256;
+
 /// Why an open part was published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Rotation {
@@ -74,6 +81,9 @@ pub(crate) enum Rotation {
     Size,
     /// The part is `flush_interval_ms` old.
     Age,
+    /// [`MAX_OPEN_PARTS`] sessions had a part open and another one needed one: the part
+    /// written to longest ago was published early.
+    OpenFiles,
     /// The sink is shutting down.
     Shutdown,
 }
@@ -90,6 +100,8 @@ struct OpenPart {
     rows: u64,
     samples: u64,
     missing: u64,
+    /// The writer's clock at its last write (the early-publish order).
+    touched: u64,
 }
 
 impl std::fmt::Debug for OpenPart {
@@ -141,6 +153,9 @@ pub(crate) struct Writer {
     last_retention_scan: Instant,
     log_err: LogLimiter,
     log_drop: LogLimiter,
+    log_open: LogLimiter,
+    /// Advances per write: the parts' `touched` order.
+    clock: u64,
 }
 
 /// Host name for the `stel.switch` key when the config does not name the switch.
@@ -216,6 +231,8 @@ impl Writer {
             last_retention_scan: Instant::now(),
             log_err: LogLimiter::new(Duration::from_secs(10)),
             log_drop: LogLimiter::new(Duration::from_secs(10)),
+            log_open: LogLimiter::new(Duration::from_secs(60)),
+            clock: 0,
         })
     }
 
@@ -520,12 +537,15 @@ impl Writer {
             }
         }
         if !self.parts.contains_key(&key) {
+            self.make_room_for_a_part();
             match self.open_part(schema, first) {
                 Ok(p) => {
                     self.parts.insert(key.clone(), p);
                 }
                 Err(e) => {
-                    self.failed(None, samples, e.as_ref(), "open");
+                    let dir = SessionDir::new(&self.cfg.dir, &schema.profile, &schema.group)
+                        .partition(first);
+                    self.failed(None, Some(dir.as_path()), samples, e.as_ref(), "open");
                     return false;
                 }
             }
@@ -533,9 +553,11 @@ impl Writer {
         let Some(p) = self.parts.get_mut(&key) else {
             return false;
         };
+        self.clock += 1;
+        p.touched = self.clock;
         if let Err(e) = p.writer.write(batch, start, end) {
             let p = self.parts.remove(&key);
-            self.failed(p, samples, &e, "write");
+            self.failed(p, None, samples, &e, "write");
             return false;
         }
         p.rows += rows;
@@ -549,7 +571,7 @@ impl Writer {
             self.c.budget_row_group_flushes.add(1);
             if let Err(e) = p.writer.flush() {
                 let p = self.parts.remove(&key);
-                self.failed(p, 0, &e, "flush");
+                self.failed(p, None, 0, &e, "flush");
                 return false;
             }
         }
@@ -567,14 +589,14 @@ impl Writer {
     ) -> Result<OpenPart, Box<dyn std::error::Error + Send + Sync>> {
         let partition =
             SessionDir::new(&self.cfg.dir, &schema.profile, &schema.group).partition(first_ns);
-        fs::create_dir_all(partition.as_path())?;
+        create_dirs(partition.as_path())?;
         let (paths, file) = loop {
             let paths = partition.part(PartName::new(first_ns, self.seq));
             self.seq = (self.seq + 1) % (crate::paths::MAX_SEQ + 1);
             if paths.published.exists() {
                 continue;
             }
-            match File::create_new(&paths.temp) {
+            match create_history_file(&paths.temp) {
                 Ok(f) => break (paths, f),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e.into()),
@@ -613,14 +635,41 @@ impl Writer {
             rows: 0,
             samples: 0,
             missing: 0,
+            touched: 0,
         })
     }
 
+    /// Publishes the part written to longest ago while [`MAX_OPEN_PARTS`] are open.
+    fn make_room_for_a_part(&mut self) {
+        while self.parts.len() >= MAX_OPEN_PARTS {
+            let Some(key) = self
+                .parts
+                .iter()
+                .min_by_key(|(_, p)| p.touched)
+                .map(|(k, _)| k.clone())
+            else {
+                return;
+            };
+            if let Some(n) = self.log_open.allow() {
+                tracing::warn!(
+                    max = MAX_OPEN_PARTS,
+                    profile = %key.0,
+                    group = %key.1,
+                    suppressed = n,
+                    "More sessions than open Parquet parts allow; the part written to longest ago is published early."
+                );
+            }
+            self.publish(&key, Rotation::OpenFiles);
+        }
+    }
+
     /// A write/open/publish failed: abandon the part (its samples are lost), pause writing for
-    /// `retry_interval_ms`, count and log.
+    /// `retry_interval_ms`, count and log. `at` names the path when there is no part (the
+    /// partition a part could not be opened in, the file that could not be published).
     fn failed(
         &mut self,
         part: Option<OpenPart>,
+        at: Option<&Path>,
         extra_samples: u64,
         e: &(dyn std::error::Error + 'static),
         stage: &'static str,
@@ -632,7 +681,7 @@ impl Writer {
             Blocked::IoError
         };
         let mut lost = extra_samples;
-        let mut path = None;
+        let mut path = at.map(Path::to_path_buf);
         if let Some(p) = part {
             lost += p.samples;
             drop(p.writer);
@@ -662,7 +711,7 @@ impl Writer {
                 stage,
                 disk_full,
                 lost_samples = lost,
-                path = ?path,
+                path = %path.as_deref().map_or_else(|| self.cfg.dir.display().to_string(), |p| p.display().to_string()),
                 error = %e,
                 suppressed = n,
                 "Parquet write failed; samples not written, retrying after the retry interval."
@@ -716,6 +765,7 @@ impl Writer {
                     Rotation::Hour => c.rotations_hour.add(1),
                     Rotation::Size => c.rotations_size.add(1),
                     Rotation::Age => c.rotations_age.add(1),
+                    Rotation::OpenFiles => c.rotations_open_files.add(1),
                     Rotation::Shutdown => {}
                 };
                 if self.in_episode {
@@ -736,7 +786,7 @@ impl Writer {
             Err(e) => {
                 // The part is gone with its temp file: its samples are the loss.
                 let _ = fs::remove_file(&paths.temp);
-                self.failed(None, samples, e.as_ref(), "publish");
+                self.failed(None, Some(&paths.temp), samples, e.as_ref(), "publish");
             }
         }
         self.update_memory();

@@ -36,7 +36,7 @@ pub use sink::{CountersDbHandle, CountersDbSink, Shed};
 /// COUNTERS_DB writer errors.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid redis url `{url}`: {source}")]
+    #[error("invalid redis url `{}`: {source}", crate::redact::redact(url))]
     Url {
         url: String,
         source: redis::RedisError,

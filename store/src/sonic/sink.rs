@@ -450,7 +450,7 @@ impl Writer {
     fn run(mut self) {
         let flush_every = Duration::from_micros(self.cfg.flush_interval_us);
         let refresh_every = Duration::from_millis(self.cfg.map_refresh_ms);
-        tracing::info!(url = %self.cfg.url, "Counters-db writer started.");
+        tracing::info!(url = %crate::redact::redact(&self.cfg.url), "Counters-db writer started.");
         loop {
             let stopping = self.shared.stopping.load(Ordering::Relaxed);
             let now = Instant::now();
@@ -605,7 +605,7 @@ impl Writer {
             });
         match r {
             Ok(c) => {
-                tracing::info!(url = %self.cfg.url, "Connected to COUNTERS_DB.");
+                tracing::info!(url = %crate::redact::redact(&self.cfg.url), "Connected to COUNTERS_DB.");
                 self.conn = Some(c);
                 self.shared.connects.add(1);
                 self.shared.connected.set(1);
