@@ -1,8 +1,12 @@
-//! INT input from a hostile or broken sender through the real daemon: reports with made-up
-//! switch ids (over loopback UDP, and a capture of random UDP through `--input`) must not grow
-//! the daemon past its memory budget, must not stop it, must be counted (refused switch ids,
-//! idle publishes), must leave no temporary files, and a real switch reporting at the same
-//! time must still be stored exactly.
+//! The INT tables' writer through the real daemon.
+//!
+//! Input from a hostile or broken sender: reports with made-up switch ids (over loopback UDP,
+//! and a capture of random UDP through `--input`) must not grow the daemon past its memory
+//! budget, must not stop it, must be counted (refused switch ids, idle publishes), must leave no
+//! temporary files, and a real switch reporting at the same time must still be stored exactly.
+//!
+//! A sender that stops: its reports are published within seconds (`idle_publish_ms`), not at
+//! the next age rotation.
 //!
 //! Memory is read from `/proc/<pid>/status` (`VmHWM`: the peak resident set, so a spike between
 //! two polls is not missed).
@@ -402,4 +406,89 @@ fn a_capture_of_random_udp_and_made_up_ids_stays_in_the_default_budget() {
     // state (as in the UDP test), and 64 MiB for the rest of the daemon.
     let stated = 64 * MIB + 512 * MIB + 6 * 8 * MIB + 128 * MIB + 16 * MIB;
     assert!(peak > 0 && peak <= stated, "peak RSS {peak} above {stated}");
+}
+
+/// `stel-ingestd --int-only` at defaults: `stel-emu int` sends 3000 reports and stops; the
+/// tables are published (every row, exactly) while the daemon keeps running, by the idle rule,
+/// well before the 60 s age rotation.
+#[test]
+fn a_stopped_sender_is_published_within_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let status_file = d.join("status.json");
+    let data = d.join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .arg("--status-file")
+        .arg(&status_file)
+        .args(["--no-inspect", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
+        v["info"]["components"]["int"]["listen"][0].is_string()
+    });
+    let addr = st["info"]["components"]["int"]["listen"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let truth_path = d.join("truth.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-emu"))
+        .args(["int", "--to", &addr, "--count", "3000", "--rate", "0"])
+        .args(["--flows", "8", "--drops", "0.05", "--truth"])
+        .arg(&truth_path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stopped = Instant::now();
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
+    let u = |k: &str| truth[k].as_u64().unwrap();
+    let rows = u("reports_sent") + u("hops_sent") + u("drops_sent");
+    // Published = some part in place and none still being written.
+    let deadline = stopped + Duration::from_secs(30);
+    let published = |data: &Path| {
+        let parts = stel_store::paths::published_parts(data);
+        !parts.is_empty() && temp_files(data).is_empty()
+    };
+    while !published(&data) {
+        assert!(
+            Instant::now() < deadline,
+            "nothing published 30 s after the sender stopped"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the daemon exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "published {:.2} s after the sender stopped",
+        stopped.elapsed().as_secs_f64()
+    );
+    let st = wait_status(&status_file, &mut child, "every row delivered", |v| {
+        metrics(v)
+            .with_label(Label::Sink, "int")
+            .sum(Metric::SinkDeliveredSamples)
+            == rows
+    });
+    let m = metrics(&st);
+    assert!(m.reason(Metric::IntRotations, "idle") > 0, "{st}");
+    assert_eq!(m.reason(Metric::IntRotations, "age"), 0, "{st}");
+    let got = python3_json(&format!(
+        r#"
+import json, pyarrow.dataset as ds
+print(json.dumps({{t: ds.dataset({root:?} + "/table=" + t, format="parquet", partitioning="hive").count_rows() for t in ["int_reports", "int_hops", "int_drops"]}}))
+"#,
+        root = data.to_str().unwrap()
+    ));
+    assert_eq!(got["int_reports"], u("reports_sent"), "{got}");
+    assert_eq!(got["int_hops"], u("hops_sent"), "{got}");
+    assert_eq!(got["int_drops"], u("drops_sent"), "{got}");
+    kill_term(&child);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -117,3 +117,57 @@ fn int_questions_and_sql_over_the_int_tables() {
     let (code, _, err) = query(&data, &["int", "hops", "--flow", "1"]);
     assert_eq!(code, 1, "{err}");
 }
+
+/// While the INT sink still holds a switch's part open (nothing published yet), `stel-query int`
+/// says the data is being written instead of pointing at --data-dir; once the part is published
+/// the answer is there.
+#[test]
+fn int_says_when_only_unpublished_parts_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut g = Generator::new(GenConfig {
+        format: Format::Amlight,
+        flows: 4,
+        ..GenConfig::default()
+    });
+    let mut map = EvcMap::default();
+    map.add_kytos_json(&g.kytos_evcs_json()).unwrap();
+    let sink = ParquetIntSink::start(IntSinkConfig {
+        idle_publish_ms: 3_600_000,
+        flush_interval_ms: 3_600_000,
+        ..IntSinkConfig::for_test(&data)
+    })
+    .unwrap();
+    let mut d = IntDecoder::new(IntDecodeConfig::amlight());
+    d.set_evc_map(Arc::new(map));
+    let mut buf = Vec::new();
+    let t0 = 1_700_000_000_000_000_000i64;
+    for i in 0..200i64 {
+        let p = g.next_packet(&mut buf);
+        d.decode(
+            "10.0.0.1".parse().unwrap(),
+            t0 + i * 1000,
+            p.payload,
+            &mut ToSink(&sink),
+        );
+    }
+    d.flush(t0, &mut ToSink(&sink));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sink.stats().open_files == 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", sink.stats());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (code, _, err) = query(&data, &["int", "evc"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("still being written"), "{err}");
+    assert!(!err.contains("--data-dir wrong"), "{err}");
+
+    sink.shutdown().unwrap();
+    let (code, out, err) = query(&data, &["int", "evc"]);
+    assert_eq!(code, 0, "{err}");
+    let reports: u64 = rows(&out)
+        .iter()
+        .map(|r| r["reports"].as_u64().unwrap())
+        .sum();
+    assert_eq!(reports, g.truth().reports_sent);
+}

@@ -202,6 +202,15 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             p.summary(json!({"rows": 0}))?;
             return Ok(super::exit_for(0));
         }
+        let unpublished = location.url.to_file_path().map_or(0, |root| {
+            stel_store::int::tree::unpublished_parts(&root, needed)
+        });
+        if unpublished > 0 {
+            return Err(Error::NotFound(format!(
+                "no published INT table {needed} under {} yet: {unpublished} part(s) are still being written (stel-ingestd publishes a switch's files once it has sent nothing for [int.parquet] idle_publish_ms, 2 s by default, and at the latest every flush_interval_ms); try again in a few seconds",
+                location.url
+            )));
+        }
         return Err(Error::NotFound(format!(
             "no INT table {needed} under {} (expected table={needed}/switch=<id>/date=…/hour=…/part-*.parquet; is the INT source on, or is --data-dir wrong?)",
             location.url

@@ -33,6 +33,7 @@ use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 pub mod config;
 pub mod sink;
 mod stats;
+pub mod tree;
 mod writer;
 
 pub use config::IntSinkConfig;

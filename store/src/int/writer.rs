@@ -7,7 +7,6 @@ use std::{
     collections::{hash_map::Entry, HashMap, HashSet},
     fs::{self, File},
     io::{self, BufWriter},
-    path::PathBuf,
     sync::{atomic::Ordering::Relaxed, Arc},
     time::{Duration, Instant, SystemTime},
 };
@@ -15,11 +14,13 @@ use std::{
 use ::parquet::{arrow::ArrowWriter, file::metadata::KeyValue};
 use arrow_array::{cast::AsArray, types::TimestampNanosecondType, RecordBatch};
 
-use super::{stats::Counters, IntBatch, IntSinkConfig, Table, NS_PER_HOUR, TS_COLUMN};
+use super::{
+    stats::Counters, tree::for_each_file, IntBatch, IntSinkConfig, Table, NS_PER_HOUR, TS_COLUMN,
+};
 use crate::{
     log_limit::LogLimiter,
     parquet::keys,
-    paths::{classify_table, PartName, PartPaths, TableDir, TableEntry},
+    paths::{PartName, PartPaths, TableDir, TableEntry},
     retention::{History, Limits},
 };
 
@@ -96,40 +97,20 @@ impl Writer {
     /// Removes temporary parts under `table=` (a killed writer's), indexes published ones.
     pub(crate) fn recover(&mut self) {
         let root = self.cfg.dir.clone();
-        let mut stack: Vec<PathBuf> = match fs::read_dir(&root) {
-            Ok(rd) => rd
-                .filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("table="))
-                .map(|e| e.path())
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        while let Some(dir) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&dir) else { continue };
-            for e in rd.flatten() {
-                let path = e.path();
-                let Ok(ft) = e.file_type() else { continue };
-                if ft.is_dir() {
-                    stack.push(path);
-                    continue;
-                }
-                let Ok(md) = e.metadata() else { continue };
-                match classify_table(&root, &path) {
-                    TableEntry::Temp { .. } => {
-                        if fs::remove_file(&path).is_ok() {
-                            self.c.stale_temp_files_removed.fetch_add(1, Relaxed);
-                            self.c.stale_temp_bytes_removed.fetch_add(md.len(), Relaxed);
-                        }
-                    }
-                    TableEntry::Part { name, .. } => {
-                        let published = md.modified().unwrap_or_else(|_| SystemTime::now());
-                        self.history
-                            .insert(name.first_ns, path, md.len(), published);
-                    }
-                    TableEntry::Other => {}
+        for_each_file(&root, None, |path, entry, md| match entry {
+            TableEntry::Temp { .. } => {
+                if fs::remove_file(&path).is_ok() {
+                    self.c.stale_temp_files_removed.fetch_add(1, Relaxed);
+                    self.c.stale_temp_bytes_removed.fetch_add(md.len(), Relaxed);
                 }
             }
-        }
+            TableEntry::Part { name, .. } => {
+                let published = md.modified().unwrap_or_else(|_| SystemTime::now());
+                self.history
+                    .insert(name.first_ns, path, md.len(), published);
+            }
+            TableEntry::Other => {}
+        });
         let stale = self.c.stale_temp_files_removed.load(Relaxed);
         if stale > 0 {
             tracing::warn!(
