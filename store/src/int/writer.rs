@@ -612,7 +612,10 @@ mod tests {
         // Switches 1 and 2 take the two slots; switch 3's rows are refused, counted.
         sink.submit(batch(&[(t, 1, 1), (t, 2, 1), (t, 3, 1), (t + 1, 3, 2)]))
             .unwrap();
-        wait_for(&sink, "the refusal", |s| s.switch_refusals == 1);
+        // (The refusal is counted before the batch is written, the gauges after.)
+        wait_for(&sink, "the refusal and the files", |s| {
+            s.switch_refusals == 1 && s.open_files == 2
+        });
         let s = sink.stats();
         assert_eq!(s.shed_switch_limit_rows, 2);
         assert_eq!(s.open_switches, 2);
