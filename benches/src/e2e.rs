@@ -25,6 +25,9 @@
 //!   `STEL_BENCH_BATCH_BYTES`, `STEL_BENCH_SLOTS`, `STEL_BENCH_BATCH_WAIT_US` and
 //!   `STEL_BENCH_ENCODE_THREADS` override the decoder's `batch_bytes`, the reader's `slots` and
 //!   `batch_wait_us` and the sink's `encode_threads` (to compare settings in the same build).
+//! - Rollup tiers (`[rollup]`) are off here unless `STEL_BENCH_ROLLUPS=1`, so this figure stays
+//!   the raw path's; `stel-bench rollup` runs this bench with and without them
+//!   (`daemon_cpu_s_per_g_added`).
 use std::{
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -50,6 +53,18 @@ use crate::netlink::{send, Workload};
 /// # Errors
 /// Not root, redis-server missing, or a run failing.
 pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
+    run(
+        quick,
+        rate,
+        env_usize("STEL_BENCH_ROLLUPS").unwrap_or(0) != 0,
+    )
+}
+
+/// One e2e run, with or without the rollup tiers.
+///
+/// # Errors
+/// As [`bench`].
+pub fn run(quick: bool, rate: f64, rollups: bool) -> Result<serde_json::Value, String> {
     // --quick stays under a minute even when the Parquet writer is the bound (it sheds, counted).
     let secs = if quick { 2.0 } else { 20.0 };
     let w = Workload::new(2000, Pattern::Microburst);
@@ -80,6 +95,7 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     }
     cfg.status.file = Some(Default::default()); // none
     cfg.inspect.enabled = false;
+    cfg.rollup.enabled = rollups;
     cfg.parquet = Some(ParquetSinkConfig {
         dir: dir.path().to_path_buf(),
         test_write_delay_us: delay_us,
@@ -167,6 +183,12 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
     let sent = sent?;
     let (fin, lag, threads1) = st.ok_or("daemon failed")?;
     let st = fin.status;
+    let (rollup_shed, rolled_up) = fin.rollup.as_ref().map_or((0, 0), |s| {
+        (
+            stel_store::rollup::accounting::shed(s),
+            stel_store::rollup::accounting::rolled_up(s),
+        )
+    });
     let cdb_lag = lag
         .histogram(stel_store::metrics::Metric::CountersDbLag)
         .cloned()
@@ -239,6 +261,9 @@ pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
         "target_rate": rate,
         "seconds": elapsed,
         "counters_db_fields_written": lag.get(stel_store::metrics::Metric::CountersDbWrittenFields),
+        "rollups": rollups,
+        "rollup_shed_samples": rollup_shed,
+        "rollup_samples": rolled_up,
     }))
 }
 

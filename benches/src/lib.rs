@@ -8,6 +8,7 @@ pub mod int;
 pub mod netlink;
 pub mod otlp;
 pub mod parquet;
+pub mod rollup;
 
 use stel_ingest::{
     decode::{BswapFn, CounterBatch, DecodeConfig, Decoder},

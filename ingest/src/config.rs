@@ -267,6 +267,11 @@ pub struct DaemonConfig {
     pub counters_db: Option<stel_store::sonic::CountersDbConfig>,
     /// STATE_DB session watcher (`sources::state_db`); off unless this section is present.
     pub state_db: Option<crate::sources::state_db::StateDbConfig>,
+    /// Rollup tiers (`stel_store::rollup`, store/ROLLUPS.md), written next to the Parquet
+    /// history; on with it by default (1 s and 1 min).
+    pub rollup: stel_store::rollup::RollupConfig,
+    /// The data dir's disk budget, shared by the raw history and the tiers.
+    pub retention: RetentionConfig,
     /// Data-lake uploader (`stel_store::upload`): copies every published Parquet file to a
     /// directory or S3; off unless this section is present (or `--upload-to`).
     pub upload: Option<stel_store::upload::UploadConfig>,
@@ -293,6 +298,24 @@ pub struct HistoryConfig {
 impl Default for HistoryConfig {
     fn default() -> Self {
         Self { enabled: true }
+    }
+}
+
+/// `[retention]`: what the data dir may hold in all.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Bytes the raw history and the rollup tiers may take together (0 = no budget). The tiers
+    /// keep their own limits (`[[rollup.tiers]]`); the raw history keeps what they leave (and
+    /// never more than `[parquet] retention_max_bytes` when that is set).
+    pub disk_budget_bytes: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            disk_budget_bytes: 16 << 30,
+        }
     }
 }
 
@@ -390,6 +413,11 @@ impl DaemonConfig {
         }
         if let Some(i) = &self.int {
             p.extend(i.problems());
+        }
+        if self.rollup.enabled && self.history.enabled {
+            if let Err(e) = self.rollup.resolve() {
+                p.extend(e.iter().map(|x| format!("rollup.{x}")));
+            }
         }
         if let Some(pq) = self.parquet.as_ref().filter(|_| self.history.enabled) {
             if let Err(e) = pq.validate() {
@@ -586,6 +614,12 @@ mod tests {
         // described in prose, not as keys.
         assert_eq!(documented + 2, fields, "every [parquet] key is documented");
         assert!(cfg.inspect.enabled && cfg.inspect.socket.as_os_str().is_empty());
+        assert_eq!(
+            cfg.rollup,
+            stel_store::rollup::RollupConfig::default(),
+            "the documented [rollup] values are the defaults"
+        );
+        assert_eq!(cfg.retention, RetentionConfig::default());
     }
 
     #[test]

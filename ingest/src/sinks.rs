@@ -12,6 +12,7 @@ use stel_store::{
     metrics::{Label, Metric, Registry, Snapshot},
     otlp::{OtlpConfig, OtlpSink, OtlpStats},
     parquet::{ParquetSink, ParquetSinkConfig},
+    rollup::{RollupConfig, RollupSink, WriterTotals},
     sonic::{CountersDbConfig, CountersDbSink},
     upload::{UploadConfig, Uploader},
     CounterBatch,
@@ -217,6 +218,62 @@ impl Sink for ParquetHistory {
     }
     fn stats(&self) -> Snapshot {
         self.handle.stats()
+    }
+}
+
+/// Rollup tiers (`stel_store::rollup`), next to the Parquet history.
+#[derive(Debug)]
+pub struct Rollups {
+    sink: RollupSink,
+}
+
+impl Rollups {
+    /// Starts the rollup thread over `dir` (the history's directory).
+    ///
+    /// # Errors
+    /// An invalid config, an uncreatable directory, no thread.
+    pub fn start(
+        cfg: &RollupConfig,
+        dir: &Path,
+        switch: Option<String>,
+        budget: stel_store::BudgetHandle,
+        registry: &Arc<Registry>,
+    ) -> Result<Arc<Self>, String> {
+        let sink = RollupSink::start(cfg, dir.to_path_buf(), switch, budget, Some(registry))
+            .map_err(|e| format!("rollup ({}): {e}", dir.display()))?;
+        Ok(Arc::new(Self { sink }))
+    }
+
+    /// The tiers' names (`1s`, `1m`).
+    pub fn tiers(&self) -> Vec<String> {
+        self.sink.tiers().iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Snapshot {
+        self.sink.stats()
+    }
+
+    /// Rolls up what is queued and publishes every open tier file (after the decoders stopped).
+    ///
+    /// # Errors
+    /// The rollup thread panicked.
+    pub fn shutdown(self: Arc<Self>) -> Result<(Snapshot, WriterTotals), String> {
+        let me = Arc::try_unwrap(self).map_err(|_| "rollup sink still in use at shutdown")?;
+        me.sink.shutdown().map_err(|e| e.to_string())
+    }
+}
+
+impl Sink for Rollups {
+    fn name(&self) -> &'static str {
+        "rollup"
+    }
+    fn submit(&self, batch: &Arc<CounterBatch>) {
+        // A refusal is counted by the sink (by reason); the tiers show it as lost snapshots.
+        let _ = self.sink.submit(Arc::clone(batch));
+    }
+    fn stats(&self) -> Snapshot {
+        self.sink.stats()
     }
 }
 

@@ -4,12 +4,14 @@
 //!  build:  check the whole config (every problem at once)
 //!          → privileged set-up: INT sockets, the counter socket, filter, reader (Daemon::setup)
 //!          → drop every capability
-//!          → sinks, in dependency order: live → Parquet history → uploader (needs the history's
-//!            directory) → inspect socket (needs live) → COUNTERS_DB → OTLP
+//!          → sinks, in dependency order: live → Parquet history → rollup tiers (the history's
+//!            directory and disk budget) → uploader (needs the history's directory) → inspect
+//!            socket (needs live) → COUNTERS_DB → OTLP
 //!          → decoders start with those sinks → INT source → Prometheus endpoint → STATE_DB watcher
 //!          → sessions from files
 //!  stop:   (the caller drains the decoders with Daemon::finish) → STATE_DB watcher → INT source
-//!          → history (final publish) → uploader (after it, so the last files go) → inspect
+//!          → history (final publish) → rollup tiers (final publish) → uploader (after both, so
+//!          the last files go) → inspect
 //!          → COUNTERS_DB → OTLP → metrics endpoint
 //! ```
 //!
@@ -24,7 +26,7 @@ use stel_store::{
 };
 
 /// The sinks a running topology exposes (its fields and accessors).
-pub use crate::sinks::{CountersDb, Live, ParquetHistory};
+pub use crate::sinks::{CountersDb, Live, ParquetHistory, Rollups};
 use crate::{
     config::{DaemonConfig, SessionFile},
     daemon::{Daemon, DaemonStatus},
@@ -48,6 +50,7 @@ pub struct Topology {
     /// Publishes the main loop's status into `registry`.
     pub status_metrics: StatusMetrics,
     history: Option<Arc<ParquetHistory>>,
+    rollups: Option<Arc<Rollups>>,
     upload: Option<Arc<Upload>>,
     inspect: Option<Arc<InspectServer>>,
     counters: Option<Arc<CountersDb>>,
@@ -59,6 +62,7 @@ impl std::fmt::Debug for Topology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Topology")
             .field("history", &self.history.is_some())
+            .field("rollups", &self.rollups.is_some())
             .field("upload", &self.upload.is_some())
             .field("counters_db", &self.counters.is_some())
             .field("otlp", &self.otlp.is_some())
@@ -81,7 +85,14 @@ impl Topology {
         }
         let status_file = cfg.status_file();
         let sessions: Vec<SessionFile> = cfg.sessions.clone();
-        let parquet_cfg = cfg.parquet.clone().filter(|_| cfg.history.enabled);
+        let mut parquet_cfg = cfg.parquet.clone().filter(|_| cfg.history.enabled);
+        let rollup_cfg = cfg.rollup.clone();
+        // The data dir's budget: raw keeps what the tiers leave.
+        let budget = (cfg.retention.disk_budget_bytes > 0)
+            .then(|| stel_store::DiskBudget::new(cfg.retention.disk_budget_bytes));
+        if let Some(p) = parquet_cfg.as_mut() {
+            p.disk_budget = stel_store::BudgetHandle(budget.clone());
+        }
         let counters_cfg = cfg.counters_db.clone();
         let state_db_cfg = cfg.state_db.clone();
         let upload_cfg = cfg.upload.clone();
@@ -154,6 +165,7 @@ impl Topology {
         let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&live) as Arc<dyn Sink>];
         let mut status_sources: Vec<Arc<dyn StatusSource>> = Vec::new();
         let mut upload = None;
+        let mut rollups = None;
         let history = match parquet_cfg {
             Some(c) => {
                 let (dir, c_switch) = (c.dir.clone(), c.switch_name.clone());
@@ -163,6 +175,22 @@ impl Topology {
                     dir.display()
                 );
                 sinks.push(Arc::clone(&h) as Arc<dyn Sink>);
+                if rollup_cfg.enabled {
+                    let r = Rollups::start(
+                        &rollup_cfg,
+                        &dir,
+                        c_switch.clone(),
+                        stel_store::BudgetHandle(budget.clone()),
+                        &registry,
+                    )?;
+                    eprintln!(
+                        "stel-ingestd: writing rollup tiers {} under {}",
+                        r.tiers().join(", "),
+                        dir.display()
+                    );
+                    sinks.push(Arc::clone(&r) as Arc<dyn Sink>);
+                    rollups = Some(r);
+                }
                 if let Some(u) = upload_cfg {
                     let to = u.to.clone();
                     let redis = state_db_cfg.as_ref().map(|c| c.url.as_str());
@@ -316,6 +344,7 @@ impl Topology {
             health,
             status_metrics,
             history,
+            rollups,
             upload,
             inspect,
             counters,
@@ -379,8 +408,24 @@ impl Topology {
                 Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
             }
         }
+        let mut rollup_final = None;
+        if let Some(r) = self.rollups {
+            match r.shutdown() {
+                Ok((s, t)) => {
+                    eprintln!(
+                        "stel-ingestd: rollups: {} files published ({} bytes), {} samples rolled up, {} shed",
+                        t.files,
+                        t.bytes.iter().sum::<u64>(),
+                        stel_store::rollup::accounting::rolled_up(&s),
+                        stel_store::rollup::accounting::shed(&s)
+                    );
+                    rollup_final = Some(s);
+                }
+                Err(e) => eprintln!("stel-ingestd: rollups: {e}"),
+            }
+        }
         if let Some(u) = self.upload {
-            // After the history's last publish, so its final files go too.
+            // After the history's and the tiers' last publish, so their final files go too.
             let info = u.info(); // switch and last_error, next to the final counters
             if let Some(s) = u.shutdown() {
                 eprintln!(
@@ -416,6 +461,7 @@ impl Topology {
         Finished {
             status: st,
             parquet,
+            rollup: rollup_final,
             metrics: self.registry.snapshot(),
         }
     }
@@ -423,6 +469,11 @@ impl Topology {
     /// The Parquet history, when configured (its counters while running).
     pub fn history(&self) -> Option<&Arc<ParquetHistory>> {
         self.history.as_ref()
+    }
+
+    /// The rollup tiers, when written (their counters while running).
+    pub fn rollups(&self) -> Option<&Arc<Rollups>> {
+        self.rollups.as_ref()
     }
 
     /// The COUNTERS_DB writer, when configured (its counters while running).
@@ -437,6 +488,8 @@ impl Topology {
 pub struct Finished {
     pub status: DaemonStatus,
     pub parquet: Option<stel_store::metrics::Snapshot>,
+    /// The rollup sink's final counters (`stel_store::rollup::accounting`).
+    pub rollup: Option<stel_store::metrics::Snapshot>,
     /// Every series of the daemon's registry, final.
     pub metrics: stel_store::metrics::Snapshot,
 }

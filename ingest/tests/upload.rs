@@ -25,7 +25,7 @@ fn spawn_daemon(dir: &Path, extra: &str, secs: u32, env: &[(&str, &str)]) -> (Ch
     std::fs::write(
         &cfg,
         format!(
-            "[parquet]\ndir = {data:?}\nflush_interval_ms = 400\n[status]\nfile = {status:?}\n{extra}\n"
+            "[parquet]\ndir = {data:?}\nflush_interval_ms = 400\n[status]\nfile = {status:?}\n[rollup]\nenabled = true\n{extra}\n"
         ),
     )
     .unwrap();
@@ -141,14 +141,21 @@ fn daemon_uploads_every_published_file_to_a_directory() {
         metric(pq, "stel_sink_published_files_total"),
         "{up}\n{pq}"
     );
+    // Raw files and the rollup tiers beside them (stel_sink_published_files_total counts both).
     assert_eq!(
         metric(up, "stel_upload_bytes_total"),
-        metric(pq, "stel_parquet_published_bytes_total"),
+        metric(pq, "stel_parquet_published_bytes_total")
+            + metric(pq, "stel_rollup_published_bytes_total"),
         "{up}\n{pq}"
     );
+    assert!(metric(pq, "stel_rollup_published_bytes_total") > 0);
     let (files, rows) = compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
     assert_eq!(files, metric(pq, "stel_sink_published_files_total"));
-    assert_eq!(rows, metric(pq, "stel_parquet_written_rows_total"));
+    assert_eq!(
+        rows,
+        metric(pq, "stel_parquet_written_rows_total")
+            + metric(pq, "stel_rollup_written_rows_total")
+    );
     // A restart uploads only what is new.
     let st = run_daemon(dir.path(), &extra, 2, &[]);
     let up = &st;
@@ -201,7 +208,41 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
     );
     let (files, rows) = compare(&dir.path().join("data"), "s3://lake/stel", &env);
     assert_eq!(files, metric(pq, "stel_sink_published_files_total"));
-    assert_eq!(rows, metric(pq, "stel_parquet_written_rows_total"));
+    assert_eq!(
+        rows,
+        metric(pq, "stel_parquet_written_rows_total")
+            + metric(pq, "stel_rollup_written_rows_total")
+    );
+}
+
+/// `[upload] raw = false`: the tiers go to the lake (same `switch=` layout), the raw stream
+/// stays on the switch.
+#[test]
+fn raw_upload_off_sends_only_the_rollup_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let extra = format!(
+        "[upload]\nto = {:?}\nscan_interval_ms = 200\nswitch = {SWITCH:?}\nraw = false\n",
+        lake.display()
+    );
+    let st = run_daemon(dir.path(), &extra, 3, &[]);
+    assert_eq!(metric(&st, "stel_upload_failures_total"), 0, "{st}");
+    assert_eq!(metric(&st, "stel_upload_pending_files"), 0, "{st}");
+    assert_eq!(
+        metric(&st, "stel_upload_bytes_total"),
+        metric(&st, "stel_rollup_published_bytes_total"),
+        "{st}"
+    );
+    let mut keys: Vec<String> =
+        stel_store::paths::published_parts(&lake.join(format!("switch={SWITCH}")))
+            .into_iter()
+            .map(|(rel, ..)| rel)
+            .collect();
+    keys.sort();
+    assert!(!keys.is_empty());
+    assert!(keys.iter().all(|k| k.starts_with("tier=")), "{keys:?}");
+    assert!(keys.iter().any(|k| k.starts_with("tier=1s/")), "{keys:?}");
+    assert!(keys.iter().any(|k| k.starts_with("tier=1m/")), "{keys:?}");
 }
 
 /// The sum of a metric's series in a status-file sink section (the registry's JSON form).

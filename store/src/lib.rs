@@ -14,8 +14,9 @@
 //!
 //! It is its own crate because both the daemon (`stel-ingest`) and the query tool (`stel-query`)
 //! need the schema and names, and the query tool must never link the daemon's kernel plumbing.
-// `deny`, not `forbid`: exactly one module (`parquet::simd`, the encoder's runtime-dispatched
-// SIMD kernels) is allowed unsafe code, each block with a SAFETY note; see that module.
+// `deny`, not `forbid`: exactly two modules (`parquet::simd`, the encoder's runtime-dispatched
+// SIMD kernels, and `rollup::kernel`, the rollups' row kernel) are allowed unsafe code, each
+// block with a SAFETY note; see those modules.
 #![deny(unsafe_code)]
 
 pub mod batch;
@@ -32,6 +33,7 @@ pub mod prometheus;
 pub mod rate;
 pub mod redact;
 mod retention;
+pub mod rollup;
 pub mod sai;
 pub mod schema;
 #[cfg(feature = "redis")]
@@ -41,4 +43,5 @@ pub mod units;
 pub mod upload;
 
 pub use batch::{BatchBuilder, BatchShapeError, CounterBatch};
+pub use retention::{BudgetHandle, DiskBudget};
 pub use schema::{CounterColumn, SessionSchema};

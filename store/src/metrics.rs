@@ -174,6 +174,7 @@ impl Metric {
                 "state_db" => Some("[state_db]"),
                 "counters_db" => Some("[counters_db]"),
                 "upload" => Some("[upload]"),
+                "rollup" => Some("[rollup]"),
                 "int" => Some("[int]"),
                 _ => None,
             },
@@ -1188,6 +1189,22 @@ metrics! {
     ParquetRetentionErrors: Counter "stel_parquet_retention_errors_total" [];
     /// Bytes of published history under the data directory now.
     ParquetHistoryBytes: Gauge "stel_parquet_history_bytes" [];
+
+    // ── rollup: the rollup tiers (with the history and [rollup] enabled = true) ──────────────
+    /// Rows (interval × object) in published tier files.
+    RollupWrittenRows: Counter "stel_rollup_written_rows_total" [];
+    /// Bytes of published tier files.
+    RollupPublishedBytes: Counter "stel_rollup_published_bytes_total" [];
+    /// Tier files that could not be written (their intervals are lost).
+    RollupWriteErrors: Counter "stel_rollup_write_errors_total" [];
+    /// Tier files deleted by retention (each tier's bytes and age limits).
+    RollupRetentionFiles: Counter "stel_rollup_retention_deleted_files_total" [];
+    /// Bytes of tier files deleted by retention.
+    RollupRetentionBytes: Counter "stel_rollup_retention_deleted_bytes_total" [];
+    /// Bytes every tier holds on disk now (what the disk budget leaves raw history is the rest).
+    RollupTierBytes: Gauge "stel_rollup_tier_bytes" [];
+    /// Temporary tier files of a killed writer removed at start.
+    RollupStaleTempFiles: Counter "stel_rollup_stale_temp_files_total" [];
 
     // ── counters_db: COUNTERS_DB + RATES in SONiC's Redis (with [counters_db]) ───────────────
     /// Write rounds acknowledged by Redis.

@@ -6,7 +6,12 @@
 //! <root>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/.part-<first_ns:020>-<seq:06>.parquet.tmp
 //! <lake>/switch=<s>/profile=<p>/group=<g>/date=YYYY-MM-DD/hour=HH/part-….parquet   (uploaded)
 //! <root>/table=<t>/switch=<s>/date=YYYY-MM-DD/hour=HH/part-<first_ns:020>-<seq:06>.parquet
+//! <root>/tier=<i>/profile=<p>/group=<g>/date=YYYY-MM-DD/part-<first_ns:020>-<seq:06>.parquet
 //! ```
+//!
+//! The `tier=` tree holds the rollup tiers (`store/ROLLUPS.md`), one per interval (`1s`, `1m`),
+//! partitioned by UTC date only ([`TierDir`], [`classify_tier`]); [`published_parts`] lists it
+//! too, so the uploader sends it under the same `switch=` prefix.
 //!
 //! The `table=`/`switch=` tree holds the INT tables (`int_reports`, `int_hops`, `int_drops`), one
 //! directory per reporting switch ([`TableDir`]); the same partitions, names and escaping below
@@ -437,6 +442,25 @@ pub fn published_parts(root: &Path) -> Vec<(String, PathBuf, u64)> {
             }
         }
     }
+    for (i, id) in subdirs(root, "tier=") {
+        for (p, pd) in subdirs(&id, "profile=") {
+            for (g, gd) in subdirs(&pd, "group=") {
+                for (d, dd) in subdirs(&gd, "date=") {
+                    let Ok(rd) = std::fs::read_dir(&dd) else {
+                        continue;
+                    };
+                    for e in rd.filter_map(Result::ok) {
+                        let path = e.path();
+                        if let TierEntry::Part { name, .. } = classify_tier(root, &path) {
+                            let f = e.file_name();
+                            let f = f.to_string_lossy();
+                            out.push((format!("{i}/{p}/{g}/{d}/{f}"), path, name.first_ns));
+                        }
+                    }
+                }
+            }
+        }
+    }
     for (t, td) in subdirs(root, "table=") {
         for (s, sd) in subdirs(&td, "switch=") {
             for (d, dd) in subdirs(&sd, "date=") {
@@ -457,6 +481,94 @@ pub fn published_parts(root: &Path) -> Vec<(String, PathBuf, u64)> {
         }
     }
     out
+}
+
+/// One session's directory of a rollup tier: `<root>/tier=<i>/profile=<p>/group=<g>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TierDir(PathBuf);
+
+impl TierDir {
+    /// `tier` is the tier's name (`1s`, `1m`), escaped like every partition value.
+    pub fn new(root: &Path, tier: &str, profile: &str, group: &str) -> Self {
+        Self(
+            root.join(format!("tier={}", escape_value(tier)))
+                .join(format!("profile={}", escape_value(profile)))
+                .join(format!("group={}", escape_value(group))),
+        )
+    }
+
+    pub fn as_path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The date partition holding `ts_ns`: `<tier dir>/date=YYYY-MM-DD`.
+    pub fn partition(&self, ts_ns: i64) -> PartitionDir {
+        PartitionDir(self.0.join(UtcHour::of_ns(ts_ns).date_segment()))
+    }
+}
+
+/// What a path under the root is in the `tier=` tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TierEntry {
+    /// A published part.
+    Part {
+        tier: String,
+        profile: String,
+        group: String,
+        name: PartName,
+    },
+    /// A temporary part left by a writer that did not finish.
+    Temp {
+        tier: String,
+        profile: String,
+        group: String,
+        name: PartName,
+    },
+    /// Anything else (not ours; never touched).
+    Other,
+}
+
+/// Classifies `path` (a file under `root`) in the `tier=` tree.
+pub fn classify_tier(root: &Path, path: &Path) -> TierEntry {
+    let Ok(rel) = path.strip_prefix(root) else {
+        return TierEntry::Other;
+    };
+    let parts: Vec<&str> = rel.iter().filter_map(|s| s.to_str()).collect();
+    let [i, p, g, d, file] = parts.as_slice() else {
+        return TierEntry::Other;
+    };
+    let (Some(i), Some(p), Some(g)) = (
+        i.strip_prefix("tier="),
+        p.strip_prefix("profile="),
+        g.strip_prefix("group="),
+    ) else {
+        return TierEntry::Other;
+    };
+    if !d.starts_with("date=") {
+        return TierEntry::Other;
+    }
+    let (Some(tier), Some(profile), Some(group)) =
+        (unescape_value(i), unescape_value(p), unescape_value(g))
+    else {
+        return TierEntry::Other;
+    };
+    if let Some(name) = PartName::parse(file) {
+        TierEntry::Part {
+            tier,
+            profile,
+            group,
+            name,
+        }
+    } else if let Some(name) = PartName::parse_temp(file) {
+        TierEntry::Temp {
+            tier,
+            profile,
+            group,
+            name,
+        }
+    } else {
+        TierEntry::Other
+    }
 }
 
 /// One table's directory for one switch: `<root>/table=<t>/switch=<s>` (the INT tables).
@@ -750,6 +862,48 @@ mod tests {
         assert_eq!(
             classify(root, Path::new("/elsewhere/x.parquet")),
             LayoutEntry::Other
+        );
+    }
+
+    #[test]
+    fn tier_paths_exact_classified_and_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let t = TierDir::new(root, "1m", "stel_demo", "PORT");
+        let p = t.partition(T).part(PartName::new(T, 4));
+        assert_eq!(
+            p.published.strip_prefix(root).unwrap().to_str().unwrap(),
+            "tier=1m/profile=stel_demo/group=PORT/date=2023-11-14/\
+             part-01700000000123456789-000004.parquet"
+        );
+        assert_eq!(
+            classify_tier(root, &p.published),
+            TierEntry::Part {
+                tier: "1m".into(),
+                profile: "stel_demo".into(),
+                group: "PORT".into(),
+                name: PartName::new(T, 4)
+            }
+        );
+        assert!(matches!(
+            classify_tier(root, &p.temp),
+            TierEntry::Temp { .. }
+        ));
+        // The raw and tier trees never mistake each other's files.
+        assert_eq!(classify(root, &p.published), LayoutEntry::Other);
+        let raw = SessionDir::new(root, "stel_demo", "PORT")
+            .partition(T)
+            .part(PartName::new(T, 0));
+        assert_eq!(classify_tier(root, &raw.published), TierEntry::Other);
+        std::fs::create_dir_all(p.published.parent().unwrap()).unwrap();
+        std::fs::write(&p.published, b"x").unwrap();
+        std::fs::write(&p.temp, b"x").unwrap();
+        let listed = published_parts(root);
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            lake_key("sw", &listed[0].0),
+            "switch=sw/tier=1m/profile=stel_demo/group=PORT/date=2023-11-14/\
+             part-01700000000123456789-000004.parquet"
         );
     }
 

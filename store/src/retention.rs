@@ -1,13 +1,89 @@
 //! Size and age retention of a published history: the one owner for the counter writer
-//! (`parquet::writer`) and the INT writer (`int::writer`), which index their published files here
-//! and ask it to delete the oldest ones.
+//! (`parquet::writer`), the INT writer (`int::writer`) and the rollup tiers (`rollup::sink`),
+//! which index their published files here and ask it to delete the oldest ones; and the data
+//! dir's [`DiskBudget`], shared by the raw history and the tiers.
+//!
+//! # The disk budget
+//! Each tier has its own limits (bytes and age); the raw history keeps what the budget leaves:
+//! `raw allowance = budget − bytes the tiers hold now` (and never more than its own
+//! `retention_max_bytes` when that is set). The tiers publish their total into the budget after
+//! every change; the raw writer reads it when it enforces. A switch thus keeps months of
+//! rollups and as much raw stream as fits beside them (`store/ROLLUPS.md` §7).
 
 use std::{
     collections::BTreeMap,
     fs, io,
     path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering::Relaxed},
+        Arc,
+    },
     time::{Duration, SystemTime},
 };
+
+/// The data dir's disk budget (see the module docs). Cross-thread facts are counters only: the
+/// tiers' bytes are one atomic.
+#[derive(Debug)]
+pub struct DiskBudget {
+    total: u64,
+    tiers: AtomicU64,
+}
+
+impl DiskBudget {
+    /// A budget of `total_bytes` for raw history plus tiers.
+    pub fn new(total_bytes: u64) -> Arc<Self> {
+        Arc::new(Self {
+            total: total_bytes,
+            tiers: AtomicU64::new(0),
+        })
+    }
+
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Bytes the tiers hold now.
+    pub fn tier_bytes(&self) -> u64 {
+        self.tiers.load(Relaxed)
+    }
+
+    /// Bytes the raw history may hold now (at least 1: raw always keeps its newest file).
+    pub fn raw_allowance(&self) -> u64 {
+        self.total.saturating_sub(self.tier_bytes()).max(1)
+    }
+
+    /// The tiers' total, published by their writer after each change.
+    pub(crate) fn set_tier_bytes(&self, bytes: u64) {
+        self.tiers.store(bytes, Relaxed);
+    }
+}
+
+/// A writer's share of a [`DiskBudget`], if the data dir has one: a config-side handle (compares
+/// by identity; not part of any file format).
+#[derive(Debug, Clone, Default)]
+pub struct BudgetHandle(pub Option<Arc<DiskBudget>>);
+
+impl PartialEq for BudgetHandle {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl BudgetHandle {
+    /// The raw history's byte limit: its own `max_bytes` (0 = none) and the budget's allowance,
+    /// whichever is smaller.
+    pub(crate) fn raw_limit(&self, max_bytes: u64) -> u64 {
+        match (&self.0, max_bytes) {
+            (None, m) => m,
+            (Some(b), 0) => b.raw_allowance(),
+            (Some(b), m) => m.min(b.raw_allowance()),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct FileInfo {
@@ -162,6 +238,21 @@ mod tests {
         assert!(!dir.path().join("date=2024-05-01/hour=01").exists());
         assert!(dir.path().join("date=2024-05-01/hour=02").exists());
         assert_eq!(h.bytes(), 100);
+    }
+
+    #[test]
+    fn raw_keeps_what_the_tiers_leave() {
+        let b = DiskBudget::new(1000);
+        let h = BudgetHandle(Some(Arc::clone(&b)));
+        assert_eq!(h.raw_limit(0), 1000);
+        b.set_tier_bytes(300);
+        assert_eq!(h.raw_limit(0), 700);
+        assert_eq!(h.raw_limit(500), 500);
+        b.set_tier_bytes(5000);
+        assert_eq!(h.raw_limit(0), 1, "raw always keeps its newest file");
+        assert_eq!(BudgetHandle::default().raw_limit(0), 0);
+        assert_eq!(BudgetHandle(Some(Arc::clone(&b))), h);
+        assert_ne!(BudgetHandle(Some(DiskBudget::new(1000))), h);
     }
 
     #[test]

@@ -1,5 +1,27 @@
-//! Durations as people type them on command lines and in config files — one parser for
-//! every binary (`stel-emu --period 10us`, `stel-query --last 1h30m`, `--resolution 500ms`).
+//! Durations and port speeds as people type them on command lines and in config files — one
+//! parser for every binary (`stel-emu --period 10us`, `stel-query --last 1h30m`,
+//! `--resolution 500ms`, `--speed 100G`, `[rollup] speed`).
+
+/// Parses a port speed into Mb/s: `100G`, `25g`, `400M`, or a bare number of Mb/s (`400000`).
+///
+/// # Errors
+/// Anything else, or a speed that is not above 0.
+pub fn parse_speed_mbps(s: &str) -> Result<f64, String> {
+    let t = s.trim().to_ascii_uppercase();
+    let (num, mul) = if let Some(n) = t.strip_suffix('G') {
+        (n, 1000.0)
+    } else if let Some(n) = t.strip_suffix('M') {
+        (n, 1.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    num.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| *v > 0.0 && v.is_finite())
+        .map(|v| v * mul)
+        .ok_or_else(|| format!("`{s}` is not a port speed (examples: 100G, 25G, 400000)"))
+}
 
 /// Parses a duration into ns: one or more `<number><unit>` parts (`10us`, `1.5s`, `1h30m`,
 /// `1h 30m`), units `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`, `h`, `d`; a bare number is ns.
@@ -57,6 +79,18 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::parse_duration_ns as p;
+
+    #[test]
+    fn speeds_parse() {
+        use super::parse_speed_mbps as s;
+        assert_eq!(s("100G"), Ok(100_000.0));
+        assert_eq!(s(" 25g "), Ok(25_000.0));
+        assert_eq!(s("400M"), Ok(400.0));
+        assert_eq!(s("400000"), Ok(400_000.0));
+        for bad in ["", "fast", "0G", "-1", "infG"] {
+            assert!(s(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations_parse() {

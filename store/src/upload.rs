@@ -192,6 +192,10 @@ pub struct UploadConfig {
     /// `switch_name`, else CONFIG_DB `DEVICE_METADATA|localhost` `hostname` when Redis is
     /// configured, else the host name.
     pub switch: String,
+    /// Upload the raw history (`profile=…`). False: only the rollup tiers (`tier=…`) and INT
+    /// tables go to the lake, the raw stream stays on the switch (the affordable fleet setting,
+    /// store/LAKE.md §5).
+    pub raw: bool,
 }
 
 impl Default for UploadConfig {
@@ -207,6 +211,7 @@ impl Default for UploadConfig {
             backfill: true,
             shutdown_timeout_ms: 10_000,
             switch: String::new(),
+            raw: true,
         }
     }
 }
@@ -680,7 +685,10 @@ impl Engine {
     /// Scans the data dir: new files become pending; files gone are forgotten (and counted as
     /// vanished when they were still pending).
     fn rescan(&mut self) {
-        let found = published_parts(&self.dir);
+        let mut found = published_parts(&self.dir);
+        if !self.cfg.raw {
+            found.retain(|(rel, ..)| !rel.starts_with("profile="));
+        }
         self.shared.c.scans.add(1);
         let present: HashSet<&str> = found.iter().map(|(r, ..)| r.as_str()).collect();
         // Pending files that disappeared: deleted before upload.

@@ -95,6 +95,17 @@ enum Bench {
         #[arg(long)]
         sweep: bool,
     },
+    /// Rollup tiers: the daemon's CPU with and without them (e2e, same run), what they shed,
+    /// bytes per switch-day per tier on the emulator's steady, ramp and microburst loads, and
+    /// queries on a day / week of tiers (stel-query vs DuckDB on the same files). Needs root.
+    Rollup {
+        /// Shorter runs.
+        #[arg(long)]
+        quick: bool,
+        /// Seconds of design-rate switch time per load for the byte figures.
+        #[arg(long)]
+        secs: Option<f64>,
+    },
     /// INT report decode on one core (AmLight 5-hop reports) vs a plain per-report parse in
     /// the same run; the end-to-end figures come with the daemon's INT source.
     Int {
@@ -230,6 +241,7 @@ fn main() -> ExitCode {
             in_flight,
         } => w::otlp::bench(quick, points_per_request, in_flight),
         Bench::Int { quick } => w::int::bench(quick),
+        Bench::Rollup { quick, secs } => w::rollup::bench(quick, secs),
     };
     match r {
         Ok(v) => {

@@ -269,6 +269,23 @@ fn init_logs(format: LogFormat) {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Build the rollup tiers (store/ROLLUPS.md) from raw Parquet history already on disk —
+    /// history written without them, or a capture ingested with --input — exactly as the
+    /// daemon writes them live.
+    ///
+    /// Example: stel-ingestd rollup --data-dir /var/lib/stel
+    Rollup {
+        /// Raw history to read (profile=…/group=…/date=…/hour=…/part-….parquet).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Where the tiers go (default: the data dir itself). Refused if tiers are there already.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Configuration file whose [rollup] section says which tiers (default: the built-in
+        /// 1 s and 1 min tiers) and whose [parquet] switch_name names the switch.
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+    },
     /// Print the running daemon's counters (its status file).
     Status {
         /// Status file to read (default: /run/stel/status.json, else ./stel-data/status.json).
@@ -656,6 +673,44 @@ fn check_config(f: &Path) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// `stel-ingestd rollup`: tiers from raw files.
+fn rollup(data_dir: &Path, out: Option<&Path>, config: Option<&Path>) -> Result<(), String> {
+    let cfg = match config {
+        Some(p) => DaemonConfig::load(p).map_err(|e| e.to_string())?,
+        None => DaemonConfig::default(),
+    };
+    let out = out.unwrap_or(data_dir);
+    let switch = cfg.parquet.as_ref().and_then(|p| p.switch_name.clone());
+    let t = Instant::now();
+    let r = stel_store::rollup::rebuild(data_dir, out, &cfg.rollup, switch, |p, rows| {
+        eprintln!("stel-ingestd: rollup: {} ({rows} rows)", p.display());
+    })
+    .map_err(|e| e.to_string())?;
+    let tiers = cfg.rollup.resolve().map(|x| x.0).unwrap_or_default();
+    let per: Vec<String> = tiers
+        .iter()
+        .zip(r.written.rows.iter().zip(&r.written.bytes))
+        .map(|(t, (rows, bytes))| format!("{}: {rows} rows, {bytes} bytes", t.name))
+        .collect();
+    eprintln!(
+        "stel-ingestd: rollup: {} raw files ({} snapshots, {} counters) → {} tier files under {} in {:.1} s ({})",
+        r.files_read,
+        r.rows_read,
+        r.samples_read,
+        r.written.files,
+        out.display(),
+        t.elapsed().as_secs_f64(),
+        per.join("; ")
+    );
+    if r.written.write_errors > 0 {
+        return Err(format!(
+            "{} tier files could not be written",
+            r.written.write_errors
+        ));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
     if let Some(f) = &a.check_config {
@@ -684,6 +739,20 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("stel-ingestd: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    if let Some(Command::Rollup {
+        data_dir,
+        out,
+        config,
+    }) = &a.command
+    {
+        return match rollup(data_dir, out.as_deref(), config.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("stel-ingestd: rollup: {e}");
                 ExitCode::from(2)
             }
         };

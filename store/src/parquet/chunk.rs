@@ -43,6 +43,9 @@ use super::{
 };
 use crate::{batch::CounterBatch, schema::SessionSchema};
 
+mod series;
+pub(crate) use series::{PagedChunk, SeriesPage};
+
 /// Rows taken from the row-major batch at a time: 128 rows × 15 KiB (a 1,920-counter row) stay
 /// cache-resident while every column gathers its values from them.
 const TILE_ROWS: usize = 128;

@@ -115,6 +115,10 @@ pub struct ParquetSinkConfig {
     /// Test knob: the writer sleeps this long (µs) before each batch it writes, to show that a
     /// slow history never stalls the decoders (0 = off; never set it in production).
     pub test_write_delay_us: u64,
+    /// The data dir's disk budget shared with the rollup tiers (set by the daemon from
+    /// `[retention]`, not a key of this section): raw keeps what the tiers leave.
+    #[serde(skip)]
+    pub disk_budget: crate::retention::BudgetHandle,
 }
 
 impl Default for ParquetSinkConfig {
@@ -149,6 +153,7 @@ impl Default for ParquetSinkConfig {
             switch_name: None,
             encode_threads: 0,
             test_write_delay_us: 0,
+            disk_budget: crate::retention::BudgetHandle::default(),
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod sink;
 pub mod writer;
 
 pub use chunk::{encode_in_memory, kernel_name};
+pub(crate) use chunk::{EncodeOptions, PagedChunk, SeriesPage};
 pub use config::{Codec, CounterEncoding, ParquetSinkConfig, WhenFull};
 pub use sink::{accounting, ParquetSink, Shed, ShedReason};
 pub use writer::{RecoveryReport, SessionRecovery};

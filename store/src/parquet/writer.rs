@@ -169,7 +169,7 @@ pub(crate) fn host_name() -> String {
 }
 
 /// Footer key-value metadata that does not change while a part is open.
-fn static_kv(schema: &SessionSchema, switch: &str) -> Vec<KeyValue> {
+pub(crate) fn static_kv(schema: &SessionSchema, switch: &str) -> Vec<KeyValue> {
     let mut objects = BTreeMap::new();
     let mut sai = BTreeMap::new();
     for c in &schema.columns {
@@ -843,7 +843,7 @@ impl Writer {
     /// files published longer than `retention_max_age_s` ago.
     fn enforce_retention(&mut self, age: bool) {
         let limits = Limits {
-            max_bytes: self.cfg.retention_max_bytes,
+            max_bytes: self.cfg.disk_budget.raw_limit(self.cfg.retention_max_bytes),
             max_age_s: self.cfg.retention_max_age_s,
         };
         let d = self.history.enforce(limits, age, "a file");

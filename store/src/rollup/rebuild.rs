@@ -1,0 +1,213 @@
+//! Tiers from raw files: history written before the tiers existed, or `stel-ingestd --input`
+//! captures. Every session's published raw files are read in time order and their rows go
+//! through the same [`RollupWriter`] the daemon runs, so the tier files hold the same values the
+//! live path writes from the same samples (`store/tests/rollup.rs`).
+
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use arrow_array::{
+    cast::AsArray,
+    types::{TimestampNanosecondType, UInt64Type},
+    Array,
+};
+
+use super::{
+    config::RollupConfig,
+    sink::{Error, RollupWriter, WriterTotals},
+};
+use crate::{
+    paths::{classify, published_parts, LayoutEntry},
+    sai::{ObjectType, StatKey},
+    schema::{CounterColumn, SessionSchema},
+    BudgetHandle,
+};
+
+/// Rows read from a raw file at a time.
+const READ_ROWS: usize = 4096;
+
+/// Why a rebuild stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    #[error(transparent)]
+    Config(#[from] Error),
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{0} already holds rollup tiers ({1}); remove them first or write elsewhere (--out)")]
+    Exists(PathBuf, String),
+}
+
+/// What a rebuild read and wrote.
+#[derive(Debug, Clone, Default)]
+pub struct RebuildReport {
+    pub files_read: u64,
+    pub rows_read: u64,
+    pub samples_read: u64,
+    pub written: WriterTotals,
+}
+
+/// The session schema a raw file was written with (its Arrow field metadata and footer keys).
+fn file_schema(
+    path: &Path,
+) -> Result<(Arc<SessionSchema>, ParquetRecordBatchReaderBuilder<File>), String> {
+    let f = File::open(path).map_err(|e| e.to_string())?;
+    let b = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| e.to_string())?;
+    let kv: BTreeMap<String, String> = b
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .map(|kvs| {
+            kvs.iter()
+                .filter_map(|k| Some((k.key.clone(), k.value.clone()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let key = |k: &str| {
+        kv.get(k)
+            .cloned()
+            .ok_or(format!("no {k} footer key: not a stel raw file"))
+    };
+    let template_ids: Vec<u16> = key(crate::parquet::keys::TEMPLATE_IDS)?
+        .split(',')
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse::<u16>().map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let mut columns = Vec::new();
+    for f in b.schema().fields().iter().skip(1) {
+        let md = f.metadata();
+        let get = |k: &str| md.get(k).ok_or(format!("column {}: no {k}", f.name()));
+        let ot = get("stel.object_type")?;
+        let object_type = match ObjectType::from_name(ot) {
+            Some(t) => t as u32,
+            None => ot
+                .strip_prefix("OBJECT_TYPE_")
+                .and_then(|n| n.parse().ok())
+                .ok_or(format!("column {}: object type {ot}", f.name()))?,
+        };
+        columns.push(CounterColumn {
+            label: get("stel.label")?.parse().map_err(|e| format!("{e}"))?,
+            object: get("stel.object")?.clone(),
+            key: StatKey {
+                object_type,
+                stat_id: get("stel.stat_id")?.parse().map_err(|e| format!("{e}"))?,
+            },
+        });
+    }
+    let schema = SessionSchema {
+        profile: key(crate::parquet::keys::PROFILE)?,
+        group: key(crate::parquet::keys::GROUP)?,
+        domain: key(crate::parquet::keys::DOMAIN)?
+            .parse()
+            .map_err(|e| format!("{e}"))?,
+        // Where each template part starts is not in the file; its nulls say which values are
+        // missing, which is all the accumulator needs.
+        part_offsets: vec![0; template_ids.len().max(1)],
+        template_ids,
+        columns,
+        generation: key(crate::parquet::keys::GENERATION)?
+            .parse()
+            .map_err(|e| format!("{e}"))?,
+    };
+    Ok((Arc::new(schema), b))
+}
+
+/// Builds `cfg`'s tiers under `out` from the raw files under `root` (every session, in time
+/// order), as the daemon would have written them live; `switch` names the switch in the files
+/// (default: the host name). `each` is told about every file read.
+///
+/// # Errors
+/// An invalid config, tiers already under `out`, or a raw file that cannot be read.
+pub fn rebuild(
+    root: &Path,
+    out: &Path,
+    cfg: &RollupConfig,
+    switch: Option<String>,
+    mut each: impl FnMut(&Path, u64),
+) -> Result<RebuildReport, RebuildError> {
+    let switch = switch.unwrap_or_else(crate::parquet::writer::host_name);
+    let existing: Vec<String> = published_parts(out)
+        .into_iter()
+        .filter(|(rel, _, _)| rel.starts_with("tier="))
+        .map(|(rel, _, _)| rel.split('/').next().unwrap_or_default().to_string())
+        .collect();
+    if let Some(t) = existing.first() {
+        return Err(RebuildError::Exists(out.to_path_buf(), t.clone()));
+    }
+    std::fs::create_dir_all(out).map_err(|e| RebuildError::File {
+        path: out.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut w = RollupWriter::new(cfg, out.to_path_buf(), switch, BudgetHandle::default())?;
+    // Per session, files in time order.
+    /// A session's raw files: (first_ns, relative path, path).
+    type Files = Vec<(u64, String, PathBuf)>;
+    let mut sessions: BTreeMap<(String, String), Files> = BTreeMap::new();
+    for (rel, path, first_ns) in published_parts(root) {
+        if let LayoutEntry::Part { profile, group, .. } = classify(root, &path) {
+            sessions
+                .entry((profile, group))
+                .or_default()
+                .push((first_ns, rel, path));
+        }
+    }
+    let mut report = RebuildReport::default();
+    for files in sessions.values_mut() {
+        files.sort();
+        for (_, _, path) in files.iter() {
+            let bad = |message: String| RebuildError::File {
+                path: path.clone(),
+                message,
+            };
+            let (schema, b) = file_schema(path).map_err(bad)?;
+            let rows_in_file = b.metadata().file_metadata().num_rows() as u64;
+            let reader = b
+                .with_batch_size(READ_ROWS)
+                .build()
+                .map_err(|e| bad(e.to_string()))?;
+            let wdt = schema.width();
+            let mut values = Vec::new();
+            let mut valid = Vec::new();
+            for rb in reader {
+                let rb = rb.map_err(|e| bad(e.to_string()))?;
+                let n = rb.num_rows();
+                let ts = rb.column(0).as_primitive::<TimestampNanosecondType>();
+                values.clear();
+                values.resize(n * wdt, 0);
+                let any_null = rb.columns().iter().skip(1).any(|c| c.null_count() > 0);
+                valid.clear();
+                if any_null {
+                    valid.resize(n * wdt, true);
+                }
+                for c in 0..wdt {
+                    let a = rb.column(c + 1).as_primitive::<UInt64Type>();
+                    for (r, v) in a.values().iter().enumerate() {
+                        values[r * wdt + c] = *v;
+                    }
+                    if any_null && a.null_count() > 0 {
+                        for r in 0..n {
+                            valid[r * wdt + c] = a.is_valid(r);
+                        }
+                    }
+                }
+                w.push_rows(
+                    &schema,
+                    ts.values(),
+                    &values,
+                    any_null.then_some(valid.as_slice()),
+                );
+                report.rows_read += n as u64;
+                report.samples_read += (n * wdt) as u64;
+            }
+            report.files_read += 1;
+            each(path, rows_in_file);
+        }
+    }
+    w.finish();
+    report.written = w.totals().clone();
+    Ok(report)
+}
