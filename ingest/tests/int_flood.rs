@@ -260,6 +260,10 @@ fn made_up_switch_ids_over_udp_stay_in_budget_and_a_real_network_stays_exact() {
     let s = metrics(&fin);
     assert!(s.get(Metric::IntSwitchRefusals) > 0, "{fin}");
     let sink = s.with_label(Label::Sink, "int");
+    let dropped: Vec<String> = sink
+        .series(Metric::SinkDroppedSamples)
+        .map(|x| format!("{}={}", x.label(Label::Reason), x.value))
+        .collect();
     let no_slot = sink.reason(Metric::SinkDroppedSamples, "switch_limit");
     let too_fast = sink.reason(Metric::SinkDroppedSamples, "switch_rate");
     assert!(no_slot > 0 && too_fast > 0, "{fin}");
@@ -298,9 +302,9 @@ print(json.dumps(out))
 "#,
         root = data.to_str().unwrap()
     ));
-    assert_eq!(got["int_reports"], truth.reports_sent, "{got}");
-    assert_eq!(got["int_hops"], truth.hops_sent, "{got}");
-    assert_eq!(got["int_drops"], truth.drops_sent, "{got}");
+    assert_eq!(got["int_reports"], truth.reports_sent, "{got} {dropped:?}");
+    assert_eq!(got["int_hops"], truth.hops_sent, "{got} {dropped:?}");
+    assert_eq!(got["int_drops"], truth.drops_sent, "{got} {dropped:?}");
     let all = got["int_reports_all"].as_u64().unwrap()
         + got["int_hops_all"].as_u64().unwrap()
         + got["int_drops_all"].as_u64().unwrap();

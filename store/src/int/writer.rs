@@ -444,13 +444,15 @@ impl Writer {
             .store(self.switches.len() as u64, Relaxed);
     }
 
-    pub(crate) fn tick(&mut self) {
+    /// Publishes parts due by age and the parts of idle switches (not while `backlog`: batches
+    /// waiting in the queue may hold their rows), and enforces retention.
+    pub(crate) fn tick(&mut self, backlog: bool) {
         let now = Instant::now();
         let idle = self.cfg.idle_publish();
         let quiet: Vec<u32> = self
             .switches
             .iter()
-            .filter(|(_, &last)| now.saturating_duration_since(last) >= idle)
+            .filter(|(_, &last)| !backlog && now.saturating_duration_since(last) >= idle)
             .map(|(s, _)| *s)
             .collect();
         for s in quiet {
