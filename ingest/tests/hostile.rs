@@ -25,6 +25,9 @@ fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_stel-ingestd")))
 }
 
+/// The built-in emulator at a small, steady rate (4 ports × 30 stats every 1 ms).
+const SMALL_DEMO: [&str; 5] = ["--demo", "--ports", "4", "--interval", "1ms"];
+
 fn daemon() -> Command {
     let mut c = Command::new(bin());
     // Plain text logs at the default level, no status line noise unless a test asks.
@@ -58,7 +61,11 @@ fn wait_for<T>(secs: u64, what: &str, child: &mut Child, mut f: impl FnMut() -> 
             }
             panic!("the daemon exited ({st}) while waiting for {what}: {err}");
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("timed out waiting for {what}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -107,15 +114,8 @@ fn files_sockets_and_directories_have_fixed_modes_and_group_whatever_the_umask()
         .arg("-c")
         .arg("umask 000; exec \"$0\" \"$@\"")
         .arg(bin())
-        .args([
-            "--demo",
-            "--ports",
-            "4",
-            "--interval",
-            "1ms",
-            "--duration",
-            "6s",
-        ])
+        .args(SMALL_DEMO)
+        .args(["--duration", "6s"])
         .args(["--int-listen", "127.0.0.1:0", "--group", "daemon", "--json"])
         .arg("--data-dir")
         .arg(&data)
@@ -186,15 +186,8 @@ fn the_inspect_socket_and_status_file_follow_the_data_dir() {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("x");
     let mut child = daemon()
-        .args([
-            "--demo",
-            "--ports",
-            "4",
-            "--interval",
-            "1ms",
-            "--duration",
-            "20s",
-        ])
+        .args(SMALL_DEMO)
+        .args(["--duration", "20s"])
         .arg("--data-dir")
         .arg(&data)
         .current_dir(t.path())
@@ -314,16 +307,8 @@ fn credentials_never_reach_logs_or_files() {
     let o = daemon()
         .arg("--config")
         .arg(&cfg)
-        .args([
-            "--demo",
-            "--ports",
-            "4",
-            "--interval",
-            "1ms",
-            "--duration",
-            "6s",
-            "--json",
-        ])
+        .args(SMALL_DEMO)
+        .args(["--duration", "6s", "--json"])
         .args(["--status-line", "on"])
         .arg("--data-dir")
         .arg(&data)
@@ -384,15 +369,8 @@ fn health_answers_while_idle_clients_hold_connections() {
     let addr = format!("127.0.0.1:{port}");
     let t = tempfile::tempdir().unwrap();
     let mut child = daemon()
-        .args([
-            "--demo",
-            "--ports",
-            "4",
-            "--interval",
-            "1ms",
-            "--duration",
-            "60s",
-        ])
+        .args(SMALL_DEMO)
+        .args(["--duration", "60s"])
         .args(["--metrics", &addr])
         .arg("--data-dir")
         .arg(t.path())
@@ -674,14 +652,8 @@ fn status_of_a_daemon_that_is_gone_is_stale() {
     for how in ["-KILL", "-TERM"] {
         let _ = std::fs::remove_file(&status);
         let mut child = daemon()
-            .args([
-                "--demo",
-                "--ports",
-                "4",
-                "--interval",
-                "1ms",
-                "--no-inspect",
-            ])
+            .args(SMALL_DEMO)
+            .args(["--no-inspect", "--duration", "300s"])
             .arg("--data-dir")
             .arg(t.path())
             .arg("--status-file")
@@ -768,6 +740,8 @@ fn usersock_daemon(group: u32, data: &Path, extra: &[&str]) -> Child {
     let mut child = daemon()
         .args(["--usersock-group", &group.to_string(), "--filter", "learn"])
         .args(["--decoders", "2", "--json", "--no-inspect"])
+        // A bound, should the test fail before it stops the daemon.
+        .args(["--duration", "300s"])
         .args(extra)
         .arg("--data-dir")
         .arg(data)
@@ -1082,7 +1056,8 @@ fn inspect_clients_are_bounded_refusals_counted_and_logged() {
     let data = t.path().join("data");
     let sock = data.join(stel_store::live::SOCKET_NAME);
     let mut child = daemon()
-        .args(["--demo", "--ports", "4", "--interval", "1ms", "--json"])
+        .args(SMALL_DEMO)
+        .args(["--json", "--duration", "300s"])
         .arg("--data-dir")
         .arg(&data)
         .arg("--status-file")
