@@ -109,11 +109,16 @@ fn files_sockets_and_directories_have_fixed_modes_and_group_whatever_the_umask()
     let data = t.path().join("data");
     let gid =
         stel_ingest::sys::caps::resolve_group("daemon").expect("group `daemon` (Debian base)");
+    // The rollup tiers too: they are history.
+    let cfg = t.path().join("stel.toml");
+    std::fs::write(&cfg, "[rollup]\nenabled = true\n").unwrap();
     // umask 000 for the daemon only (the shell sets it, then becomes the daemon).
     let mut child = Command::new("sh")
         .arg("-c")
         .arg("umask 000; exec \"$0\" \"$@\"")
         .arg(bin())
+        .arg("--config")
+        .arg(&cfg)
         .args(SMALL_DEMO)
         .args(["--duration", "6s"])
         .args(["--int-listen", "127.0.0.1:0", "--group", "daemon", "--json"])
@@ -149,7 +154,7 @@ fn files_sockets_and_directories_have_fixed_modes_and_group_whatever_the_umask()
     assert!(o.status.success(), "{err}");
     let mut all = Vec::new();
     walk(&data, &mut all);
-    let (mut parquet, mut int_tables) = (0, 0);
+    let (mut parquet, mut int_tables, mut tiers) = (0, 0, 0);
     for p in &all {
         let md = std::fs::symlink_metadata(p).unwrap();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
@@ -158,6 +163,7 @@ fn files_sockets_and_directories_have_fixed_modes_and_group_whatever_the_umask()
         } else if name.ends_with(".parquet") {
             parquet += 1;
             int_tables += usize::from(p.to_string_lossy().contains("table=int_"));
+            tiers += usize::from(p.to_string_lossy().contains("tier="));
             0o640
         } else if name == "status.json" {
             0o600
@@ -168,7 +174,7 @@ fn files_sockets_and_directories_have_fixed_modes_and_group_whatever_the_umask()
         assert_eq!(md.gid(), gid, "{} has group {}", p.display(), md.gid());
     }
     assert!(
-        parquet > 0 && int_tables > 0,
+        parquet > 0 && int_tables > 0 && tiers > 0,
         "{parquet} parquet files, {int_tables} INT: {all:?}"
     );
     assert_eq!(mode(&data), 0o750);

@@ -593,7 +593,7 @@ impl RollupSink {
         registry: Option<&Arc<Registry>>,
     ) -> Result<Self, Error> {
         let switch = switch.unwrap_or_else(crate::parquet::writer::host_name);
-        std::fs::create_dir_all(&root).map_err(|source| Error::CreateDir {
+        crate::durable::create_dirs(&root).map_err(|source| Error::CreateDir {
             path: root.clone(),
             source,
         })?;

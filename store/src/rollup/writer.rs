@@ -353,14 +353,14 @@ impl TierFile {
             &schema.group,
         )
         .partition(self.first_ns);
-        fs::create_dir_all(dir.as_path())?;
+        crate::durable::create_dirs(dir.as_path())?;
         let (paths, file) = loop {
             let p = dir.part(PartName::new(self.first_ns, *seq));
             *seq = (*seq + 1) % (crate::paths::MAX_SEQ + 1);
             if p.published.exists() {
                 continue;
             }
-            match File::create_new(&p.temp) {
+            match crate::durable::create_history_file(&p.temp) {
                 Ok(f) => break (p, f),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e.into()),
