@@ -179,17 +179,21 @@ fn baseline_parse(p: &[u8]) -> Option<BaseReport> {
     Some(r)
 }
 
-/// Runs the bench.
-///
-/// # Errors
-/// A decoder that miscounts (the figures would mean nothing).
-pub fn bench(quick: bool) -> Result<Value, String> {
-    let (runs, n, passes) = if quick {
-        (5, 100_000, 10)
-    } else {
-        (9, 200_000, 20)
-    };
-    let hops = 5;
+/// Decode figures of one workload (`hops` per report), medians of `runs`.
+struct DecodeRates {
+    /// Reports per CPU-second of the decoding thread.
+    ours: f64,
+    ours_wall: f64,
+    /// The baseline parse, same reports, same run.
+    base: f64,
+    /// Rows → Arrow on the sink's side, reports per CPU-second.
+    finish: f64,
+    bytes_per_report: f64,
+    reports: usize,
+    g: Generator,
+}
+
+fn decode_rates(hops: usize, n: usize, runs: usize, passes: usize) -> Result<DecodeRates, String> {
     let (data, offs, g) = amlight_reports(n, hops);
     let mut map = EvcMap::default();
     map.add_kytos_json(&g.kytos_evcs_json())
@@ -247,11 +251,7 @@ pub fn bench(quick: bool) -> Result<Value, String> {
     for b in &mut kept {
         b.finish_split().map_err(|e| format!("finish: {e}"))?;
     }
-    let finish_rate = kept_rows as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6);
-    eprintln!(
-        "int: transpose to Arrow (sink thread) {:.2} M reports/s",
-        finish_rate / 1e6
-    );
+    let finish = kept_rows as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6);
 
     let mut base = Vec::new();
     let mut out: Vec<BaseReport> = Vec::with_capacity(8192);
@@ -275,7 +275,58 @@ pub fn bench(quick: bool) -> Result<Value, String> {
     if parsed != (n * passes * runs) as u64 {
         return Err(format!("baseline parsed {parsed}"));
     }
-    let (m, b, m_wall) = (median(ours), median(base), median(ours_wall));
+    let r = DecodeRates {
+        ours: median(ours),
+        ours_wall: median(ours_wall),
+        base: median(base),
+        finish,
+        bytes_per_report: data.len() as f64 / n as f64,
+        reports: n * passes,
+        g,
+    };
+    eprintln!(
+        "int: {hops}-hop: stel {:.2} M reports/s, baseline per-report parse {:.2} M reports/s (ratio {:.2}); to Arrow (sink thread) {:.2} M reports/s",
+        r.ours / 1e6,
+        r.base / 1e6,
+        r.ours / r.base,
+        r.finish / 1e6
+    );
+    Ok(r)
+}
+
+/// Runs the bench. `STEL_INT_DECODE_ONLY=1`: the decode figures only (for profiling).
+///
+/// # Errors
+/// A decoder that miscounts (the figures would mean nothing).
+pub fn bench(quick: bool) -> Result<Value, String> {
+    let (runs, n, passes) = if quick {
+        (5, 100_000, 10)
+    } else {
+        (9, 200_000, 20)
+    };
+    let hops = 5;
+    let one = decode_rates(1, n, runs, passes)?;
+    let five = decode_rates(hops, n, runs, passes)?;
+    let (data, offs, g) = amlight_reports(n, hops);
+    debug_assert_eq!(g.kytos_evcs_json(), five.g.kytos_evcs_json());
+    let decode_only = json!({
+        "bench": "int",
+        "reports_per_s": five.ours.round(),
+        "reports_per_wall_s": five.ours_wall.round(),
+        "hops_per_report": hops,
+        "bytes_per_report": five.bytes_per_report.round(),
+        "baseline_reports_per_s": five.base.round(),
+        "transpose_reports_per_s": five.finish.round(),
+        "ratio_vs_baseline": (five.ours / five.base * 100.0).round() / 100.0,
+        "reports_per_s_1hop": one.ours.round(),
+        "baseline_reports_per_s_1hop": one.base.round(),
+        "ratio_vs_baseline_1hop": (one.ours / one.base * 100.0).round() / 100.0,
+        "runs": runs,
+        "reports_per_run": five.reports,
+    });
+    if std::env::var_os("STEL_INT_DECODE_ONLY").is_some() {
+        return Ok(decode_only);
+    }
     let e2e_n = if quick { 400_000 } else { 2_000_000 };
     let e2e = e2e_run(&data, &offs, e2e_n, &g.kytos_evcs_json())?;
     let (e2e_base, e2e_base_cpu) = e2e_baseline(&data, &offs, e2e_n)?;
@@ -292,20 +343,8 @@ pub fn bench(quick: bool) -> Result<Value, String> {
         e2e_base / 1e6,
         e2e_base_cpu / 1e6
     );
-    eprintln!(
-        "int: stel {:.2} M reports/s, baseline per-report parse {:.2} M reports/s",
-        m / 1e6,
-        b / 1e6
-    );
-    Ok(json!({
-        "bench": "int",
-        "reports_per_s": m.round(),
-        "reports_per_wall_s": m_wall.round(),
-        "hops_per_report": hops,
-        "bytes_per_report": (data.len() as f64 / n as f64).round(),
-        "baseline_reports_per_s": b.round(),
-        "transpose_reports_per_s": finish_rate.round(),
-        "ratio_vs_baseline": (m / b * 100.0).round() / 100.0,
+    let mut out = decode_only;
+    let e = json!({
         "e2e_reports_per_s": e2e.rate.round(),
         "e2e_baseline_reports_per_s": e2e_base.round(),
         "e2e_ratio_vs_baseline": (e2e.rate / e2e_base * 100.0).round() / 100.0,
@@ -319,9 +358,11 @@ pub fn bench(quick: bool) -> Result<Value, String> {
         "e2e_reader": e2e.reader,
         "lost": e2e.lost,
         "unaccounted": e2e.unaccounted,
-        "runs": runs,
-        "reports_per_run": n * passes,
-    }))
+    });
+    if let (Some(o), Value::Object(e)) = (out.as_object_mut(), e) {
+        o.extend(e);
+    }
+    Ok(out)
 }
 
 /// What one end-to-end run measured.

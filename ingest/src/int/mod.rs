@@ -275,7 +275,8 @@ impl IntDecoder {
         }
     }
 
-    /// Room for a batch of `batch_reports` reports of up to 6 hops without reallocating.
+    /// Column buffers for `batch_reports` reports of up to 6 hops (a batch is handed over
+    /// before the hop buffers could overflow).
     fn new_batch(cfg: &IntDecodeConfig) -> IntBatch {
         IntBatch::with_capacity(cfg.batch_reports, cfg.batch_reports * 6)
     }
@@ -331,7 +332,9 @@ impl IntDecoder {
                 self.stats.count(Malformed::UnknownReportVersion);
             }
         }
-        if self.batch.reports.rows() >= self.cfg.batch_reports {
+        if self.batch.reports.rows() >= self.cfg.batch_reports
+            || self.batch.hops.rows() + MAX_HOPS > self.batch.hops.capacity()
+        {
             self.emit(sink);
         }
     }
@@ -339,7 +342,16 @@ impl IntDecoder {
     /// Hands the rows decoded so far to the sink and forgets idle flows. Call it when the feed
     /// goes quiet and before shutdown.
     pub fn flush<S: IntSink>(&mut self, now_ns: i64, sink: &mut S) {
-        self.emit(sink);
+        if self.batch.reports.rows() < self.batch.reports.capacity() / 4 {
+            // A small batch: hand over a copy the size of its rows and keep the big buffers
+            // (warm, already faulted in) for the next one.
+            if !self.batch.is_empty() {
+                self.stats.batches += 1;
+                sink.on_batch(self.batch.take_compact());
+            }
+        } else {
+            self.emit(sink);
+        }
         let idle = i64::try_from(self.cfg.flow_idle_timeout_ms)
             .unwrap_or(i64::MAX / 1_000_000)
             .saturating_mul(1_000_000);
@@ -688,7 +700,7 @@ impl IntDecoder {
         let ip = inner.ip_version.is_some();
         let ih = sc.int;
         b.reports
-            .push_new(ts, rep.switch_id)
+            .row(ts, rep.switch_id)
             .report_version(Some(rep.version))
             .hw_id(Some(rep.hw_id))
             .seq(Some(rep.seq))
@@ -732,10 +744,11 @@ impl IntDecoder {
             .latency_e2e_ns(e2e)
             .latency_over(over)
             .evc_id(evc_index)
-            .evc_name(evc_index);
+            .evc_name(evc_index)
+            .done();
         for (i, hop) in hops.iter().enumerate() {
             b.hops
-                .push_new(ts, rep.switch_id)
+                .row(ts, rep.switch_id)
                 .seq(Some(rep.seq))
                 .flow_key(flow_key)
                 .vlan(inner.vlan)
@@ -757,7 +770,8 @@ impl IntDecoder {
                 .latency_ns(match lat.get(i) {
                     Some(&l) => l,
                     None => Self::hop_latency(hop, &mut 0),
-                });
+                })
+                .done();
         }
         st.hops += nh as u64;
         if nh > 0 {
@@ -765,7 +779,7 @@ impl IntDecoder {
         }
         if rep.drop_header || rep.d || md.drop_reason.is_some() {
             b.drops
-                .push_new(ts, rep.switch_id)
+                .row(ts, rep.switch_id)
                 .report_version(Some(rep.version))
                 .hw_id(Some(rep.hw_id))
                 .seq(Some(rep.seq))
@@ -780,7 +794,8 @@ impl IntDecoder {
                 .src_port(inner.sport)
                 .dst_port(inner.dport)
                 .flow_key(flow_key)
-                .evc_id(evc_index);
+                .evc_id(evc_index)
+                .done();
             st.drops += 1;
         }
     }

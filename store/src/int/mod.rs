@@ -1,11 +1,13 @@
 //! INT telemetry-report tables: what the INT decoder fills and the INT sink writes.
 //!
-//! Three tables. The decoder (`stel_ingest::int`) appends one fixed-size row struct per report,
-//! hop and drop ([`ReportRow`], [`HopRow`], [`DropRow`]: plain `Copy` values, `None` = null) to
-//! a `Vec` — one sequential write per row, no allocation per report. [`IntBatch::finish`] turns
-//! the rows into Arrow columns; the sink calls it on its own thread, so the decode core never
-//! pays for the transpose (the counter path makes the same split: row-major on the decode
-//! thread, columns in the Parquet sink).
+//! Three tables, each a set of column buffers ([`Reports`], [`Hops`], [`Drops`]). The decoder
+//! (`stel_ingest::int`) writes every value straight into its column: one store at the row's
+//! index, plus one validity word per row (a bit per nullable column) — no row structs, no
+//! transpose. Buffers are sized for a whole batch up front, so a value is written, never
+//! pushed (no capacity check per value, and hop rows can be written in any order).
+//! [`IntBatch::finish`] hands the buffers to Arrow without copying them (the validity words
+//! become null buffers; only columns that mix nulls and values need that pass); readers that do
+//! not want Arrow read the typed slices directly ([`Reports::view`]).
 //!
 //! | table | one row per | key columns |
 //! |---|---|---|
@@ -18,7 +20,14 @@
 //! switch-local header; see the decoder's docs for the fallback). On disk every table is
 //! partitioned per reporting switch: `<root>/table=<t>/switch=<switch_id>/date=…/hour=…/part-….parquet`
 //! ([`crate::paths::TableDir`]), written by [`sink::IntSink`].
-
+//!
+//! Layout of a table (all buffers `capacity()` rows long; rows `0..rows()` are committed):
+//!
+//! ```text
+//!  ts: Vec<i64>  switch_id: Vec<u32>  valid: Vec<u64>  seq: Vec<u32>  flow_key: Vec<u64>  …
+//!  row i: ts[i], switch_id[i] always set; column c is null in row i unless valid[i] bit c
+//!  (the column's `…Bit` constant) is set; a null row's value slot holds anything.
+//! ```
 use std::sync::{Arc, Mutex};
 
 use arrow_array::{
@@ -84,15 +93,20 @@ pub struct EvcName {
     pub name: String,
 }
 
-/// Column kinds: the row's value type and how a column of them becomes Arrow.
+/// Column kinds: what the decoder writes (`T`), what the column buffer holds per row (`S`), and
+/// how a buffer becomes an Arrow array.
 pub trait Kind {
+    /// The value a writer takes.
     type T: Copy + Default + std::fmt::Debug + PartialEq;
+    /// One row's slot in the column buffer.
+    type S: Copy + Default + std::fmt::Debug + PartialEq;
     fn data_type() -> DataType;
-    /// The column of `n` rows: `value(i)` is row `i`'s value (the type's default where the row
-    /// is null), `nulls` the validity (`None`: every row valid).
-    fn column(
-        n: usize,
-        value: impl Fn(usize) -> Self::T,
+    /// The slot for a value.
+    fn store(v: Self::T) -> Self::S;
+    /// The Arrow array of `values` (one slot per row; the buffer is moved, not copied, where
+    /// the Arrow layout is the buffer's), `nulls` the validity (`None`: every row valid).
+    fn array(
+        values: Vec<Self::S>,
         nulls: Option<NullBuffer>,
         evcs: &[EvcName],
     ) -> Result<ArrayRef, ArrowError>;
@@ -104,16 +118,19 @@ macro_rules! prim_kind {
         pub struct $k;
         impl Kind for $k {
             type T = $t;
+            type S = $t;
             fn data_type() -> DataType {
                 $dt
             }
-            fn column(
-                n: usize,
-                value: impl Fn(usize) -> $t,
+            #[inline(always)]
+            fn store(v: $t) -> $t {
+                v
+            }
+            fn array(
+                values: Vec<$t>,
                 nulls: Option<NullBuffer>,
                 _: &[EvcName],
             ) -> Result<ArrayRef, ArrowError> {
-                let values: Vec<$t> = (0..n).map(value).collect();
                 Ok(Arc::new(PrimitiveArray::<$at>::try_new(
                     ScalarBuffer::from(values),
                     nulls,
@@ -128,54 +145,68 @@ prim_kind!(U16, u16, UInt16Type, DataType::UInt16);
 prim_kind!(U32, u32, UInt32Type, DataType::UInt32);
 prim_kind!(U64, u64, UInt64Type, DataType::UInt64);
 
-/// Boolean column.
+/// Boolean column (one `bool` per row in the buffer; bit-packed for Arrow at finish).
 #[derive(Debug)]
 pub struct Bool;
 impl Kind for Bool {
     type T = bool;
+    type S = bool;
     fn data_type() -> DataType {
         DataType::Boolean
     }
-    fn column(
-        n: usize,
-        value: impl Fn(usize) -> bool,
+    #[inline(always)]
+    fn store(v: bool) -> bool {
+        v
+    }
+    fn array(
+        values: Vec<bool>,
         nulls: Option<NullBuffer>,
         _: &[EvcName],
     ) -> Result<ArrayRef, ArrowError> {
         Ok(Arc::new(BooleanArray::new(
-            BooleanBuffer::collect_bool(n, value),
+            BooleanBuffer::collect_bool(values.len(), |i| values[i]),
             nulls,
         )))
     }
 }
 
-/// 16-byte address column (`FixedSizeBinary(16)`).
+/// 16-byte address column (`FixedSizeBinary(16)`). The buffer holds each address as an `i128`
+/// of its bytes in memory order (`i128::from_ne_bytes`), which is exactly Arrow's layout, so the
+/// buffer is moved, not copied; [`Addr::bytes`] gives the address back.
 #[derive(Debug)]
 pub struct Addr;
+impl Addr {
+    /// The address bytes of a slot.
+    #[inline]
+    pub fn bytes(slot: i128) -> [u8; ADDR_LEN] {
+        slot.to_ne_bytes()
+    }
+}
 impl Kind for Addr {
     type T = [u8; ADDR_LEN];
+    type S = i128;
     fn data_type() -> DataType {
         DataType::FixedSizeBinary(ADDR_LEN as i32)
     }
-    fn column(
-        n: usize,
-        value: impl Fn(usize) -> [u8; ADDR_LEN],
+    #[inline(always)]
+    fn store(v: [u8; ADDR_LEN]) -> i128 {
+        i128::from_ne_bytes(v)
+    }
+    fn array(
+        values: Vec<i128>,
         nulls: Option<NullBuffer>,
         _: &[EvcName],
     ) -> Result<ArrayRef, ArrowError> {
-        let mut flat = Vec::with_capacity(n * ADDR_LEN);
-        for i in 0..n {
-            flat.extend_from_slice(&value(i));
-        }
         Ok(Arc::new(FixedSizeBinaryArray::try_new(
             ADDR_LEN as i32,
-            Buffer::from_vec(flat),
+            Buffer::from_vec(values),
             nulls,
         )?))
     }
 }
 
-/// Column kinds for the EVC id and name: the row holds an index into the batch's EVC names.
+/// Column kinds for the EVC id and name: the buffer holds an index into the batch's EVC names;
+/// the Arrow column is the strings.
 macro_rules! evc_kind {
     ($(#[doc = $doc:literal])* $k:ident, $field:ident) => {
         $(#[doc = $doc])*
@@ -183,19 +214,24 @@ macro_rules! evc_kind {
         pub struct $k;
         impl Kind for $k {
             type T = u32;
+            type S = u32;
             fn data_type() -> DataType {
                 DataType::Utf8
             }
-            fn column(
-                n: usize,
-                value: impl Fn(usize) -> u32,
+            #[inline(always)]
+            fn store(v: u32) -> u32 {
+                v
+            }
+            fn array(
+                values: Vec<u32>,
                 nulls: Option<NullBuffer>,
                 evcs: &[EvcName],
             ) -> Result<ArrayRef, ArrowError> {
+                let n = values.len();
                 let mut b = StringBuilder::with_capacity(n, n * 8);
-                for i in 0..n {
+                for (i, &v) in values.iter().enumerate() {
                     let e = if nulls.as_ref().is_none_or(|v| v.is_valid(i)) {
-                        evcs.get(value(i) as usize)
+                        evcs.get(v as usize)
                     } else {
                         None
                     };
@@ -221,31 +257,33 @@ evc_kind!(
     name
 );
 
-/// Validity of bit `bit` over `rows` (`None`: every row valid).
-#[inline]
-fn nulls_of<R>(rows: &[R], valid: impl Fn(&R) -> u64, bit: u32) -> Option<NullBuffer> {
-    let n = rows.len();
-    let set = rows.iter().filter(|r| valid(r) >> bit & 1 == 1).count();
-    (set != n).then(|| {
-        NullBuffer::new(BooleanBuffer::collect_bool(n, |i| {
-            valid(&rows[i]) >> bit & 1 == 1
-        }))
-    })
+/// Validity of column bit `bit` over the rows' validity words, given their AND and OR (`None`:
+/// every row valid; all-null without a pass over the rows).
+fn nulls_of(valid: &[u64], and: u64, or: u64, bit: u32) -> Option<NullBuffer> {
+    if and >> bit & 1 == 1 {
+        None
+    } else if or >> bit & 1 == 0 {
+        Some(NullBuffer::new_null(valid.len()))
+    } else {
+        Some(NullBuffer::new(BooleanBuffer::collect_bool(
+            valid.len(),
+            |i| valid[i] >> bit & 1 == 1,
+        )))
+    }
 }
 
 /// Nanoseconds per hour: files are split at UTC hour boundaries.
 pub const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
-/// Splits `rows` by `key` (more than one key), keeping each group's order.
-fn group_by<R: Copy, K: Copy + Eq + std::hash::Hash>(
-    rows: &[R],
-    key: impl Fn(&R) -> K,
-) -> Vec<(K, Vec<R>)> {
-    let mut groups: Vec<(K, Vec<R>)> = Vec::new();
+/// Row indices of `keys` grouped by key (more than one key), groups in order of first
+/// appearance, rows in order within each.
+fn group_rows<K: Copy + Eq + std::hash::Hash>(
+    keys: impl Iterator<Item = K>,
+) -> Vec<(K, Vec<usize>)> {
+    let mut groups: Vec<(K, Vec<usize>)> = Vec::new();
     let mut index: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
     let mut last: Option<(K, usize)> = None;
-    for r in rows {
-        let k = key(r);
+    for (i, k) in keys.enumerate() {
         let g = match last {
             Some((lk, g)) if lk == k => g,
             _ => {
@@ -257,16 +295,21 @@ fn group_by<R: Copy, K: Copy + Eq + std::hash::Hash>(
                 g
             }
         };
-        groups[g].1.push(*r);
+        groups[g].1.push(i);
     }
     groups
 }
 
+/// The slots of `v` at `idx`.
+fn gather<S: Copy>(v: &[S], idx: &[usize]) -> Vec<S> {
+    idx.iter().map(|&i| v[i]).collect()
+}
+
 /// Emptied batches kept for reuse: a decoder's batch is several MB, and a fresh allocation of
 /// that size is fresh pages (a page fault per 4 KiB, measured at ~15 % of decode time), so
-/// the writer hands finished batches back ([`IntBatch::recycle`]) and
-/// [`IntBatch::with_capacity`] takes them. One short lock per batch, never per row; at most
-/// [`POOL_MAX`] batches are kept (outside the sink's memory budget).
+/// whoever is done with a batch whose buffers it still holds hands it back
+/// ([`IntBatch::recycle`]) and [`IntBatch::with_capacity`] takes it. One short lock per batch,
+/// never per row; at most [`POOL_MAX`] batches are kept (outside the sink's memory budget).
 static POOL: Mutex<Vec<IntBatch>> = Mutex::new(Vec::new());
 /// Most emptied batches [`POOL`] keeps.
 pub const POOL_MAX: usize = 4;
@@ -281,78 +324,206 @@ pub const TABLE_KEY: &str = "stel.table";
 pub const SWITCH_COLUMN: &str = "switch_id";
 
 macro_rules! table {
-    ($(#[doc = $tdoc:literal])* $name:ident, $row:ident, $bits:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
-        /// Bit of each nullable column in a row's validity mask.
-        #[allow(non_camel_case_types, dead_code)]
-        #[derive(Debug, Clone, Copy)]
-        #[repr(u32)]
-        enum $bits { $($col,)* }
-
-        #[doc = concat!("One row of [`", stringify!($name), "`]: plain values and a validity ")]
-        /// mask (set a column with its method, e.g. `row.seq(Some(7))`; unset = null). Compact
-        /// on purpose: the decoder writes one per report or hop.
-        #[derive(Debug, Clone, Copy, Default, PartialEq)]
-        pub struct $row {
-            /// Receive time, ns since the epoch (non-null).
-            pub ts: i64,
-            /// Reporting switch (non-null; the partition key).
-            pub switch_id: u32,
-            valid: u64,
-            $($(#[doc = $doc])* pub $col: <$kind as Kind>::T,)*
+    ($(#[doc = $tdoc:literal])* $name:ident, $writer:ident, $view:ident, $bits:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
+        #[doc = concat!("Bit of each nullable column of [`", stringify!($name), "`] in a row's validity word.")]
+        #[allow(non_upper_case_globals)]
+        #[derive(Debug)]
+        pub struct $bits;
+        #[allow(non_upper_case_globals)]
+        impl $bits {
+            table!(@bits 0u32; $($col)*);
         }
 
-        impl $row {
-            /// A row with every nullable column null.
+        $(#[doc = $tdoc])*
+        ///
+        /// Column buffers, each [`Self::capacity`] rows long: write a row with [`Self::row`]
+        /// (or [`Self::row_at`] + [`Self::commit`]), read them with [`Self::view`], hand them to
+        /// Arrow with [`Self::finish`].
+        #[derive(Debug, Default)]
+        pub struct $name {
+            rows: usize,
+            cap: usize,
+            ts: Vec<i64>,
+            switch_id: Vec<u32>,
+            valid: Vec<u64>,
+            $($col: Vec<<$kind as Kind>::S>,)*
+        }
+
+        #[doc = concat!("Writes one row of [`", stringify!($name), "`]: each setter stores a value at the row's index (`None` leaves the column null) and passes the writer on; [`", stringify!($writer), "::done`] stores the row's validity word (and commits a row from [`", stringify!($name), "::row`]).")]
+        #[derive(Debug)]
+        #[must_use = "a row is written by .done()"]
+        pub struct $writer<'a> {
+            t: &'a mut $name,
+            i: usize,
+            valid: u64,
+            commit: bool,
+        }
+
+        // Setters take and return the writer by value, and it has no `Drop`: the validity word
+        // stays in a register through a chain of them. (A `&mut self` chain kept it in memory,
+        // a store and a reload per value: ~18 % of decode time; a by-value writer with `Drop`
+        // was copied between stack slots at every step: 4× slower.)
+        impl $writer<'_> {
+            /// Stores the validity word; a row from [`Self::row`]-style writing is committed.
             #[inline(always)]
-            pub fn new(ts: i64, switch_id: u32) -> Self {
-                Self { ts, switch_id, ..Self::default() }
+            pub fn done(self) {
+                self.t.valid[self.i] = self.valid;
+                if self.commit {
+                    self.t.rows += 1;
+                }
             }
 
             $(
-                #[doc = concat!("Sets `", stringify!($col), "` (`None` leaves it null).")]
+                $(#[doc = $doc])*
                 #[inline(always)]
-                pub fn $col(&mut self, v: Option<<$kind as Kind>::T>) -> &mut Self {
+                pub fn $col(mut self, v: Option<<$kind as Kind>::T>) -> Self {
                     if let Some(v) = v {
-                        self.$col = v;
-                        self.valid |= 1 << ($bits::$col as u32);
+                        self.t.$col[self.i] = <$kind>::store(v);
+                        self.valid |= 1 << $bits::$col;
                     }
                     self
                 }
             )*
         }
 
-        $(#[doc = $tdoc])*
-        #[derive(Debug, Default)]
-        pub struct $name {
-            pub rows: Vec<$row>,
+        #[doc = concat!("The committed rows of [`", stringify!($name), "`] as typed slices (all `rows()` long): a column's row `i` is null unless `valid[i]` has the column's [`", stringify!($bits), "`] bit.")]
+        #[derive(Debug, Clone, Copy)]
+        pub struct $view<'a> {
+            /// Receive time, ns since the epoch (non-null).
+            pub ts: &'a [i64],
+            /// Reporting switch (non-null; the partition key).
+            pub switch_id: &'a [u32],
+            /// Validity word of each row.
+            pub valid: &'a [u64],
+            $($(#[doc = $doc])* pub $col: &'a [<$kind as Kind>::S],)*
         }
 
         impl $name {
+            /// Nullable columns (bits of the validity word).
+            pub const COLUMNS: usize = [$(stringify!($col),)*].len();
+            const _FIT: () = assert!(Self::COLUMNS <= 64);
+            /// Buffer bytes per row (every column, the validity word, ts and switch_id).
+            pub const ROW_BYTES: usize = 8 + 4 + 8 $(+ std::mem::size_of::<<$kind as Kind>::S>())*;
+
+            /// Buffers for `n` rows.
             pub fn with_capacity(n: usize) -> Self {
-                Self { rows: Vec::with_capacity(n) }
+                let () = Self::_FIT;
+                let mut t = Self::default();
+                t.grow_to(n);
+                t
             }
 
+            /// Resizes every buffer to `n` rows (`n` ≥ `rows()`).
+            fn grow_to(&mut self, n: usize) {
+                self.ts.resize(n, 0);
+                self.switch_id.resize(n, 0);
+                self.valid.resize(n, 0);
+                $(self.$col.resize(n, Default::default());)*
+                self.cap = n;
+            }
+
+            /// Makes room for `extra` more rows (doubling; a batch is sized so this is rare).
+            #[inline]
+            pub fn reserve(&mut self, extra: usize) {
+                if self.rows + extra > self.cap {
+                    self.grow_to((self.rows + extra).max(self.cap * 2).max(16));
+                }
+            }
+
+            /// Writes row `rows()` (growing the buffers when full); the row is committed by the
+            /// writer's `done()`.
             #[inline(always)]
-            pub fn push(&mut self, row: $row) {
-                self.rows.push(row);
+            pub fn row(&mut self, ts: i64, switch_id: u32) -> $writer<'_> {
+                self.reserve(1);
+                let i = self.rows;
+                let mut w = self.row_at(i, ts, switch_id);
+                w.commit = true;
+                w
             }
 
-            /// Appends a row with every nullable column null and returns it to fill in place
-            /// (no copy of the finished row).
+            /// Writes row `i` (`rows()` ≤ `i` < `capacity()`, see [`Self::reserve`]) without
+            /// committing it: rows may be written in any order, then [`Self::commit`]ted
+            /// together. A row written and never committed is overwritten later.
+            ///
+            /// # Panics
+            /// `i` ≥ `capacity()`.
             #[inline(always)]
-            pub fn push_new(&mut self, ts: i64, switch_id: u32) -> &mut $row {
-                let i = self.rows.len();
-                self.rows.push($row::new(ts, switch_id));
-                &mut self.rows[i]
+            pub fn row_at(&mut self, i: usize, ts: i64, switch_id: u32) -> $writer<'_> {
+                self.ts[i] = ts;
+                self.switch_id[i] = switch_id;
+                $writer { t: self, i, valid: 0, commit: false }
             }
 
+            /// Commits rows `rows()..rows() + n` written with [`Self::row_at`].
+            ///
+            /// # Panics
+            /// Past `capacity()`.
+            #[inline]
+            pub fn commit(&mut self, n: usize) {
+                assert!(self.rows + n <= self.cap, "commit past the buffers");
+                self.rows += n;
+            }
+
+            /// Committed rows.
             pub fn rows(&self) -> usize {
-                self.rows.len()
+                self.rows
             }
 
-            /// Bytes held.
+            /// Rows the buffers hold.
+            pub fn capacity(&self) -> usize {
+                self.cap
+            }
+
+            /// Bytes the buffers hold (capacity, not rows: what the memory budget must count).
             pub fn bytes(&self) -> usize {
-                self.rows.len() * std::mem::size_of::<$row>()
+                self.cap * Self::ROW_BYTES
+            }
+
+            /// Forgets the rows, keeping the buffers.
+            pub fn clear(&mut self) {
+                self.rows = 0;
+            }
+
+            /// The committed rows' columns.
+            pub fn view(&self) -> $view<'_> {
+                let n = self.rows;
+                $view {
+                    ts: &self.ts[..n],
+                    switch_id: &self.switch_id[..n],
+                    valid: &self.valid[..n],
+                    $($col: &self.$col[..n],)*
+                }
+            }
+
+            /// Keeps the committed rows whose `switch_id` `keep` accepts (called once per row, in
+            /// order), in order, compacting every column in place.
+            pub fn retain_switches(&mut self, mut keep: impl FnMut(u32) -> bool) {
+                let mut j = 0;
+                for i in 0..self.rows {
+                    if !keep(self.switch_id[i]) {
+                        continue;
+                    }
+                    if i != j {
+                        self.ts[j] = self.ts[i];
+                        self.switch_id[j] = self.switch_id[i];
+                        self.valid[j] = self.valid[i];
+                        $(self.$col[j] = self.$col[i];)*
+                    }
+                    j += 1;
+                }
+                self.rows = j;
+            }
+
+            /// Appends the committed rows of `o` (growing the buffers as needed).
+            pub fn extend_from(&mut self, o: &$name) {
+                let n = o.rows;
+                self.reserve(n);
+                let at = self.rows;
+                self.ts[at..at + n].copy_from_slice(&o.ts[..n]);
+                self.switch_id[at..at + n].copy_from_slice(&o.switch_id[..n]);
+                self.valid[at..at + n].copy_from_slice(&o.valid[..n]);
+                $(self.$col[at..at + n].copy_from_slice(&o.$col[..n]);)*
+                self.rows += n;
             }
 
             /// The Arrow schema (field order = column order).
@@ -364,17 +535,26 @@ macro_rules! table {
                 ]))
             }
 
-            /// The rows as a record batch (the transpose), leaving this table empty.
+            /// The committed rows as a record batch, moving the buffers into Arrow (no copy; the
+            /// validity words become null buffers, one pass only for a column that mixes nulls
+            /// and values). Leaves this table empty, without buffers.
             ///
             /// # Errors
             /// Arrow rejecting a column (a bug).
             pub fn finish(&mut self, evcs: &[EvcName]) -> Result<RecordBatch, ArrowError> {
-                let rows = std::mem::take(&mut self.rows);
-                Self::to_batch(&rows, evcs)
+                let mut t = std::mem::take(self);
+                let n = t.rows;
+                t.ts.truncate(n);
+                t.switch_id.truncate(n);
+                t.valid.truncate(n);
+                $(t.$col.truncate(n);)*
+                Self::to_batch(t.ts, t.switch_id, &t.valid, ($(t.$col,)*), evcs)
             }
 
-            /// The rows grouped by (reporting switch, UTC hour number), each group a record
-            /// batch in arrival order, leaving this table empty (its capacity kept).
+            /// The committed rows grouped by (reporting switch, UTC hour number), each group a
+            /// record batch in arrival order, leaving this table empty. One group (the usual
+            /// case): the buffers are moved into Arrow as by [`Self::finish`]; several: each
+            /// group's rows are gathered into new buffers and this table keeps its own.
             ///
             /// # Errors
             /// Arrow rejecting a column (a bug).
@@ -382,51 +562,68 @@ macro_rules! table {
                 &mut self,
                 evcs: &[EvcName],
             ) -> Result<Vec<((u32, i64), RecordBatch)>, ArrowError> {
-                let key = |r: &$row| (r.switch_id, r.ts.div_euclid(NS_PER_HOUR));
-                let out = match self.rows.first().map(key) {
-                    None => Ok(Vec::new()),
-                    Some(k0) if self.rows.iter().all(|r| key(r) == k0) => {
-                        Self::to_batch(&self.rows, evcs).map(|b| vec![(k0, b)])
-                    }
-                    Some(_) => group_by(&self.rows, key)
-                        .into_iter()
-                        .map(|(k, rows)| Ok((k, Self::to_batch(&rows, evcs)?)))
-                        .collect(),
+                let n = self.rows;
+                let (sw, ts) = (&self.switch_id, &self.ts);
+                let key = |i: usize| (sw[i], ts[i].div_euclid(NS_PER_HOUR));
+                let Some(k0) = (n > 0).then(|| key(0)) else {
+                    return Ok(Vec::new());
                 };
-                // The rows' memory stays for reuse ([`IntBatch::recycle`]).
-                self.rows.clear();
+                if (1..n).all(|i| key(i) == k0) {
+                    return Ok(vec![(k0, self.finish(evcs)?)]);
+                }
+                let groups = group_rows((0..n).map(|i| (self.switch_id[i], self.ts[i].div_euclid(NS_PER_HOUR))));
+                let out = groups
+                    .into_iter()
+                    .map(|(k, idx)| {
+                        let valid = gather(&self.valid, &idx);
+                        Ok((
+                            k,
+                            Self::to_batch(
+                                gather(&self.ts, &idx),
+                                gather(&self.switch_id, &idx),
+                                &valid,
+                                ($(gather(&self.$col, &idx),)*),
+                                evcs,
+                            )?,
+                        ))
+                    })
+                    .collect();
+                self.clear();
                 out
             }
 
-            /// `rows` as a record batch: one pass per column over the rows, validity from
-            /// the rows' masks (no null buffer when a column has no nulls).
-            ///
-            /// # Errors
-            /// Arrow rejecting a column (a bug).
-            pub fn to_batch(rows: &[$row], evcs: &[EvcName]) -> Result<RecordBatch, ArrowError> {
-                const _: () = assert!([$($bits::$col as u32,)*].len() <= 64);
-                let n = rows.len();
-                let ts: Vec<i64> = rows.iter().map(|r| r.ts).collect();
-                let sw: Vec<u32> = rows.iter().map(|r| r.switch_id).collect();
+            /// Buffers exactly `rows` long → record batch.
+            #[allow(clippy::type_complexity)]
+            fn to_batch(
+                ts: Vec<i64>,
+                switch_id: Vec<u32>,
+                valid: &[u64],
+                ($($col,)*): ($(Vec<<$kind as Kind>::S>,)*),
+                evcs: &[EvcName],
+            ) -> Result<RecordBatch, ArrowError> {
+                let (and, or) = valid
+                    .iter()
+                    .fold((u64::MAX, 0u64), |(a, o), &v| (a & v, o | v));
                 let cols: Vec<ArrayRef> = vec![
                     Arc::new(TimestampNanosecondArray::new(ScalarBuffer::from(ts), None).with_timezone("UTC")),
-                    Arc::new(PrimitiveArray::<UInt32Type>::new(ScalarBuffer::from(sw), None)),
-                    $(<$kind>::column(
-                        n,
-                        |i| rows[i].$col,
-                        nulls_of(rows, |r| r.valid, $bits::$col as u32),
-                        evcs,
-                    )?,)*
+                    Arc::new(PrimitiveArray::<UInt32Type>::new(ScalarBuffer::from(switch_id), None)),
+                    $(<$kind>::array($col, nulls_of(valid, and, or, $bits::$col), evcs)?,)*
                 ];
                 RecordBatch::try_new(Self::schema(), cols)
             }
         }
     };
+    (@bits $n:expr; $col:ident $($rest:ident)*) => {
+        #[doc = concat!("`", stringify!($col), "`")]
+        pub const $col: u32 = $n;
+        table!(@bits $n + 1u32; $($rest)*);
+    };
+    (@bits $n:expr;) => {};
 }
 
 table! {
     /// `int_reports`: one row per individual telemetry report.
-    Reports, ReportRow, ReportBit {
+    Reports, ReportWriter, ReportsView, ReportBit {
         /// Telemetry Report version: 0 (v0.5), 1 (v1.0), 2 (v2.0).
         report_version: U8,
         /// Sub-system of the reporting switch (6 bits; 4 with the Tofino v2.0 variant).
@@ -508,7 +705,7 @@ table! {
 
 table! {
     /// `int_hops`: one row per hop of a report's INT stack, in path order.
-    Hops, HopRow, HopBit {
+    Hops, HopWriter, HopsView, HopBit {
         /// Report sequence number (joins with `int_reports` on switch_id, seq, ts).
         seq: U32,
         flow_key: U64,
@@ -542,7 +739,7 @@ table! {
 
 table! {
     /// `int_drops`: one row per report that says a packet was dropped.
-    Drops, DropRow, DropBit {
+    Drops, DropWriter, DropsView, DropBit {
         report_version: U8,
         hw_id: U8,
         seq: U32,
@@ -573,13 +770,14 @@ pub struct IntBatch {
 }
 
 impl IntBatch {
-    /// Room for `reports` reports and `hops` hops without reallocating: an emptied batch from
-    /// the pool when one is big enough, else a new one.
+    /// Buffers for `reports` reports and `hops` hops: an emptied batch from the pool when one is
+    /// big enough, else new ones.
     pub fn with_capacity(reports: usize, hops: usize) -> Self {
         if let Ok(mut pool) = POOL.lock() {
-            if let Some(i) = pool.iter().position(|b| {
-                b.reports.rows.capacity() >= reports && b.hops.rows.capacity() >= hops
-            }) {
+            if let Some(i) = pool
+                .iter()
+                .position(|b| b.reports.capacity() >= reports && b.hops.capacity() >= hops)
+            {
                 return pool.swap_remove(i);
             }
         }
@@ -591,18 +789,43 @@ impl IntBatch {
         }
     }
 
-    /// Gives the batch's memory back for reuse by [`IntBatch::with_capacity`] (rows dropped;
-    /// freed instead when the pool is full).
+    /// Gives the batch's buffers back for reuse by [`IntBatch::with_capacity`] (rows dropped;
+    /// freed instead when the pool is full or the buffers went to Arrow with `finish`).
     pub fn recycle(mut self) {
-        self.reports.rows.clear();
-        self.hops.rows.clear();
-        self.drops.rows.clear();
+        if self.reports.capacity() == 0 || self.hops.capacity() == 0 {
+            return;
+        }
+        self.clear();
         self.evcs = Arc::new([]);
         if let Ok(mut pool) = POOL.lock() {
             if pool.len() < POOL_MAX {
                 pool.push(self);
             }
         }
+    }
+
+    /// Forgets the rows of all three tables, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.reports.clear();
+        self.hops.clear();
+        self.drops.clear();
+    }
+
+    /// A batch holding a copy of these rows in buffers just their size, leaving `self` empty
+    /// with its buffers: what a decoder hands over when it flushes a small batch, so its big
+    /// buffers stay warm and the sink holds no more memory than the rows need.
+    pub fn take_compact(&mut self) -> IntBatch {
+        let mut b = IntBatch {
+            reports: Reports::with_capacity(self.reports.rows()),
+            hops: Hops::with_capacity(self.hops.rows()),
+            drops: Drops::with_capacity(self.drops.rows()),
+            evcs: Arc::clone(&self.evcs),
+        };
+        b.reports.extend_from(&self.reports);
+        b.hops.extend_from(&self.hops);
+        b.drops.extend_from(&self.drops);
+        self.clear();
+        b
     }
 
     /// Rows of all three tables.
@@ -614,13 +837,13 @@ impl IntBatch {
         self.rows() == 0
     }
 
-    /// Bytes held (the sink's memory budget).
+    /// Bytes the buffers hold (the sink's memory budget).
     pub fn bytes(&self) -> usize {
         self.reports.bytes() + self.hops.bytes() + self.drops.bytes()
     }
 
     /// The rows as record batches per (table, reporting switch, UTC hour number), leaving
-    /// `self` empty: what the writer needs, without filtering columns after the transpose.
+    /// `self` empty: what the writer needs, without filtering columns afterwards.
     ///
     /// # Errors
     /// Arrow rejecting a column (a bug).
@@ -637,7 +860,8 @@ impl IntBatch {
         Ok(out)
     }
 
-    /// The three tables as record batches (empty ones included), leaving `self` empty.
+    /// The three tables as record batches (empty ones included), moving the buffers into Arrow
+    /// without copying them; leaves `self` empty, without buffers.
     ///
     /// # Errors
     /// Arrow rejecting a column (a bug).
@@ -653,28 +877,33 @@ impl IntBatch {
 
 #[cfg(test)]
 mod tests {
-    use arrow_array::{Array, StringArray};
+    use arrow_array::{cast::AsArray, Array, StringArray};
 
     use super::*;
 
     #[test]
-    fn rows_become_arrow_with_nulls() {
+    fn columns_become_arrow_with_nulls_without_copying() {
         let mut b = IntBatch::with_capacity(4, 4);
         b.evcs = Arc::new([EvcName {
             id: "evc-1".into(),
             name: "one".into(),
         }]);
-        let mut r = ReportRow::new(5, 7);
-        r.report_version(Some(1))
+        b.reports
+            .row(5, 7)
+            .report_version(Some(1))
             .seq(Some(9))
             .src_addr(Some([1; 16]))
             .evc_id(Some(0))
             .evc_name(Some(0))
-            .vlan(None);
-        b.reports.push(r);
-        let mut r = ReportRow::new(6, 7);
-        r.vlan(Some(42));
-        b.reports.push(r);
+            .vlan(None)
+            .done();
+        b.reports
+            .row(6, 7)
+            .vlan(Some(42))
+            .report_version(Some(1))
+            .done();
+        let seq_ptr = b.reports.view().seq.as_ptr();
+        assert_eq!(b.reports.view().valid[0] >> ReportBit::seq & 1, 1);
         let [(t, rb), (_, hops), _] = b.finish().unwrap();
         assert_eq!(t, Table::Reports);
         assert_eq!(rb.num_rows(), 2);
@@ -683,11 +912,103 @@ mod tests {
         assert_eq!(rb.column_by_name("vlan").unwrap().null_count(), 1);
         assert_eq!(rb.column_by_name("seq").unwrap().null_count(), 1);
         assert_eq!(rb.column_by_name("hop_ml").unwrap().null_count(), 2);
+        assert_eq!(rb.column_by_name("report_version").unwrap().null_count(), 0);
         assert_eq!(rb.column_by_name("src_addr").unwrap().null_count(), 1);
+        let src = rb
+            .column_by_name("src_addr")
+            .unwrap()
+            .as_fixed_size_binary();
+        assert_eq!(src.value(0), [1; 16]);
+        let seq = rb.column_by_name("seq").unwrap();
+        let seq = seq.as_primitive::<UInt32Type>();
+        assert_eq!(seq.value(0), 9);
+        // The decoder's buffer became the Arrow buffer.
+        assert_eq!(seq.values().as_ptr(), seq_ptr);
         let evc = rb.column_by_name("evc_name").unwrap();
         let evc = evc.as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(evc.value(0), "one");
         assert!(evc.is_null(1));
         assert_eq!(b.reports.rows(), 0);
+    }
+
+    #[test]
+    fn rows_written_out_of_order_and_split_by_switch_and_hour() {
+        let mut b = IntBatch::with_capacity(2, 2);
+        // Hops written newest first (as on the wire), committed together.
+        b.hops.reserve(3);
+        for (k, node) in [(2usize, 30u32), (1, 20), (0, 10)] {
+            b.hops
+                .row_at(k, 100, 1)
+                .node_id(Some(node))
+                .hop_index(Some(k as u8))
+                .done();
+        }
+        b.hops.commit(3);
+        b.hops.row(NS_PER_HOUR + 1, 1).node_id(Some(40)).done();
+        b.hops.row(101, 2).node_id(None).done();
+        assert_eq!(b.hops.view().node_id[..3], [10, 20, 30]);
+        let parts = b.finish_split().unwrap();
+        let keys: Vec<_> = parts
+            .iter()
+            .map(|(t, s, h, rb)| (*t, *s, *h, rb.num_rows()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                (Table::Hops, 1, 0, 3),
+                (Table::Hops, 1, 1, 1),
+                (Table::Hops, 2, 0, 1)
+            ]
+        );
+        let last = &parts[2].3;
+        assert_eq!(last.column_by_name("node_id").unwrap().null_count(), 1);
+        // Several groups: the batch keeps its buffers for reuse.
+        assert!(b.hops.capacity() >= 5);
+        assert_eq!(b.rows(), 0);
+    }
+
+    #[test]
+    fn retain_switches_compacts_every_column() {
+        let mut b = IntBatch::with_capacity(4, 0);
+        for (k, sw) in [1u32, 2, 1, 3].into_iter().enumerate() {
+            b.reports.row(k as i64, sw).seq(Some(k as u32)).done();
+        }
+        let mut seen = Vec::new();
+        b.reports.retain_switches(|sw| {
+            seen.push(sw);
+            sw != 1
+        });
+        assert_eq!(seen, [1, 2, 1, 3]);
+        let v = b.reports.view();
+        assert_eq!(
+            (v.switch_id, v.seq, v.ts),
+            (&[2, 3][..], &[1, 3][..], &[1, 3][..])
+        );
+    }
+
+    #[test]
+    fn compact_copy_keeps_rows_and_frees_the_big_buffers_for_reuse() {
+        let mut b = IntBatch::with_capacity(1000, 1000);
+        b.reports.row(1, 2).seq(Some(3)).done();
+        b.drops.row(1, 2).drop_reason(Some(7)).done();
+        let mut small = b.take_compact();
+        assert_eq!((b.rows(), b.reports.capacity()), (0, 1000));
+        assert_eq!(small.reports.capacity(), 1);
+        assert!(small.bytes() < b.bytes() / 100);
+        let [(_, r), _, (_, d)] = small.finish().unwrap();
+        assert_eq!(
+            r.column_by_name("seq")
+                .unwrap()
+                .as_primitive::<UInt32Type>()
+                .value(0),
+            3
+        );
+        assert_eq!(
+            d.column_by_name("drop_reason")
+                .unwrap()
+                .as_primitive::<UInt8Type>()
+                .value(0),
+            7
+        );
     }
 }

@@ -215,9 +215,9 @@ impl Writer {
                 false
             }
         };
-        batch.reports.rows.retain(|r| keep(r.switch_id));
-        batch.hops.rows.retain(|r| keep(r.switch_id));
-        batch.drops.rows.retain(|r| keep(r.switch_id));
+        batch.reports.retain_switches(&mut keep);
+        batch.hops.retain_switches(&mut keep);
+        batch.drops.retain_switches(&mut keep);
         if refused.is_empty() {
             return;
         }
@@ -541,12 +541,13 @@ mod tests {
     fn batch(rows: &[(i64, u32, u32)]) -> IntBatch {
         let mut b = IntBatch::with_capacity(rows.len(), 0);
         for &(ts, sw, seq) in rows {
-            let mut h = crate::int::HopRow::new(ts, sw);
-            h.seq(Some(seq))
+            b.hops
+                .row(ts, sw)
+                .seq(Some(seq))
                 .flow_key(Some(1))
                 .hop_index(Some(0))
-                .node_id(Some(sw));
-            b.hops.push(h);
+                .node_id(Some(sw))
+                .done();
         }
         b
     }
