@@ -184,6 +184,11 @@ pub async fn detect(
     for (c, tr) in tracks.iter_mut().enumerate() {
         close(tr, &series[c], &mut bursts, true);
     }
-    bursts.sort_by(|x, y| (x.start_ns, &x.object, x.dir).cmp(&(y.start_ns, &y.object, y.dir)));
+    bursts.sort_by(|x, y| {
+        x.start_ns
+            .cmp(&y.start_ns)
+            .then_with(|| crate::output::natural_cmp(&x.object, &y.object))
+            .then_with(|| x.dir.cmp(y.dir))
+    });
     Ok((bursts, scanned))
 }

@@ -75,7 +75,7 @@ pub struct Session {
 }
 
 impl Session {
-    /// Distinct object names, in column order.
+    /// Distinct object names, in natural order (Ethernet0, Ethernet4, …, Ethernet100).
     pub fn objects(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for c in &self.columns {
@@ -83,6 +83,7 @@ impl Session {
                 out.push(c.object.clone());
             }
         }
+        out.sort_by(|a, b| crate::output::natural_cmp(a, b));
         out
     }
 

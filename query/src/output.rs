@@ -102,6 +102,8 @@ pub struct Printer {
     format: Format,
     out: BufWriter<Stdout>,
     header: Vec<String>,
+    /// Units of header columns, shown in the CSV header (`RX_BPS (bytes/s)`).
+    units: Vec<(String, String)>,
     pending: Vec<Vec<String>>,
     widths: Option<Vec<usize>>,
     rows: u64,
@@ -113,6 +115,7 @@ impl Printer {
             format,
             out: BufWriter::with_capacity(1 << 16, io::stdout()),
             header: Vec::new(),
+            units: Vec::new(),
             pending: Vec::new(),
             widths: None,
             rows: 0,
@@ -128,16 +131,53 @@ impl Printer {
         self.rows
     }
 
+    /// The units of some columns (set before [`Printer::begin`]): the CSV header carries them
+    /// (`RX_BPS (bytes/s)`), since CSV cells are raw numbers.
+    pub fn set_units(&mut self, units: &[(&str, &str)]) {
+        self.units = units
+            .iter()
+            .map(|(c, u)| (c.to_string(), u.to_string()))
+            .collect();
+    }
+
     /// Starts the output: the column names and what was asked (`begin` in JSON).
     pub fn begin(&mut self, header: &[&str], about: Value) -> Result<()> {
         self.header = header.iter().map(|s| s.to_string()).collect();
         match self.format {
             Format::Json => self.line(json!({"type": "begin", "data": about}))?,
             Format::Csv => {
-                let h = self.header.join(",");
+                let h = self
+                    .header
+                    .iter()
+                    .map(|h| match self.units.iter().find(|(c, _)| c == h) {
+                        Some((_, u)) => csv_field(&format!("{h} ({u})")),
+                        None => csv_field(h),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",");
                 writeln!(self.out, "{h}")?;
             }
             Format::Table => {}
+        }
+        Ok(())
+    }
+
+    /// A sentence about the answer: a line of its own on stdout for tables (before the table
+    /// when no row is out yet), on stderr (`stel-query: …`) for CSV; JSON carries the same in
+    /// its `begin`/`summary`.
+    pub fn note(&mut self, line: &str) -> Result<()> {
+        match self.format {
+            Format::Table => {
+                if self.widths.is_none() && !self.pending.is_empty() {
+                    self.flush_table()?;
+                }
+                writeln!(self.out, "{line}")?;
+            }
+            Format::Csv => {
+                self.out.flush()?;
+                eprintln!("stel-query: {line}");
+            }
+            Format::Json => {}
         }
         Ok(())
     }
@@ -160,9 +200,14 @@ impl Printer {
                 self.line(json!({"type": "row", "data": m}))
             }
             Format::Csv => {
+                // Raw values (the JSON ones): numbers without units or separators, N/A empty.
                 let line = cells
                     .iter()
-                    .map(|c| csv_field(&c.text))
+                    .map(|c| match &c.json {
+                        Value::Null => String::new(),
+                        Value::String(s) => csv_field(s),
+                        v => csv_field(&v.to_string()),
+                    })
                     .collect::<Vec<_>>()
                     .join(",");
                 writeln!(self.out, "{line}")?;
@@ -284,6 +329,45 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+/// Natural order of names: runs of digits compare as numbers, so `Ethernet4` < `Ethernet12` <
+/// `Ethernet100` and `Ethernet0|3` < `Ethernet0|10` (ties, like `Ethernet01` vs `Ethernet1`,
+/// fall back to the plain byte order).
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < x.len() && j < y.len() {
+        if x[i].is_ascii_digit() && y[j].is_ascii_digit() {
+            let (si, sj) = (i, j);
+            while i < x.len() && x[i].is_ascii_digit() {
+                i += 1;
+            }
+            while j < y.len() && y[j].is_ascii_digit() {
+                j += 1;
+            }
+            // Compare the numbers without parsing them (any length): fewer significant digits
+            // is smaller, then digit by digit.
+            let (p, q) = (trim_zeros(&x[si..i]), trim_zeros(&y[sj..j]));
+            let o = p.len().cmp(&q.len()).then_with(|| p.cmp(q));
+            if o != Ordering::Equal {
+                return o;
+            }
+        } else {
+            if x[i] != y[j] {
+                return x[i].cmp(&y[j]);
+            }
+            i += 1;
+            j += 1;
+        }
+    }
+    (x.len() - i).cmp(&(y.len() - j)).then_with(|| a.cmp(b))
+}
+
+fn trim_zeros(d: &[u8]) -> &[u8] {
+    let k = d.iter().position(|c| *c != b'0').unwrap_or(d.len());
+    &d[k..]
+}
+
 /// `1234567` → `1,234,567` (portstat's RX_OK).
 pub fn thousands(v: u64) -> String {
     let s = v.to_string();
@@ -348,5 +432,25 @@ mod tests {
         assert_eq!(human_ns(1_500_000), "1.5ms");
         assert_eq!(human_ns(999), "999ns");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
+        let mut ports = vec![
+            "Ethernet100",
+            "Ethernet4",
+            "Ethernet0",
+            "Ethernet12",
+            "Ethernet0|10",
+            "Ethernet0|3",
+        ];
+        ports.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            ports,
+            [
+                "Ethernet0",
+                "Ethernet0|3",
+                "Ethernet0|10",
+                "Ethernet4",
+                "Ethernet12",
+                "Ethernet100"
+            ]
+        );
     }
 }

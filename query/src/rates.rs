@@ -45,7 +45,7 @@ pub const RIF: RateStats = RateStats {
 pub type Inputs = [Option<u64>; 4];
 
 /// Rates and deltas over one poll interval.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Rates {
     /// Bytes/s, packets/s — raw or smoothed.
     pub rx_bps: Option<f64>,
@@ -55,6 +55,9 @@ pub struct Rates {
     /// Packets in the interval (portstat's RX_OK / TX_OK).
     pub rx_ok: Option<u64>,
     pub tx_ok: Option<u64>,
+    /// Bytes in the interval.
+    pub rx_bytes: Option<u64>,
+    pub tx_bytes: Option<u64>,
     /// Length of the interval, ns.
     pub dt_ns: i64,
 }
@@ -75,12 +78,18 @@ pub use stel_store::rate::InitState as InitDone;
 #[derive(Debug, Clone)]
 pub struct RateState {
     inner: stel_store::rate::RateState,
+    /// Polls whose counters went back (a reset or wrap): their interval has no rate.
+    resets: u64,
+    /// Time of the last reset seen.
+    last_reset_ns: Option<i64>,
 }
 
 impl Default for RateState {
     fn default() -> Self {
         Self {
             inner: stel_store::rate::RateState::new(stel_store::rate::RateKind::Port),
+            resets: 0,
+            last_reset_ns: None,
         }
     }
 }
@@ -89,6 +98,11 @@ impl RateState {
     /// The current `INIT_DONE`.
     pub fn init(&self) -> InitDone {
         self.inner.init()
+    }
+
+    /// Polls so far whose counters went back (restart, clear, wrap), and when the last was.
+    pub fn resets(&self) -> (u64, Option<i64>) {
+        (self.resets, self.last_reset_ns)
     }
 
     /// Feeds the poll at `t_ns`; returns the rates it completes (none for the first poll, a
@@ -110,7 +124,12 @@ impl RateState {
             alpha.unwrap_or(1.0),
         ) {
             Outcome::Raw | Outcome::Smoothed => {}
-            Outcome::Seeded | Outcome::Reset | Outcome::Skipped(_) => return None,
+            Outcome::Reset => {
+                self.resets += 1;
+                self.last_reset_ns = Some(t_ns);
+                return None;
+            }
+            Outcome::Seeded | Outcome::Skipped(_) => return None,
         }
         let before = before?;
         // `now` and `at` are indexed like [`Inputs`] (RX bytes, TX bytes, RX pkts, TX pkts).
@@ -131,6 +150,8 @@ impl RateState {
             tx_pps: rate(3, r.tx_pps),
             rx_ok: delta(2),
             tx_ok: delta(3),
+            rx_bytes: delta(0),
+            tx_bytes: delta(1),
             dt_ns: t_ns - before.ts_ns,
         })
     }

@@ -52,6 +52,25 @@ pub struct CommonArgs {
     pub strict: bool,
 }
 
+/// How rates are shown (see [`stel_store::rate::RateUnit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Unit {
+    /// Bytes per second: SONiC's RX_BPS, portstat's MB/s.
+    #[default]
+    Bytes,
+    /// Bits per second: Gb/s, line-rate terms.
+    Bits,
+}
+
+impl From<Unit> for stel_store::rate::RateUnit {
+    fn from(u: Unit) -> Self {
+        match u {
+            Unit::Bytes => Self::Bytes,
+            Unit::Bits => Self::Bits,
+        }
+    }
+}
+
 /// Which engine answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Engine {

@@ -204,10 +204,11 @@ fn rates_equal_the_sonic_formulas_on_a_ramp() {
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
     let lines: Vec<&str> = o.stdout.lines().collect();
-    assert!(lines[0].starts_with("IFACE"), "{}", o.stdout);
-    assert!(lines[0].contains("RX_BPS") && lines[0].contains("TX_UTIL"));
+    assert!(lines[0].starts_with("Rates over "), "{}", o.stdout);
+    assert!(lines[1].starts_with("IFACE"), "{}", o.stdout);
+    assert!(lines[1].contains("RX_BPS") && lines[1].contains("TX_UTIL"));
     assert!(
-        lines[2].starts_with("Ethernet0") && lines[2].contains("MB/s") && lines[2].contains('%'),
+        lines[3].starts_with("Ethernet0") && lines[3].contains("MB/s") && lines[3].contains('%'),
         "{}",
         o.stdout
     );
@@ -861,4 +862,127 @@ fn a_bad_file_is_named_skipped_and_counted() {
         );
         std::fs::remove_file(&bad).unwrap();
     }
+}
+
+/// A window holding a restart (counters back to 0 after a 10 s gap): the whole-window rate is
+/// the traffic counted over the time the samples cover — what `-r 1s` shows and what pyarrow
+/// computes from the files — and the answer says the window had a gap and a reset.
+#[test]
+fn a_restart_in_the_window_is_counted_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(Pattern::Steady, 4);
+    c.interval_ns = 1_000_000; // 3 s per segment
+    let a = write_emulated(dir.path(), c, 3_000, 1000);
+    let w = a.schema.width();
+    // The switch restarts 10 s after the last snapshot: same traffic, counters from 0.
+    let gap = 10_000_000_000;
+    let t2: Vec<i64> =
+        a.ts.iter()
+            .map(|t| t + (a.ts[2999] - a.ts[0]) + gap)
+            .collect();
+    let v2: Vec<u64> = (0..a.ts.len() * w)
+        .map(|k| a.values[k] - a.values[k % w])
+        .collect();
+    let b = CounterBatch::new(Arc::clone(&a.schema), t2.clone(), v2, Vec::new()).unwrap();
+    publish(dir.path(), &b, 0, 1000);
+    let d = dir.path().to_str().unwrap();
+    let (from, to) = (t(a.ts[0]), t(t2[2999] + 1));
+    // pyarrow: per run of non-decreasing counter, (last - first) / (t_last - t_first), summed.
+    let truth = stel_testkit::python3_json(&format!(
+        "import json, pyarrow.dataset as ds\n\
+         t = ds.dataset({d:?}, format='parquet', partitioning='hive').to_table(columns=['ts', 'Ethernet0.IF_IN_OCTETS']).sort_by('ts')\n\
+         ts = [x.value for x in t.column('ts')]; v = t.column('Ethernet0.IF_IN_OCTETS').to_pylist()\n\
+         runs = []; s = 0\n\
+         for i in range(1, len(v) + 1):\n\
+         \x20   if i == len(v) or v[i] < v[i - 1]:\n\
+         \x20       runs.append((v[i - 1] - v[s], ts[i - 1] - ts[s])); s = i\n\
+         print(json.dumps({{'bps': sum(r[0] for r in runs) / sum(r[1] for r in runs) * 1e9, 'runs': len(runs),\n\
+         \x20 'naive': (v[-1] - v[0]) / (ts[-1] - ts[0]) * 1e9}}))"
+    ));
+    assert_eq!(truth["runs"], 2);
+    let want = truth["bps"].as_f64().unwrap();
+    let o = query(
+        &[
+            "rates",
+            "-d",
+            d,
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "-i",
+            "Ethernet0",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows = o.rows();
+    assert_eq!(rows.len(), 1);
+    let got = rows[0]["rx_bps"].as_f64().unwrap();
+    assert!(
+        (got / want - 1.0).abs() < 1e-3,
+        "whole window {got} vs pyarrow {want}"
+    );
+    let naive = truth["naive"].as_f64().unwrap();
+    assert!(
+        (naive / want - 1.0).abs() > 0.3,
+        "the case is a real one: naive {naive}"
+    );
+    let covered = rows[0]["covered"].as_i64().unwrap();
+    assert!(
+        covered < 6_000_000_000 && covered > 5_800_000_000,
+        "{covered}"
+    );
+    let summary = o
+        .json()
+        .into_iter()
+        .find(|v| v["type"] == "summary")
+        .unwrap();
+    let win = &summary["data"]["window"];
+    assert_eq!(win["resets"], 1, "{win}");
+    assert_eq!(win["gaps"].as_array().unwrap().len(), 1, "{win}");
+    assert!(win["gap_ns"].as_i64().unwrap() >= gap, "{win}");
+    // -r 1s: every interval's rate is the same traffic.
+    let o = query(
+        &[
+            "rates",
+            "-d",
+            d,
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "-i",
+            "Ethernet0",
+            "-r",
+            "1s",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let per_s: Vec<f64> = o
+        .rows()
+        .iter()
+        .map(|r| r["rx_bps"].as_f64().unwrap())
+        .collect();
+    assert!(per_s.len() >= 4, "{per_s:?}");
+    for v in &per_s {
+        assert!(
+            (v / got - 1.0).abs() < 1e-3,
+            "-r 1s {v} vs whole window {got}"
+        );
+    }
+    // The table says what the window held, before the answer.
+    let o = query(&["rates", "-d", d, "--from", &from, "--to", &to], &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let first_lines: Vec<&str> = o.stdout.lines().take(2).collect();
+    assert!(first_lines[0].starts_with("Rates over "), "{}", o.stdout);
+    assert!(
+        first_lines[1].contains("1 gap without samples")
+            && first_lines[1].contains("counters went back"),
+        "{}",
+        o.stdout
+    );
 }

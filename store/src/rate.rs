@@ -545,6 +545,22 @@ impl RateUnit {
             RateUnit::Bits => format_bits(bytes_per_s * 8.0),
         }
     }
+
+    /// `bytes_per_s` in this unit, as a number (what CSV and JSON carry).
+    pub fn value(self, bytes_per_s: f64) -> f64 {
+        match self {
+            RateUnit::Bytes => bytes_per_s,
+            RateUnit::Bits => bytes_per_s * 8.0,
+        }
+    }
+
+    /// The unit's name in headers: `bytes/s`, `bits/s`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RateUnit::Bytes => "bytes/s",
+            RateUnit::Bits => "bits/s",
+        }
+    }
 }
 
 impl std::str::FromStr for RateUnit {
@@ -789,6 +805,8 @@ mod tests {
         assert_eq!(RateUnit::Bits.format(2e6), "16.00 Mb/s");
         assert_eq!("bits".parse::<RateUnit>(), Ok(RateUnit::Bits));
         assert!("gbps".parse::<RateUnit>().is_err());
+        assert_eq!(RateUnit::Bits.value(1.0), 8.0);
+        assert_eq!(RateUnit::Bits.name(), "bits/s");
         assert_eq!(format_bps(1.35e6), "1350.00 KB/s");
         assert_eq!(format_bps(10_000_000.0), "10000.00 KB/s");
         assert_eq!(format_bps(10_000.0), "10000.00 B/s");

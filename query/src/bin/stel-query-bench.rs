@@ -281,7 +281,7 @@ async fn run(a: Args) -> Result<ExitCode> {
         let progress = Progress::new("bench");
         let mut last = (None, None);
         let mut n_rows = 0u64;
-        let (n, nc) = compute(
+        let c = compute(
             &cat,
             s,
             &objects,
@@ -299,6 +299,7 @@ async fn run(a: Args) -> Result<ExitCode> {
             },
         )
         .await?;
+        let (n, nc) = (c.scanned, c.columns);
         ours.push(t.elapsed().as_secs_f64());
         eprintln!(
             "stel-bench query: stel-query run {i}: {:.3} s, {n} snapshots, {n_rows} rate rows",

@@ -148,7 +148,12 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     progress.finish();
     bursts.sort_by(|(sa, x), (sb, y)| {
-        (x.start_ns, sa, &x.object, x.dir).cmp(&(y.start_ns, sb, &y.object, y.dir))
+        let nat = |a: &str, b: &str| crate::output::natural_cmp(a, b);
+        x.start_ns
+            .cmp(&y.start_ns)
+            .then_with(|| nat(sa.as_deref().unwrap_or(""), sb.as_deref().unwrap_or("")))
+            .then_with(|| nat(&x.object, &y.object))
+            .then_with(|| x.dir.cmp(y.dir))
     });
     let mut p = Printer::new(set.format);
     let mut header = vec!["START"];

@@ -4,22 +4,25 @@
 use std::{process::ExitCode, time::Instant};
 
 use serde_json::json;
+use stel_store::rate::RateUnit;
 
 use crate::{
     catalog::{Catalog, Session},
     engine::{resolve_resolution, scan_buckets, Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
-    output::{Cell, Format, Printer},
+    output::{human_ns, Cell, Format, Printer},
     plot,
-    rates::{self, fmt_bps, fmt_ok, fmt_pps, fmt_util, RateState, RateStats, Rates},
-    settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs, TimeRange},
+    rates::{self, fmt_ok, fmt_pps, fmt_util, RateState, RateStats, Rates},
+    settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs, TimeRange, Unit},
     spark::{compile::Scope, Lake},
 };
 
 /// RX/TX BPS, PPS and UTIL per port (portstat -R's columns and units).
 ///
-/// Without --resolution the whole window is one interval (like two `portstat` runs at its ends);
-/// with it, one row per interval and port. --ema smooths like SONiC (α = 2/(N+1)).
+/// Without --resolution, one row per port for the whole window: the traffic counted over the
+/// time the window's samples cover (COVERED), so a restart (counters back to 0) or a gap in the
+/// data does not distort it — a line before the table says what the window held. With
+/// --resolution, one row per interval and port. --ema smooths like SONiC (α = 2/(N+1)).
 ///
 /// Examples:
 ///   stel-query rates
@@ -50,6 +53,9 @@ pub struct Args {
     /// Port speed for UTIL (the stream does not carry it): 100G, 25G, or Mb/s like SONiC.
     #[arg(long, default_value = "100G")]
     pub speed: String,
+    /// Rate unit: bytes/s (SONiC's RX_BPS, portstat's MB/s) or bits/s (Gb/s).
+    #[arg(long, value_enum, default_value = "bytes")]
+    pub unit: Unit,
     /// Draw RX_BPS over time in the terminal (table output only).
     #[arg(long)]
     pub plot: bool,
@@ -139,8 +145,186 @@ pub struct RateRow {
     pub rates: Rates,
 }
 
+/// What the data of a window looked like to a [`RateFeed`]: where its samples start and end,
+/// where they stop for longer than the data's own spacing (gaps), and where counters went back
+/// (resets: a restart, a clear, a wrap).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WindowReport {
+    /// First and last sample time fed.
+    pub first_ns: Option<i64>,
+    pub last_ns: Option<i64>,
+    /// Spans between consecutive polls longer than twice the usual spacing, `(from, to)`.
+    pub gaps: Vec<(i64, i64)>,
+    /// Polls whose counters went back, over all objects, and how many objects had one.
+    pub resets: u64,
+    pub objects_reset: usize,
+    /// Time of the last reset.
+    pub last_reset_ns: Option<i64>,
+}
+
+impl WindowReport {
+    /// Adds another switch's report (a fleet).
+    pub fn merge(&mut self, o: &WindowReport) {
+        self.first_ns = match (self.first_ns, o.first_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_ns = self.last_ns.max(o.last_ns);
+        self.gaps.extend(o.gaps.iter().copied());
+        self.resets += o.resets;
+        self.objects_reset += o.objects_reset;
+        self.last_reset_ns = self.last_reset_ns.max(o.last_reset_ns);
+    }
+
+    /// Total time inside gaps, ns.
+    pub fn gap_ns(&self) -> i64 {
+        self.gaps.iter().map(|(a, b)| b - a).sum()
+    }
+
+    /// The report as JSON (`window` of the summary).
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "first_sample": self.first_ns.map(fmt_ts),
+            "last_sample": self.last_ns.map(fmt_ts),
+            "gaps": self.gaps.iter().map(|(a, b)| json!({"from": fmt_ts(*a), "to": fmt_ts(*b), "ns": b - a})).collect::<Vec<_>>(),
+            "gap_ns": self.gap_ns(),
+            "resets": self.resets,
+            "objects_reset": self.objects_reset,
+        })
+    }
+
+    /// The sentence about gaps and resets, if there were any.
+    pub fn caveat(&self, whole_window: bool) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(&(a, b)) = self.gaps.iter().max_by_key(|(a, b)| b - a) {
+            parts.push(format!(
+                "{} gap{} without samples ({} in all; the longest {} from {})",
+                self.gaps.len(),
+                if self.gaps.len() == 1 { "" } else { "s" },
+                human_ns(self.gap_ns()),
+                human_ns(b - a),
+                fmt_ts(a)
+            ));
+        }
+        if self.resets > 0 {
+            parts.push(format!(
+                "counters went back (a restart or clear) {} time{} on {} interface{}, last at {}",
+                self.resets,
+                if self.resets == 1 { "" } else { "s" },
+                self.objects_reset,
+                if self.objects_reset == 1 { "" } else { "s" },
+                self.last_reset_ns.map(fmt_ts).unwrap_or_default()
+            ));
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "the window has {}: {}",
+            parts.join(" and "),
+            if whole_window {
+                "each rate is the traffic counted over the time its samples cover, leaving out the interval holding each reset (COVERED)"
+            } else {
+                "intervals without samples, and the one holding each reset, have no row"
+            }
+        ))
+    }
+}
+
+/// Poll times as the feed sees them: for the gaps of a [`WindowReport`].
+#[derive(Debug, Clone, Default)]
+struct Timeline {
+    first: Option<i64>,
+    last: Option<i64>,
+    /// Smallest spacing between consecutive polls.
+    min_dt: Option<i64>,
+    /// Spacings longer than twice the grid's width, as `(from, to)` (gaps are those longer than
+    /// twice the usual spacing, which is known at the end); at most [`MAX_CANDIDATES`].
+    long: Vec<(i64, i64)>,
+    width_ns: i64,
+}
+
+/// Long spacings kept for the gap report.
+const MAX_CANDIDATES: usize = 10_000;
+
+impl Timeline {
+    fn poll(&mut self, t: i64) {
+        if let Some(prev) = self.last {
+            let dt = t - prev;
+            if dt > 0 {
+                self.min_dt = Some(self.min_dt.map_or(dt, |m| m.min(dt)));
+                if dt > 2 * self.width_ns && self.long.len() < MAX_CANDIDATES {
+                    self.long.push((prev, t));
+                }
+            }
+        }
+        self.first.get_or_insert(t);
+        self.last = Some(t);
+    }
+
+    fn gaps(&self) -> Vec<(i64, i64)> {
+        let usual = self.width_ns.max(self.min_dt.unwrap_or(0));
+        self.long
+            .iter()
+            .copied()
+            .filter(|(a, b)| b - a > 2 * usual)
+            .collect()
+    }
+}
+
+/// Whole-window totals of one object: the traffic of every interval with a rate, and the time
+/// those intervals cover.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    /// RX bytes, TX bytes, RX packets, TX packets.
+    sum: [Option<u64>; 4],
+    covered_ns: i64,
+    last_ns: i64,
+}
+
+impl Totals {
+    fn add(&mut self, r: &Rates, t: i64) {
+        for (acc, d) in self
+            .sum
+            .iter_mut()
+            .zip([r.rx_bytes, r.tx_bytes, r.rx_ok, r.tx_ok])
+        {
+            if let Some(d) = d {
+                *acc = Some(acc.unwrap_or(0).saturating_add(d));
+            }
+        }
+        self.covered_ns += r.dt_ns;
+        self.last_ns = t;
+    }
+
+    fn rates(&self) -> Option<Rates> {
+        if self.covered_ns <= 0 {
+            return None;
+        }
+        let per_s = |v: Option<u64>| v.map(|v| v as f64 * 1e9 / self.covered_ns as f64);
+        Some(Rates {
+            rx_bps: per_s(self.sum[0]),
+            tx_bps: per_s(self.sum[1]),
+            rx_pps: per_s(self.sum[2]),
+            tx_pps: per_s(self.sum[3]),
+            rx_bytes: self.sum[0],
+            tx_bytes: self.sum[1],
+            rx_ok: self.sum[2],
+            tx_ok: self.sum[3],
+            dt_ns: self.covered_ns,
+        })
+    }
+}
+
 /// The rate state machines of a set of objects, fed bucket by bucket (by the local scan or by a
 /// remote engine's per-bucket last values) in time order.
+///
+/// Per interval ([`RateFeed::new`]), each completed (interval, object) is one row. Over the
+/// whole window ([`RateFeed::whole_window`]) the intervals are short sub-intervals of the
+/// window and each object's row, given by [`RateFeed::finish`], is the traffic of every
+/// interval that has a rate over the time those intervals cover: a counter reset (restart,
+/// clear) or a gap in the data does not turn the answer into the difference of two unrelated
+/// counter values.
 #[derive(Debug)]
 pub struct RateFeed {
     inputs: Vec<Inputs>,
@@ -148,7 +332,14 @@ pub struct RateFeed {
     names: Vec<std::sync::Arc<str>>,
     alpha: Option<f64>,
     seeded: bool,
+    /// Whole-window mode: per object totals.
+    totals: Option<Vec<Totals>>,
+    timeline: Timeline,
 }
+
+/// Sub-intervals a whole window is cut into: fine enough that a reset costs a thousandth of the
+/// window, coarse enough that the scan stays a cheap last-value gather.
+pub const WINDOW_INTERVALS: i64 = 1000;
 
 impl RateFeed {
     /// For `objects` of `s`: the projection to scan (column names) and the feed.
@@ -181,8 +372,29 @@ impl RateFeed {
                 names,
                 alpha,
                 seeded: false,
+                totals: None,
+                timeline: Timeline::default(),
             },
         ))
+    }
+
+    /// This feed in whole-window mode (no smoothing; rows come from [`RateFeed::finish`]).
+    pub fn whole_window(mut self) -> Self {
+        self.alpha = None;
+        self.totals = Some(vec![Totals::default(); self.inputs.len()]);
+        self
+    }
+
+    /// The grid to feed this feed over `r`: `width_ns` per row, or (whole window) a
+    /// [`WINDOW_INTERVALS`]th of the window.
+    pub fn grid(&mut self, r: &TimeRange, width_ns: Option<i64>) -> Grid {
+        let w = match (&self.totals, width_ns) {
+            (Some(_), _) | (None, None) => (r.len_ns() + WINDOW_INTERVALS - 1) / WINDOW_INTERVALS,
+            (None, Some(w)) => w,
+        }
+        .max(1);
+        self.timeline.width_ns = w;
+        Grid::new(r, Some(w))
     }
 
     /// The same objects with fresh state machines (one per switch of a fleet).
@@ -193,11 +405,20 @@ impl RateFeed {
             names: self.names.clone(),
             alpha: self.alpha,
             seeded: false,
+            totals: self
+                .totals
+                .as_ref()
+                .map(|t| vec![Totals::default(); t.len()]),
+            timeline: Timeline {
+                width_ns: self.timeline.width_ns,
+                ..Timeline::default()
+            },
         }
     }
 
     /// Consumes one chunk of buckets (the first chunk seeds the state machines with the
-    /// window's first row), calling `each` per completed (interval, object).
+    /// window's first row), calling `each` per completed (interval, object) — in whole-window
+    /// mode adding to the totals instead.
     ///
     /// # Errors
     /// Whatever `each` returns.
@@ -208,36 +429,92 @@ impl RateFeed {
                     let q = inp.quantities(|i| ok[i].then(|| v[i]));
                     stt.poll(*t, q, self.alpha);
                 }
+                self.timeline.poll(*t);
                 self.seeded = true;
             }
         }
         for i in 0..b.n {
             let t = b.last_ts[i];
-            if t == i64::MIN {
+            if t == i64::MIN || self.timeline.last.is_some_and(|l| t <= l) {
                 continue;
             }
-            for ((inp, stt), name) in self
+            self.timeline.poll(t);
+            for (k, ((inp, stt), name)) in self
                 .inputs
                 .iter()
                 .zip(self.states.iter_mut())
                 .zip(&self.names)
+                .enumerate()
             {
                 let q = inp.quantities(|c| b.last(i, c));
                 if let Some(rates) = stt.poll(t, q, self.alpha) {
-                    each(RateRow {
-                        t_ns: t,
-                        object: std::sync::Arc::clone(name),
-                        rates,
-                    })?;
+                    match &mut self.totals {
+                        Some(tot) => tot[k].add(&rates, t),
+                        None => each(RateRow {
+                            t_ns: t,
+                            object: std::sync::Arc::clone(name),
+                            rates,
+                        })?,
+                    }
                 }
             }
         }
         Ok(())
     }
+
+    /// Whole-window mode: one row per object that has a rate (at least one interval without a
+    /// reset), in object order. Per interval: nothing.
+    ///
+    /// # Errors
+    /// Whatever `each` returns.
+    pub fn finish(&self, mut each: impl FnMut(RateRow) -> Result<()>) -> Result<()> {
+        let Some(tot) = &self.totals else {
+            return Ok(());
+        };
+        for (t, name) in tot.iter().zip(&self.names) {
+            if let Some(rates) = t.rates() {
+                each(RateRow {
+                    t_ns: t.last_ns,
+                    object: std::sync::Arc::clone(name),
+                    rates,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What the fed data looked like.
+    pub fn report(&self) -> WindowReport {
+        let mut r = WindowReport {
+            first_ns: self.timeline.first,
+            last_ns: self.timeline.last,
+            gaps: self.timeline.gaps(),
+            ..WindowReport::default()
+        };
+        for s in &self.states {
+            let (n, at) = s.resets();
+            if n > 0 {
+                r.resets += n;
+                r.objects_reset += 1;
+                r.last_reset_ns = r.last_reset_ns.max(at);
+            }
+        }
+        r
+    }
 }
 
-/// Runs the rates scan, calling `each` per completed (interval, object) in time order.
-/// Returns rows scanned.
+/// What [`compute`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Computed {
+    /// Snapshots scanned.
+    pub scanned: u64,
+    /// Columns read.
+    pub columns: usize,
+    pub report: WindowReport,
+}
+
+/// Runs the rates scan, calling `each` per completed (interval, object) in time order — or,
+/// with no `width_ns`, once per object for the whole window (see [`RateFeed`]).
 ///
 /// # Errors
 /// Engine failures or an error from `each`.
@@ -252,27 +529,29 @@ pub async fn compute(
     alpha: Option<f64>,
     progress: &Progress,
     mut each: impl FnMut(RateRow) -> Result<()>,
-) -> Result<(u64, usize)> {
+) -> Result<Computed> {
     let (cols, mut feed) = RateFeed::new(s, objects, st, alpha)?;
-    // Per-interval rows only where there is data (the whole-window form needs the window as is:
-    // its single bucket starts at the window's start).
-    let clamped;
-    let r = match width_ns {
-        Some(_) => match crate::engine::clamp_to_data(cat, s, r).await? {
-            Some(c) => {
-                clamped = c;
-                &clamped
-            }
-            None => return Ok((0, cols.len())),
-        },
-        None => r,
+    if width_ns.is_none() {
+        feed = feed.whole_window();
+    }
+    // Rows only where there is data.
+    let Some(r) = crate::engine::clamp_to_data(cat, s, r).await? else {
+        return Ok(Computed {
+            columns: cols.len(),
+            ..Computed::default()
+        });
     };
-    let grid = Grid::new(r, width_ns);
-    let rows = scan_buckets(cat, s, &cols, r, grid, Aggs::default(), progress, |b| {
+    let grid = feed.grid(&r, width_ns);
+    let scanned = scan_buckets(cat, s, &cols, &r, grid, Aggs::default(), progress, |b| {
         feed.feed(b, &mut each)
     })
     .await?;
-    Ok((rows, cols.len()))
+    feed.finish(&mut each)?;
+    Ok(Computed {
+        scanned,
+        columns: cols.len(),
+        report: feed.report(),
+    })
 }
 
 /// # Errors
@@ -281,6 +560,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
     let speed = rates::parse_speed_mbps(&a.speed).map_err(Error::Usage)?;
+    let unit: RateUnit = a.unit.into();
     let group = if a.rif { "ROUTER_INTERFACE" } else { "PORT" };
     let st = if a.rif { rates::RIF } else { rates::PORT };
     let alpha = a.ema.map(|n| rates::alpha(n.max(1)));
@@ -294,7 +574,10 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             let x = &row.rates;
             let rx_util = Rates::util(x.rx_bps, Some(speed));
             let tx_util = Rates::util(x.tx_bps, Some(speed));
-            let mut cells = Vec::with_capacity(11);
+            let bps = |v: Option<f64>| {
+                v.map_or_else(Cell::na, |v| Cell::f64(unit.value(v), unit.format(v)))
+            };
+            let mut cells = Vec::with_capacity(12);
             if per_interval {
                 cells.push(Cell::time(row.t_ns));
             }
@@ -307,25 +590,32 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     json: json!(v),
                     text: fmt_ok(v),
                 }),
-                Cell::opt_f64(x.rx_bps, fmt_bps),
+                bps(x.rx_bps),
                 Cell::opt_f64(x.rx_pps, fmt_pps),
                 Cell::opt_f64(rx_util, fmt_util),
                 x.tx_ok.map_or_else(Cell::na, |v| Cell {
                     json: json!(v),
                     text: fmt_ok(v),
                 }),
-                Cell::opt_f64(x.tx_bps, fmt_bps),
+                bps(x.tx_bps),
                 Cell::opt_f64(x.tx_pps, fmt_pps),
                 Cell::opt_f64(tx_util, fmt_util),
             ]);
+            if !per_interval {
+                cells.push(Cell {
+                    json: json!(x.dt_ns),
+                    text: human_ns(x.dt_ns),
+                });
+            }
             if want_plot {
                 let name = match sw {
                     Some(sw) => format!("{sw} {}", row.object),
                     None => row.object.to_string(),
                 };
+                let v = x.rx_bps.unwrap_or(f64::NAN);
                 match series.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, v)) => v.push((row.t_ns, x.rx_bps.unwrap_or(f64::NAN))),
-                    None => series.push((name, vec![(row.t_ns, x.rx_bps.unwrap_or(f64::NAN))])),
+                    Some((_, s)) => s.push((row.t_ns, v)),
+                    None => series.push((name, vec![(row.t_ns, v)])),
                 }
             }
             p.row(cells)
@@ -347,19 +637,48 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         header.extend([
             "IFACE", "RX_OK", "RX_BPS", "RX_PPS", "RX_UTIL", "TX_OK", "TX_BPS", "TX_PPS", "TX_UTIL",
         ]);
+        if !per_interval {
+            header.push("COVERED");
+        }
+        p.set_units(&[
+            ("TIME", "RFC 3339"),
+            ("RX_OK", "packets"),
+            ("TX_OK", "packets"),
+            ("RX_BPS", unit.name()),
+            ("TX_BPS", unit.name()),
+            ("RX_PPS", "packets/s"),
+            ("TX_PPS", "packets/s"),
+            ("RX_UTIL", "%"),
+            ("TX_UTIL", "%"),
+            ("COVERED", "ns"),
+        ]);
+        if let Some(w) = width {
+            p.note(&format!(
+                "Rates per {} interval over {r} ({}).",
+                human_ns(w),
+                human_ns(r.len_ns())
+            ))?;
+        }
         p.begin(
             &header,
             json!({
                 "command": "rates", "profile": profile, "group": group,
                 "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns),
                 "resolution_ns": width, "alpha": alpha, "speed_mbps": speed,
-                "units": {"rx_bps": "bytes/s", "rx_pps": "packets/s", "rx_util": "%"},
+                "units": {"rx_bps": unit.name(), "rx_pps": "packets/s", "rx_util": "%",
+                          "rx_ok": "packets", "covered": "ns"},
             }),
         )
     };
     let (mut scanned, mut samples) = (0u64, 0u64);
     let mut summary = json!({"engine": "local"});
-    if let Some(remote) = set.spark_remote()? {
+    let mut report = WindowReport::default();
+    let whole = a.resolution.is_none();
+    // Whole-window rows come at the end of each switch's scan; they are printed after the
+    // sentence about the window's gaps and resets.
+    let mut held: Vec<(Option<String>, RateRow)> = Vec::new();
+    let targets;
+    let (r, first_session) = if let Some(remote) = set.spark_remote()? {
         let lake = Lake::open(remote, &set.data).await?;
         let extent = lake.newest(group).await?.map(|t| (t, t));
         let r = a.time.resolve(extent)?;
@@ -374,7 +693,10 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         };
         let s = crate::fleet::lake_session(&lake.columns, group, a.profile.as_deref());
         let objects = super::objects_of(&s, &a.interface, true)?;
-        let (cols, proto_feed) = RateFeed::new(&s, &objects, &st, alpha)?;
+        let (cols, mut proto_feed) = RateFeed::new(&s, &objects, &st, alpha)?;
+        if whole {
+            proto_feed = proto_feed.whole_window();
+        }
         let scope = Scope {
             group: group.into(),
             profile: a.profile.clone(),
@@ -382,7 +704,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             range: r,
             ts: lake.ts.clone(),
         };
-        let grid = Grid::new(&r, width);
+        let grid = proto_feed.grid(&r, width);
         let (per_switch, files) = lake.buckets(&scope, &cols, grid, Aggs::default()).await?;
         begin(&mut p, true, width.is_some(), &s.profile, &r, width)?;
         for sw in per_switch {
@@ -390,7 +712,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             let mut feed = proto_feed.fresh();
             scanned += sw.value.rows;
             samples += sw.value.rows * cols.len() as u64;
-            feed.feed(&sw.value, |row| {
+            let mut keep = |row: RateRow| -> Result<()> {
                 if row.rates.rx_bps.is_none()
                     && row.rates.tx_bps.is_none()
                     && row.rates.rx_pps.is_none()
@@ -398,8 +720,16 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 {
                     return Ok(()); // an object this switch does not have
                 }
-                emit(&mut p, Some(&sw.switch), width.is_some(), row)
-            })?;
+                if whole {
+                    held.push((Some(sw.switch.clone()), row));
+                    Ok(())
+                } else {
+                    emit(&mut p, Some(&sw.switch), true, row)
+                }
+            };
+            feed.feed(&sw.value, &mut keep)?;
+            feed.finish(&mut keep)?;
+            report.merge(&feed.report());
         }
         summary = lake.about(files);
         if scanned == 0 {
@@ -408,8 +738,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 lake.root
             )));
         }
+        (r, None)
     } else {
-        let targets = crate::fleet::open(&set.data, &set.switches, set.strict).await?;
+        targets = crate::fleet::open(&set.data, &set.switches, set.strict).await?;
         let fleet = targets.iter().any(|t| t.switch.is_some());
         let (found, r) =
             crate::fleet::sessions(&targets, a.profile.as_deref(), group, &a.time).await?;
@@ -426,7 +757,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 begun = true;
             }
             let sw = t.switch.as_deref();
-            let (rows, ncols) = compute(
+            let c = compute(
                 &t.cat,
                 s,
                 &objects,
@@ -435,18 +766,63 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 width,
                 alpha,
                 &progress,
-                |row| emit(&mut p, sw, width.is_some(), row),
+                |row| {
+                    if whole {
+                        held.push((sw.map(str::to_string), row));
+                        Ok(())
+                    } else {
+                        emit(&mut p, sw, true, row)
+                    }
+                },
             )
             .await?;
-            scanned += rows;
-            samples += rows * ncols as u64;
+            scanned += c.scanned;
+            samples += c.scanned * c.columns as u64;
+            report.merge(&c.report);
         }
         if scanned == 0 {
             let (t, s) = found[0];
             return Err(t.cat.empty_window(s, &r).await);
         }
-    }
+        (r, Some(found[0]))
+    };
     progress.finish();
+    if whole && !held.is_empty() {
+        if let (Some(x), Some(y)) = (report.first_ns, report.last_ns) {
+            p.note(&format!(
+                "Rates over {r} ({}), samples from {} to {}: one per interface, the traffic counted over the time its samples cover (COVERED).",
+                human_ns(r.len_ns()),
+                fmt_ts(x),
+                fmt_ts(y)
+            ))?;
+        }
+        if let Some(c) = report.caveat(true) {
+            p.note(&format!("Note: {c}."))?;
+        }
+        for (sw, row) in held {
+            emit(&mut p, sw.as_deref(), false, row)?;
+        }
+    } else if let Some(c) = report.caveat(false) {
+        p.note(&format!("Note: {c}."))?;
+    }
+    if p.rows() == 0 {
+        // Samples, but no two to make a rate from.
+        let what = match (report.first_ns, report.last_ns) {
+            (Some(a), Some(b)) if a != b => format!("samples from {} to {}", fmt_ts(a), fmt_ts(b)),
+            (Some(a), _) => format!("one snapshot (at {})", fmt_ts(a)),
+            _ => "no snapshot".to_string(),
+        };
+        let exists = match first_session {
+            Some((t, s)) => match t.cat.extent(s).await? {
+                Some((x, y)) => format!("; data exists for {}..{}", fmt_ts(x), fmt_ts(y)),
+                None => String::new(),
+            },
+            None => String::new(),
+        };
+        return Err(Error::NotFound(format!(
+            "the window {r} holds {what}: a rate needs two snapshots of an interface without a reset between them{exists} (widen --last, or use --from/--to)"
+        )));
+    }
     if want_plot {
         // The eight busiest interfaces, so the chart stays readable.
         series.sort_by(|a, b| {
@@ -454,15 +830,17 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             peak(b).total_cmp(&peak(a))
         });
         series.truncate(8);
+        let label = format!("RX_BPS ({})", unit.name());
         p.text(&format!(
             "\n{}",
-            plot::chart("RX_BPS", &series, 72, 16, &|v| fmt_bps(v))
+            plot::chart(&label, &series, 72, 16, &|v| unit.format(v))
         ))?;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let mut out = json!({
         "rows": p.rows(), "snapshots_scanned": scanned, "samples_scanned": samples,
-        "elapsed_s": elapsed,
+        "elapsed_s": elapsed, "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns),
+        "window": report.to_json(),
     });
     super::merge(&mut out, summary);
     p.summary(out)?;

@@ -12,7 +12,7 @@ use crate::{
     catalog::{Catalog, Column, Session},
     engine::{scan_buckets, Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
-    output::{human_ns, thousands, Cell, Printer},
+    output::{human_ns, natural_cmp, thousands, Cell, Printer},
     rates::{self, fmt_bps, fmt_util, Rates},
     settings::{fmt_ts, CommonArgs, TimeArgs, TimeRange},
     spark::{compile::Scope, Lake},
@@ -235,7 +235,7 @@ async fn local_entries(
         By::Rate if is_rate_group(&group) => {
             let objects = s.objects();
             let mut out = Vec::new();
-            let (scanned, _) = crate::cmd::rates::compute(
+            let c = crate::cmd::rates::compute(
                 cat,
                 s,
                 &objects,
@@ -250,7 +250,7 @@ async fn local_entries(
                 },
             )
             .await?;
-            Ok((out, scanned))
+            Ok((out, c.scanned))
         }
         By::Bursts => {
             let objects = objects_of(s, &[], fleet)?;
@@ -489,12 +489,15 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     if a.per == Per::Switch {
         all = per_switch(all, a.by);
     }
-    // Highest first; ties in switch, then object order (the same on every engine).
+    // Highest first; ties in switch, then object order, natural (the same on every engine).
+    let nat = |a: &Option<String>, b: &Option<String>| {
+        natural_cmp(a.as_deref().unwrap_or(""), b.as_deref().unwrap_or(""))
+    };
     all.sort_by(|x, y| {
         y.value
             .total_cmp(&x.value)
-            .then_with(|| x.switch.cmp(&y.switch))
-            .then_with(|| x.object.cmp(&y.object))
+            .then_with(|| nat(&x.switch, &y.switch))
+            .then_with(|| natural_cmp(&x.object, &y.object))
     });
     let mut p = Printer::new(set.format);
     let about = json!({"command": "top", "by": format!("{:?}", a.by).to_lowercase(),
@@ -528,15 +531,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             cells.push(Cell::str(e.switch.clone().unwrap_or_default()));
         }
         if rate_table {
-            let x = e.rates.unwrap_or(Rates {
-                rx_bps: None,
-                tx_bps: None,
-                rx_pps: None,
-                tx_pps: None,
-                rx_ok: None,
-                tx_ok: None,
-                dt_ns: 0,
-            });
+            let x = e.rates.unwrap_or_default();
             cells.extend([
                 Cell::str(e.object.clone()),
                 Cell::opt_f64(x.rx_bps, fmt_bps),
