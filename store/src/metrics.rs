@@ -1334,10 +1334,16 @@ metrics! {
     IntSeqStaleReports: Counter "stel_int_seq_stale_reports_total" [];
     /// Sequence resynchronisations (a switch restarted its numbering).
     IntSeqResyncs: Counter "stel_int_seq_resyncs_total" [];
-    /// Flows tracked now.
+    /// Reports whose sequence number jumped further ahead than the reordering window without the next number confirming it (not counted as loss).
+    IntSeqSuspectReports: Counter "stel_int_seq_suspect_reports_total" [];
+    /// Sequence streams (switch, hw_id) tracked now (at most `int.decode.max_streams` per decode thread).
+    IntSeqStreams: Gauge "stel_int_seq_streams" [];
+    /// Sequence streams forgotten, by reason: `idle` (`int.decode.stream_idle_timeout_ms`) or `full` (table full, least recently seen first).
+    IntSeqDroppedStreams: Counter "stel_int_seq_dropped_streams_total" [Reason];
+    /// Flows tracked now (at most `int.decode.max_flows` per decode thread).
     IntTrackedFlows: Gauge "stel_int_tracked_flows" [];
-    /// New flows not tracked because the flow table was full.
-    IntUntrackedFlows: Counter "stel_int_untracked_flows_total" [];
+    /// Flows forgotten because the flow table was full (least recently seen first).
+    IntEvictedFlows: Counter "stel_int_evicted_flows_total" [];
     /// Flows forgotten after `flow_idle_timeout_ms` without reports.
     IntExpiredFlows: Counter "stel_int_expired_flows_total" [];
     /// Path changes seen (flow events).

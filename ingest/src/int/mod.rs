@@ -12,6 +12,7 @@
 //! * [`gen`]: the report generator behind `stel-emu int` (every version, AmLight's layout, a
 //!   topology with path changes, drops, congestion and loss, ground truth, pcap).
 
+mod bounded;
 pub mod evc;
 pub mod gen;
 pub(crate) mod seq;
@@ -29,13 +30,15 @@ use std::{
     sync::Arc,
 };
 
+use self::bounded::{Aged, Bounded};
+
 use serde::{Deserialize, Serialize};
 pub use stats::{IntStats, Malformed, MalformedCounts};
 pub use stel_store::int::IntBatch;
 
 use self::{
     evc::EvcMap,
-    seq::SeqTracker,
+    seq::{SeqLimits, SeqTracker},
     wire::{Ctx, Md, Scratch, MAX_HOPS},
 };
 
@@ -79,10 +82,24 @@ pub struct IntDecodeConfig {
     pub latency_threshold_ns: Option<u64>,
     /// Switch clocks are synchronised: compute last egress − first ingress per report.
     pub clocks_synchronized: bool,
-    /// Most flows tracked per decoder (path and threshold state); new ones beyond are counted.
+    /// Most flows tracked per decoder (path, threshold and cached EVC state, ~80 bytes each
+    /// with the table's overhead). A new flow in a full table first makes idle flows go, then
+    /// the least recently seen eighth of the table (counted, `flows_evicted`).
     pub max_flows: usize,
     /// A flow not seen for this long is forgotten.
     pub flow_idle_timeout_ms: u64,
+    /// Most sequence streams (reporting switch, hw_id) tracked per decoder (~340 bytes each with
+    /// the table's overhead); full: idle ones go, then the least recently seen eighth (counted,
+    /// `seq_streams_evicted`; their pending gaps become lost). Only a well-formed report starts
+    /// a stream.
+    pub max_streams: usize,
+    /// A sequence stream without reports for this long is forgotten.
+    pub stream_idle_timeout_ms: u64,
+    /// Largest jump ahead a sequence number may make and be counted as loss (once the next
+    /// number confirms it); a larger one is taken as the switch restarting its numbering
+    /// (`seq_resyncs`) after 4 consecutive numbers, and counted `seq_suspect` until then. At
+    /// least `reorder_window`.
+    pub max_seq_gap: u32,
     /// Reports per batch handed to the sink.
     pub batch_reports: usize,
 }
@@ -100,8 +117,11 @@ impl Default for IntDecodeConfig {
             reorder_window: 256,
             latency_threshold_ns: None,
             clocks_synchronized: false,
-            max_flows: 1 << 20,
+            max_flows: 1 << 16,
             flow_idle_timeout_ms: 300_000,
+            max_streams: 4096,
+            stream_idle_timeout_ms: 3_600_000,
+            max_seq_gap: 1 << 20,
             batch_reports: 8192,
         }
     }
@@ -159,23 +179,6 @@ impl<F: FnMut(IntBatch)> IntSink for F {
     }
 }
 
-/// Passes a u64 that is already a hash.
-#[derive(Debug, Default, Clone, Copy)]
-struct KeyHasher(u64);
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 << 8) | u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
 /// A small, fast hasher for the decoder's own maps (keys are switch ids, VLANs; not
 /// attacker-chosen beyond what the sharding already exposes).
 #[derive(Debug, Default, Clone, Copy)]
@@ -215,11 +218,24 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 #[derive(Debug, Clone, Copy)]
 struct Flow {
     path: u64,
-    over: bool,
     last_ns: i64,
     /// EVC index + 1 (0 = none), valid while `evc_epoch` matches the decoder's.
     evc: u32,
     evc_epoch: u32,
+    over: bool,
+}
+
+impl Aged for Flow {
+    fn last_ns(&self) -> i64 {
+        self.last_ns
+    }
+}
+
+/// ms → ns for an idle timeout.
+fn idle_ns(ms: u64) -> i64 {
+    i64::try_from(ms)
+        .unwrap_or(i64::MAX / 1_000_000)
+        .saturating_mul(1_000_000)
 }
 
 /// Hops whose latency [`IntDecoder::push`] keeps between the sum and the rows (AmLight: ≤ 10;
@@ -250,7 +266,7 @@ pub struct IntDecoder {
     stats: IntStats,
     scratch: Box<Scratch>,
     seq: SeqTracker,
-    flows: HashMap<u64, Flow, BuildHasherDefault<KeyHasher>>,
+    flows: Bounded<Flow>,
     evc: Arc<EvcMap>,
     /// Bumped by every [`IntDecoder::set_evc_map`]: flows' cached EVCs are stale after it.
     evc_epoch: u32,
@@ -263,11 +279,16 @@ impl IntDecoder {
     pub fn new(cfg: IntDecodeConfig) -> Self {
         let batch = Self::new_batch(&cfg);
         Self {
-            seq: SeqTracker::new(cfg.reorder_window),
+            seq: SeqTracker::new(SeqLimits {
+                window: cfg.reorder_window,
+                max_gap: cfg.max_seq_gap,
+                max_streams: cfg.max_streams,
+                idle_ns: idle_ns(cfg.stream_idle_timeout_ms),
+            }),
+            flows: Bounded::new(cfg.max_flows, idle_ns(cfg.flow_idle_timeout_ms)),
             cfg,
             stats: IntStats::default(),
             scratch: Box::default(),
-            flows: HashMap::default(),
             evc: Arc::new(EvcMap::default()),
             evc_epoch: 1,
             batch,
@@ -301,8 +322,18 @@ impl IntDecoder {
         s.seq_duplicates = self.seq.duplicates;
         s.seq_stale = self.seq.stale;
         s.seq_resyncs = self.seq.resyncs;
+        s.seq_suspect = self.seq.suspect;
+        s.seq_streams = self.seq.streams() as u64;
+        (s.seq_streams_expired, s.seq_streams_evicted) = self.seq.streams_dropped();
         s.flows = self.flows.len() as u64;
+        s.flows_expired = self.flows.expired;
+        s.flows_evicted = self.flows.evicted;
         s
+    }
+
+    /// The bounds of the per-sender tables: (most flows, most sequence streams).
+    pub fn table_bounds(&self) -> (usize, usize) {
+        (self.flows.cap(), self.seq.max_streams())
     }
 
     /// Decodes one UDP payload received at `recv_ns` from `src` (the reporting switch's
@@ -312,6 +343,9 @@ impl IntDecoder {
     pub fn decode<S: IntSink>(&mut self, src: IpAddr, recv_ns: i64, payload: &[u8], sink: &mut S) {
         self.stats.payloads += 1;
         self.stats.bytes += payload.len() as u64;
+        // Idle state goes by report time (one comparison each unless a sweep is due).
+        self.seq.tick(recv_ns);
+        self.flows.tick(recv_ns, |_| {});
         self.reporter = match src {
             IpAddr::V4(a) if a.is_unspecified() => None,
             IpAddr::V6(a) if a.is_unspecified() => None,
@@ -352,13 +386,8 @@ impl IntDecoder {
         } else {
             self.emit(sink);
         }
-        let idle = i64::try_from(self.cfg.flow_idle_timeout_ms)
-            .unwrap_or(i64::MAX / 1_000_000)
-            .saturating_mul(1_000_000);
-        let before = self.flows.len();
-        self.flows
-            .retain(|_, f| now_ns.saturating_sub(f.last_ns) < idle);
-        self.stats.flows_expired += (before - self.flows.len()) as u64;
+        self.flows.expire(now_ns, |_| {});
+        self.seq.tick(now_ns);
     }
 
     /// Ends loss accounting: gaps still pending in a reordering window become final.
@@ -396,17 +425,16 @@ impl IntDecoder {
         if !sc.rep.has_switch {
             sc.rep.switch_id = Self::src_id(src);
         }
-        let gap = self
-            .seq
-            .observe(sc.rep.switch_id, sc.rep.hw_id, 32, sc.rep.seq)
-            .gap;
         sc.inner = Default::default();
         sc.int = None;
         let ctx = Ctx { cfg: &self.cfg };
-        if let Err(m) = sc.ethernet(&b[off..], ctx, &mut self.stats, true) {
-            return self.stats.count(m);
+        let res = sc.ethernet(&b[off..], ctx, &mut self.stats, true);
+        let (sw, hw, seq) = (sc.rep.switch_id, sc.rep.hw_id, sc.rep.seq);
+        let gap = self.seq.observe(sw, hw, 32, seq, ts, res.is_ok()).gap;
+        match res {
+            Ok(()) => self.push(ts, gap, sink),
+            Err(m) => self.stats.count(m),
         }
-        self.push(ts, gap, sink);
     }
 
     fn v1<S: IntSink>(&mut self, ts: i64, b: &[u8], sink: &mut S) {
@@ -414,31 +442,30 @@ impl IntDecoder {
         self.stats.reports_v1 += 1;
         let sc = &mut *self.scratch;
         let r = sc.v1_header(b);
-        // The fixed header was readable: its sequence number counts, even if the rest is bad.
-        if b.len() >= 16 {
-            let gap = self
-                .seq
-                .observe(sc.rep.switch_id, sc.rep.hw_id, 32, sc.rep.seq)
-                .gap;
-            let (off, nprot) = match r {
-                Ok(v) => v,
-                Err(m) => return self.stats.count(m),
-            };
+        if b.len() < 16 {
+            if let Err(m) = r {
+                self.stats.count(m);
+            }
+            return;
+        }
+        // The fixed header was readable: its sequence number counts even if the rest is bad
+        // (in a stream a well-formed report started).
+        let (sw, hw, seq) = (sc.rep.switch_id, sc.rep.hw_id, sc.rep.seq);
+        let res = r.and_then(|(off, nprot)| {
             sc.inner = Default::default();
             sc.int = None;
             let ctx = Ctx { cfg: &self.cfg };
             let rest = &b[off..];
-            let res = match nprot {
+            match nprot {
                 0 => sc.ethernet(rest, ctx, &mut self.stats, true),
                 1 => sc.ipv4(rest, ctx, &mut self.stats, true),
                 _ => sc.ipv6(rest, ctx, &mut self.stats, true),
-            };
-            if let Err(m) = res {
-                return self.stats.count(m);
             }
-            self.push(ts, gap, sink);
-        } else if let Err(m) = r {
-            self.stats.count(m);
+        });
+        let gap = self.seq.observe(sw, hw, 32, seq, ts, res.is_ok()).gap;
+        match res {
+            Ok(()) => self.push(ts, gap, sink),
+            Err(m) => self.stats.count(m),
         }
     }
 
@@ -451,7 +478,9 @@ impl IntDecoder {
                 return self.stats.count(m);
             }
         };
-        let mut gap = self.seq.observe(node, hw_id, bits, seq).gap;
+        // The group's number counts once, when its first report decodes (a group of malformed
+        // reports only counts in a stream that exists).
+        let mut observed = false;
         let mut off = 8;
         // Each individual report is at least its 4-byte header: the loop ends.
         while off < b.len() {
@@ -468,8 +497,13 @@ impl IntDecoder {
             let ctx = Ctx { cfg: &self.cfg };
             match sc.v2_report(&b[off..], ctx, &mut self.stats) {
                 Ok(len) => {
+                    let gap = if observed {
+                        0
+                    } else {
+                        observed = true;
+                        self.seq.observe(node, hw_id, bits, seq, ts, true).gap
+                    };
                     self.push(ts, gap, sink);
-                    gap = 0;
                     match len {
                         Some(n) => off += n,
                         None => break,
@@ -486,6 +520,9 @@ impl IntDecoder {
                     }
                 }
             }
+        }
+        if !observed {
+            self.seq.observe(node, hw_id, bits, seq, ts, false);
         }
     }
 
@@ -573,9 +610,7 @@ impl IntDecoder {
             let latency = sum;
             let threshold = self.cfg.latency_threshold_ns;
             let now_over = threshold.zip(latency).map(|(t, l)| l > t);
-            let max_flows = self.cfg.max_flows;
-            let n_flows = self.flows.len();
-            match self.flows.get_mut(&fk) {
+            match self.flows.get_mut(fk) {
                 Some(f) => {
                     f.last_ns = f.last_ns.max(ts);
                     let mut changed = false;
@@ -617,7 +652,7 @@ impl IntDecoder {
                         cached = Some(f.evc);
                     }
                 }
-                None if n_flows < max_flows => {
+                None => {
                     path_changed = path.map(|_| false);
                     over = now_over;
                     if now_over == Some(true) {
@@ -639,11 +674,9 @@ impl IntDecoder {
                             evc: 0,
                             evc_epoch: 0,
                         },
+                        ts,
+                        |_| {},
                     );
-                }
-                None => {
-                    st.flows_untracked += 1;
-                    over = now_over;
                 }
             }
         }
@@ -671,7 +704,7 @@ impl IntDecoder {
                     };
                     self.evc.lookup_index(vlan, &keys[..n])
                 });
-                if let Some(f) = flow_key.and_then(|fk| self.flows.get_mut(&fk)) {
+                if let Some(f) = flow_key.and_then(|fk| self.flows.get_mut(fk)) {
                     f.evc = idx.map_or(0, |i| i + 1);
                     f.evc_epoch = epoch;
                 }

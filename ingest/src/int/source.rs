@@ -46,7 +46,10 @@ use std::{
 };
 
 use serde::{Deserialize, Serialize};
-use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig, IntSinkStats};
+use stel_store::{
+    int::{IntSink as ParquetIntSink, IntSinkConfig, IntSinkStats},
+    log_limit::LogLimiter,
+};
 
 use super::{evc::EvcSources, IntBatch, IntDecodeConfig, IntDecoder, IntSink, IntStats, Malformed};
 use crate::{
@@ -140,6 +143,20 @@ impl IntConfig {
                 "int.decode.reorder_window = {} must be 1..=1024",
                 self.decode.reorder_window
             ));
+        }
+        if self.decode.max_seq_gap < self.decode.reorder_window {
+            p.push(format!(
+                "int.decode.max_seq_gap = {} must be at least int.decode.reorder_window ({})",
+                self.decode.max_seq_gap, self.decode.reorder_window
+            ));
+        }
+        for (key, v) in [
+            ("max_flows", self.decode.max_flows),
+            ("max_streams", self.decode.max_streams),
+        ] {
+            if !(1..=1 << 24).contains(&v) {
+                p.push(format!("int.decode.{key} = {v} must be 1..=16777216"));
+            }
         }
         if let Err(e) = self.parquet.validate() {
             p.push(format!("int.parquet: {e}"));
@@ -409,6 +426,57 @@ fn wall_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// Says (rate-limited, per thread) when a decoder's per-sender tables pushed state out to stay
+/// within their bounds, or sequence numbers jumped without confirmation: both are what a flood
+/// of forged or random reports looks like. Each line gives the counts since the last one.
+#[derive(Debug)]
+struct BoundWarnings {
+    /// flows_evicted, seq_streams_evicted, seq_suspect as of the last line.
+    last: [u64; 3],
+    tables: LogLimiter,
+    suspect: LogLimiter,
+}
+
+impl BoundWarnings {
+    fn new() -> Self {
+        Self {
+            last: [0; 3],
+            tables: LogLimiter::new(Duration::from_secs(10)),
+            suspect: LogLimiter::new(Duration::from_secs(10)),
+        }
+    }
+
+    fn check(&mut self, dec: &IntDecoder) {
+        let d = dec.stats();
+        let (max_flows, max_streams) = dec.table_bounds();
+        let [flows, streams, suspect] = self.last;
+        if d.flows_evicted > flows || d.seq_streams_evicted > streams {
+            if let Some(held_back) = self.tables.allow() {
+                tracing::warn!(
+                    flows_evicted = d.flows_evicted - flows,
+                    streams_evicted = d.seq_streams_evicted - streams,
+                    max_flows,
+                    max_streams,
+                    held_back,
+                    "INT: flow or sequence-stream table full; the least recently seen entries were dropped (many new flows or switch ids: raise int.decode.max_flows / max_streams, or look for a sender of random reports)."
+                );
+                self.last[0] = d.flows_evicted;
+                self.last[1] = d.seq_streams_evicted;
+            }
+        }
+        if d.seq_suspect > suspect {
+            if let Some(held_back) = self.suspect.allow() {
+                tracing::warn!(
+                    reports = d.seq_suspect - suspect,
+                    held_back,
+                    "INT: sequence numbers jumped ahead without the next number following; not counted as loss (corrupt or forged reports?)."
+                );
+                self.last[2] = d.seq_suspect;
+            }
+        }
+    }
+}
+
 /// Hands the decoder's batches to the Parquet sink; a shed batch is counted by the sink.
 struct ToSink<'a>(&'a ParquetIntSink);
 impl IntSink for ToSink<'_> {
@@ -493,6 +561,7 @@ impl IntSource {
                 publish: Duration::from_millis(cfg.publish_ms.max(10)),
                 rule: rule.clone(),
                 filtered: IntFilterStats::default(),
+                warnings: BoundWarnings::new(),
             };
             // The ring is set up on the thread that uses it: io_uring's single-issuer mode
             // refuses submissions from another task (EEXIST).
@@ -564,6 +633,7 @@ impl IntSource {
             last_ns: 0,
             rule: self.filter.as_ref().and_then(|f| f.user_rule().cloned()),
             filtered: IntFilterStats::default(),
+            warnings: BoundWarnings::new(),
         }
     }
 
@@ -675,6 +745,7 @@ pub struct IntFeed {
     /// `[int.filter]`'s rule (captures: always in user space), and its counters.
     rule: Option<IntFilterRule>,
     filtered: IntFilterStats,
+    warnings: BoundWarnings,
 }
 
 impl std::fmt::Debug for IntFeed {
@@ -719,9 +790,10 @@ impl IntFeed {
         }
     }
 
-    fn publish_figures(&self) {
+    fn publish_figures(&mut self) {
         self.fig
             .store(&self.recv, 0, &self.dec.stats(), &self.filtered);
+        self.warnings.check(&self.dec);
     }
 
     /// Hands over what is batched, makes pending sequence gaps final, publishes the counters.
@@ -751,6 +823,7 @@ struct ThreadCtx {
     /// The report filter's rule when it runs in user space.
     rule: Option<IntFilterRule>,
     filtered: IntFilterStats,
+    warnings: BoundWarnings,
 }
 
 impl ThreadCtx {
@@ -828,6 +901,7 @@ impl ThreadCtx {
         let drops = sys::meminfo_drops(self.fd.as_fd()).unwrap_or(0);
         self.fig
             .store(&reader.stats(), drops, &self.dec.stats(), &self.filtered);
+        self.warnings.check(&self.dec);
     }
 }
 

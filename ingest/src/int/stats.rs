@@ -129,8 +129,12 @@ macro_rules! with_int_counters {
             seq_duplicates,
             seq_stale,
             seq_resyncs,
+            seq_suspect,
+            seq_streams,
+            seq_streams_expired,
+            seq_streams_evicted,
             flows,
-            flows_untracked,
+            flows_evicted,
             flows_expired,
             path_changes,
             latency_crossings_up,
@@ -196,10 +200,19 @@ pub struct IntStats {
     pub seq_stale: u64,
     /// Sequence resynchronisations (a switch restarted its numbering).
     pub seq_resyncs: u64,
-    /// Flows tracked now (gauge).
+    /// Reports whose number jumped further ahead than the reordering window and was not
+    /// (yet) confirmed by the next number: not counted as loss.
+    pub seq_suspect: u64,
+    /// Sequence streams tracked now (gauge; at most `max_streams` per decoder).
+    pub seq_streams: u64,
+    /// Streams forgotten after `stream_idle_timeout_ms` without reports.
+    pub seq_streams_expired: u64,
+    /// Streams forgotten to make room (table full; least recently seen first).
+    pub seq_streams_evicted: u64,
+    /// Flows tracked now (gauge; at most `max_flows` per decoder).
     pub flows: u64,
-    /// New flows not tracked because the table was full.
-    pub flows_untracked: u64,
+    /// Flows forgotten to make room (table full; least recently seen first).
+    pub flows_evicted: u64,
     /// Flows expired after `flow_idle_timeout_ms`.
     pub flows_expired: u64,
     /// Path changes seen (events).
@@ -251,8 +264,8 @@ impl IntStats {
         self.malformed.0[r as usize]
     }
 
-    /// Adds `o` into `self` (the daemon sums its decoders; `flows` and `seq_pending` are
-    /// levels, summed too).
+    /// Adds `o` into `self` (the daemon sums its decoders; `flows`, `seq_streams` and
+    /// `seq_pending` are levels, summed too).
     pub fn add(&mut self, o: &IntStats) {
         macro_rules! add { ($($f:ident),*) => { $( self.$f += o.$f; )* } }
         with_int_counters!(add);

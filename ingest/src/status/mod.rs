@@ -421,7 +421,8 @@ impl StatusMetrics {
             (M::IntSeqDuplicateReports, d.seq_duplicates),
             (M::IntSeqStaleReports, d.seq_stale),
             (M::IntSeqResyncs, d.seq_resyncs),
-            (M::IntUntrackedFlows, d.flows_untracked),
+            (M::IntSeqSuspectReports, d.seq_suspect),
+            (M::IntEvictedFlows, d.flows_evicted),
             (M::IntExpiredFlows, d.flows_expired),
             (M::IntPathChanges, d.path_changes),
             (M::IntEvcMatchedReports, d.evc_matched),
@@ -431,6 +432,13 @@ impl StatusMetrics {
         }
         self.level(M::IntSeqPendingReports, labels!(), d.seq_pending);
         self.level(M::IntTrackedFlows, labels!(), d.flows);
+        self.level(M::IntSeqStreams, labels!(), d.seq_streams);
+        for (why, n) in [
+            ("idle", d.seq_streams_expired),
+            ("full", d.seq_streams_evicted),
+        ] {
+            self.total(M::IntSeqDroppedStreams, labels!(Reason = why), n);
+        }
         self.total(
             M::IntLatencyCrossings,
             labels!(Reason = "up"),
