@@ -1026,3 +1026,171 @@ print(json.dumps({{"real": pc.sum(real.cast(pa.int64())).as_py()}}))
     let got: Value = python3_json(&script);
     assert_eq!(got["real"].as_u64(), Some(want), "{got}");
 }
+
+/// Hand-built reports from the spec tables (reference §5.3, §5.4, §5.6), through
+/// `stel-ingestd --input capture.pcap` with no config file, read back with pyarrow:
+/// * a Telemetry Report v2.0 group whose second report's MD Length (2 words) contradicts its
+///   Report Length (2 words: only the fixed main contents): that report is malformed, and the
+///   rest of the group — its would-be metadata words, which read as two empty reports, and a
+///   valid third report — is skipped and counted, never read as reports (no invented rows);
+/// * INT v1.0 hops whose queue word is `255 << 24 | 111` (queue 255 with a real occupancy: both
+///   stored) and all-ones (unavailable: both null) — only a whole all-ones word is "unavailable";
+/// * Telemetry Report v1.0 with the queue/drop-reason word (RepMdBits bit 4) and D = 0 (no
+///   `int_drops` row; the word's values stay in `int_reports`), and the same with D = 1 (one
+///   `int_drops` row).
+#[test]
+fn held_out_cases_from_the_spec_tables_through_a_capture_at_defaults() {
+    use pcap_file::pcap::{PcapPacket, PcapWriter};
+    let be = |ws: &[u32]| -> Vec<u8> { ws.iter().flat_map(|w| w.to_be_bytes()).collect() };
+    // v2.0 group (§5.4): Ver 2, hw_id 0, seq 7, Node ID 0x0A000001.
+    let report = |len: u8, md_len: u8, rep_md: u32, md: &[u32]| -> Vec<u8> {
+        // RepType 1 (INT), InType 0 (none), Report Length, MD Length, no flags; main contents:
+        // RepMdBits, DS id 0, DSMdBits 0, DSMdStatus 0, then the metadata words.
+        [
+            &[0x10, len, md_len, 0][..],
+            &be(&[rep_md << 16, 0]),
+            &be(md),
+        ]
+        .concat()
+    };
+    let group = [
+        be(&[2 << 28 | 7, 0x0A00_0001]),
+        report(3, 1, 0x4000, &[3 << 16 | 4]),
+        // Report Length 2 covers the fixed 8 bytes only; MD Length says 2 more words follow.
+        report(2, 2, 0x5000, &[]),
+        be(&[0, 0]),
+        report(3, 1, 0x4000, &[5 << 16 | 6]),
+    ]
+    .concat();
+    let skipped = group.len() - 8 - 16;
+
+    // INT v1.0 (§5.6) AmLight report (reference §6.3) with a given queue word and sequence.
+    let amlight = |queue_word: u32, seq: u32| -> Vec<u8> {
+        let mut p = amlight_reference_packet();
+        let n = p.len();
+        // The hop is the last 24 bytes: switch, ports, latency, queue word, timestamps.
+        p[n - 12..n - 8].copy_from_slice(&queue_word.to_be_bytes());
+        p[8..12].copy_from_slice(&seq.to_be_bytes());
+        p
+    };
+    // Telemetry Report v1.0 (§5.3): Length 5 (4 + one RepMdBits word), NProt 0, RepMdBits bit 4
+    // (queue id + drop reason + padding), D as given, F, hw_id 0; switch 0x0C000001.
+    let v1_drop_word = |d: bool, seq: u32| -> Vec<u8> {
+        let inner = amlight_reference_packet()[16..].to_vec();
+        [
+            &[0x15, 0x01, u8::from(d), 0x40][..],
+            &be(&[0x0C00_0001, seq, 1000, 3 << 24 | 9 << 16]),
+            &inner,
+        ]
+        .concat()
+    };
+    let payloads = [
+        group,
+        amlight(255 << 24 | 111, 1),
+        amlight(u32::MAX, 2),
+        v1_drop_word(false, 1),
+        v1_drop_word(true, 2),
+    ];
+    let udp_frame = |payload: &[u8]| -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 9, 10, 0, 0, 1]);
+        f.extend_from_slice(&6000u16.to_be_bytes());
+        f.extend_from_slice(&5900u16.to_be_bytes());
+        f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(payload);
+        f
+    };
+    let mut w = PcapWriter::new(Vec::new()).unwrap();
+    for (k, p) in payloads.iter().enumerate() {
+        let f = udp_frame(p);
+        let ts = Duration::from_secs(1_700_000_000) + Duration::from_micros(k as u64);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("cases.pcap");
+    std::fs::write(&pcap, w.into_writer()).unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--input")
+        .arg(&pcap)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--no-inspect", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let s = metrics(&fin);
+    assert_eq!(s.get(Metric::IntDatagrams), 5, "{fin}");
+    // v2.0: the first report and the broken one were read; 1 + 2 + 2 decoded.
+    assert_eq!(s.get(Metric::IntReports), 6, "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedReports), 5, "{fin}");
+    assert_eq!(s.sum(Metric::IntMalformedReports), 1, "{fin}");
+    assert_eq!(
+        s.reason(Metric::IntMalformedReports, "v2_md_past_report"),
+        1,
+        "{fin}"
+    );
+    assert_eq!(s.get(Metric::IntSkippedGroupBytes), skipped as u64, "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedDropReports), 1, "{fin}");
+
+    let script = format!(
+        r#"
+import json, pyarrow.dataset as ds
+def rows(t, cols):
+    d = ds.dataset({root:?} + "/table=" + t, format="parquet", partitioning="hive")
+    return sorted(d.to_table(columns=cols).to_pylist(), key=lambda r: (r["switch_id"], r["seq"]))
+rep = rows("int_reports", ["switch_id", "seq", "rep_ingress_port", "rep_egress_port", "dropped",
+                           "rep_queue_id", "rep_drop_reason"])
+hops = [h for h in rows("int_hops", ["switch_id", "seq", "queue_id", "queue_occupancy"])
+        if h["switch_id"] == 0xFB65D675]
+drops = rows("int_drops", ["switch_id", "seq", "queue_id", "drop_reason"])
+print(json.dumps({{"reports": rep, "hops": hops, "drops": drops}}))
+"#,
+        root = data.to_str().unwrap()
+    );
+    let got: Value = python3_json(&script);
+    let v2: Vec<&Value> = got["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["switch_id"] == 0x0A00_0001)
+        .collect();
+    assert_eq!(v2.len(), 1, "only the report before the broken one: {got}");
+    assert_eq!(
+        (&v2[0]["rep_ingress_port"], &v2[0]["rep_egress_port"]),
+        (&3.into(), &4.into())
+    );
+    assert_eq!(
+        got["hops"],
+        serde_json::json!([
+            {"switch_id": 0xFB65_D675u32, "seq": 1, "queue_id": 255, "queue_occupancy": 111},
+            {"switch_id": 0xFB65_D675u32, "seq": 2, "queue_id": null, "queue_occupancy": null},
+        ]),
+        "{got}"
+    );
+    let c: Vec<&Value> = got["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["switch_id"] == 0x0C00_0001)
+        .collect();
+    assert_eq!(c.len(), 2, "{got}");
+    for (r, d) in c.iter().zip([false, true]) {
+        assert_eq!(r["dropped"], d, "{got}");
+        assert_eq!(
+            (&r["rep_queue_id"], &r["rep_drop_reason"]),
+            (&3.into(), &9.into())
+        );
+    }
+    assert_eq!(
+        got["drops"],
+        serde_json::json!([{"switch_id": 0x0C00_0001u32, "seq": 2, "queue_id": 3, "drop_reason": 9}]),
+        "{got}"
+    );
+}

@@ -1320,6 +1320,8 @@ metrics! {
     IntSkippedDomainSpecificBytes: Counter "stel_int_skipped_domain_specific_bytes_total" [];
     /// v2.0 individual reports skipped whole (IOAM, reserved RepType; also counted as malformed).
     IntSkippedV2Reports: Counter "stel_int_skipped_v2_reports_total" [];
+    /// Bytes of v2.0 groups left unread after a report whose lengths contradict each other (where the next report starts is unknown).
+    IntSkippedGroupBytes: Counter "stel_int_skipped_group_bytes_total" [];
     /// Hops whose egress timestamp is before their ingress timestamp (latency left null).
     IntNegativeLatencyHops: Counter "stel_int_negative_latency_hops_total" [];
     /// INT reports missing per their sequence numbers (final, per switch and hw_id).

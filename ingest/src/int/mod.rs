@@ -511,12 +511,24 @@ impl IntDecoder {
                 }
                 Err(m) => {
                     self.stats.count(m);
-                    // Skip a well-delimited bad report; stop when its length is unusable.
+                    // A report whose own lengths agree but whose contents are bad ends where
+                    // its Report Length says: the next one starts there. One whose lengths
+                    // contradict each other (or run past the payload) has no end we can trust:
+                    // the rest of the group is skipped (counted), never read as reports.
                     match b.get(off + 1) {
-                        Some(&l) if l != 0xff && off + 4 + usize::from(l) * 4 <= b.len() => {
+                        Some(&l)
+                            if !m.breaks_v2_framing()
+                                && l != 0xff
+                                && off + 4 + usize::from(l) * 4 <= b.len() =>
+                        {
                             off += 4 + usize::from(l) * 4;
                         }
-                        _ => break,
+                        // The last report (Report Length 0xFF: it runs to the end).
+                        Some(0xff) if !m.breaks_v2_framing() => break,
+                        _ => {
+                            self.stats.v2_group_bytes_skipped += (b.len() - off) as u64;
+                            break;
+                        }
                     }
                 }
             }
@@ -810,7 +822,10 @@ impl IntDecoder {
         if nh > 0 {
             st.int_stacks += 1;
         }
-        if rep.drop_header || rep.d || md.drop_reason.is_some() {
+        // A drop row when the report says a packet was dropped: D set, or a v0.5 Drop Report
+        // header. A drop-reason word with D = 0 stays in `int_reports` only (the README's
+        // "Drops").
+        if rep.drop_header || rep.d {
             b.drops
                 .row(ts, rep.switch_id)
                 .report_version(Some(rep.version))

@@ -97,6 +97,21 @@ reasons! {
     GpeTruncated = "gpe_truncated",
 }
 
+impl Malformed {
+    /// A v2.0 report whose lengths contradict each other or run past the payload: where it
+    /// ends, and so where the next report of its group starts, is unknown.
+    pub fn breaks_v2_framing(self) -> bool {
+        matches!(
+            self,
+            Malformed::V2ReportHeaderTruncated
+                | Malformed::V2ReportPastPayload
+                | Malformed::V2MdPastReport
+                | Malformed::V2MdBitsExceedMdLength
+                | Malformed::V2TlvTruncated
+        )
+    }
+}
+
 /// Calls `$m!(field, …)` with every plain `u64` field of [`IntStats`] (all but `malformed`): one
 /// list for summing, publishing and reading back, so a new field cannot be forgotten in one.
 macro_rules! with_int_counters {
@@ -122,6 +137,7 @@ macro_rules! with_int_counters {
             v2_reserved_md_bits,
             domain_specific_bytes_skipped,
             v2_reports_skipped,
+            v2_group_bytes_skipped,
             negative_hop_latency,
             seq_lost,
             seq_pending,
@@ -186,6 +202,9 @@ pub struct IntStats {
     pub domain_specific_bytes_skipped: u64,
     /// v2.0 individual reports skipped whole (IOAM, reserved RepType).
     pub v2_reports_skipped: u64,
+    /// Bytes of v2.0 groups left unread after a report whose lengths contradict each other
+    /// (that report and what follows it: where the next report starts is unknown).
+    pub v2_group_bytes_skipped: u64,
     /// Hops where egress timestamp < ingress timestamp (latency left null).
     pub negative_hop_latency: u64,
     /// Reports missing per sequence numbers (final: left the reordering window unfilled).

@@ -330,10 +330,11 @@ fn v1_with_report_metadata_ipv4_nprot_and_int_by_udp_port() {
     assert_eq!(cell(r, "hw_id", 0), Some(9));
     assert_eq!(cell(r, "congested", 0), Some(1));
     assert_eq!(cell(r, "seq", 0), Some(0xFFFF_FFFE));
+    // Only a whole all-ones word is "unavailable": all-ones fields inside a word are values.
     assert_eq!(cell(r, "rep_ingress_port", 0), Some(100));
-    assert_eq!(cell(r, "rep_egress_port", 0), None);
+    assert_eq!(cell(r, "rep_egress_port", 0), Some(0xFFFF));
     assert_eq!(cell(r, "rep_queue_id", 0), Some(6));
-    assert_eq!(cell(r, "rep_queue_occupancy", 0), None);
+    assert_eq!(cell(r, "rep_queue_occupancy", 0), Some(0xFF_FFFF));
     assert_eq!(cell(r, "vlan", 0), None);
     assert_eq!(cell(r, "hop_ml", 0), Some(3));
     assert_eq!(cell(r, "hop_count", 0), Some(2));

@@ -38,26 +38,43 @@ fn get(b: &[u8], off: usize, n: usize, r: Malformed) -> R<&[u8]> {
     off.checked_add(n).and_then(|end| b.get(off..end)).ok_or(r)
 }
 
-/// All-ones means "not available".
+/// All-ones means "not available" (INT v0.5/v1.0: "unsupported items are filled with
+/// all-ones"). The test is on the whole metadata word, never on a field inside it: a queue id of
+/// 255 next to a real occupancy is queue 255.
 #[inline]
 fn avail32(v: u32) -> Option<u32> {
     (v != u32::MAX).then_some(v)
 }
 #[inline]
-fn avail16(v: u16) -> Option<u32> {
-    (v != u16::MAX).then_some(u32::from(v))
-}
-#[inline]
-fn avail8(v: u8) -> Option<u8> {
-    (v != u8::MAX).then_some(v)
-}
-#[inline]
-fn avail24(v: u32) -> Option<u32> {
-    (v & 0xff_ffff != 0xff_ffff).then_some(v & 0xff_ffff)
-}
-#[inline]
 fn avail64(v: u64) -> Option<u64> {
     (v != u64::MAX).then_some(v)
+}
+/// A word of two 16-bit fields (ingress port, egress port).
+#[inline]
+fn pair16(w: u32) -> (Option<u32>, Option<u32>) {
+    if w == u32::MAX {
+        (None, None)
+    } else {
+        (Some(w >> 16), Some(w & 0xffff))
+    }
+}
+/// A word of an 8-bit id and a 24-bit value (queue or buffer id + occupancy / congestion).
+#[inline]
+fn id24(w: u32) -> (Option<u8>, Option<u32>) {
+    if w == u32::MAX {
+        (None, None)
+    } else {
+        (Some((w >> 24) as u8), Some(w & 0xff_ffff))
+    }
+}
+/// A word of queue id (8), drop reason (8) and padding (16).
+#[inline]
+fn queue_drop(w: u32) -> (Option<u8>, Option<u8>) {
+    if w == u32::MAX {
+        (None, None)
+    } else {
+        (Some((w >> 24) as u8), Some((w >> 16) as u8))
+    }
 }
 
 /// Metadata of one hop (or of the reporting switch itself). `None` = not carried or all-ones.
@@ -249,11 +266,9 @@ impl Plan {
         // 0xFC00 in v1.0 and v2.x) without the per-item dispatch.
         if self.key.1 == 0xFC00 && matches!(self.key.0, 1 | 2) && b.len() >= 24 {
             md.node_id = avail32(be32(b, 0));
-            md.ingress_port = avail16(be16(b, 4));
-            md.egress_port = avail16(be16(b, 6));
+            (md.ingress_port, md.egress_port) = pair16(be32(b, 4));
             md.hop_latency = avail32(be32(b, 8));
-            md.queue_id = avail8(b[12]);
-            md.queue_occupancy = avail24(be32(b, 12));
+            (md.queue_id, md.queue_occupancy) = id24(be32(b, 12));
             if self.key.0 == 1 {
                 md.ingress_ts = avail32(be32(b, 16)).map(u64::from);
                 md.egress_ts = avail32(be32(b, 20)).map(u64::from);
@@ -271,15 +286,9 @@ impl Plan {
         for &it in &self.items[..self.n as usize] {
             match it {
                 NodeId => md.node_id = avail32(be32(b, o)),
-                L1Ports => {
-                    md.ingress_port = avail16(be16(b, o));
-                    md.egress_port = avail16(be16(b, o + 2));
-                }
+                L1Ports => (md.ingress_port, md.egress_port) = pair16(be32(b, o)),
                 HopLatency => md.hop_latency = avail32(be32(b, o)),
-                QueueOcc => {
-                    md.queue_id = avail8(b[o]);
-                    md.queue_occupancy = avail24(be32(b, o));
-                }
+                QueueOcc => (md.queue_id, md.queue_occupancy) = id24(be32(b, o)),
                 IngressTs32 => {
                     md.ingress_ts = avail32(be32(b, o)).map(u64::from);
                     md.ts_bits = 32;
@@ -301,18 +310,9 @@ impl Plan {
                     md.l2_egress_port = avail32(be32(b, o + 4));
                 }
                 TxUtil => md.tx_util = avail32(be32(b, o)),
-                Buffer => {
-                    md.buffer_id = avail8(b[o]);
-                    md.buffer_occupancy = avail24(be32(b, o));
-                }
-                QueueCongestion => {
-                    md.queue_id = avail8(b[o]);
-                    md.queue_congestion = avail24(be32(b, o));
-                }
-                QueueDrop => {
-                    md.queue_id = avail8(b[o]);
-                    md.drop_reason = avail8(b[o + 1]);
-                }
+                Buffer => (md.buffer_id, md.buffer_occupancy) = id24(be32(b, o)),
+                QueueCongestion => (md.queue_id, md.queue_congestion) = id24(be32(b, o)),
+                QueueDrop => (md.queue_id, md.drop_reason) = queue_drop(be32(b, o)),
                 Checksum | Skip4 | Unknown => {}
             }
             o += it.size();
@@ -434,10 +434,8 @@ impl Scratch {
                 let s = get(b, 12, 12, Malformed::V05SubHeaderTruncated)?;
                 self.rep.switch_id = be32(s, 0);
                 self.rep.has_switch = true;
-                self.rep.md.ingress_port = avail16(be16(s, 4));
-                self.rep.md.egress_port = avail16(be16(s, 6));
-                self.rep.md.queue_id = avail8(s[8]);
-                self.rep.md.drop_reason = Some(s[9]);
+                (self.rep.md.ingress_port, self.rep.md.egress_port) = pair16(be32(s, 4));
+                (self.rep.md.queue_id, self.rep.md.drop_reason) = queue_drop(be32(s, 8));
                 self.rep.drop_header = true;
                 Ok(24)
             }
@@ -445,10 +443,8 @@ impl Scratch {
                 let s = get(b, 12, 16, Malformed::V05SubHeaderTruncated)?;
                 self.rep.switch_id = be32(s, 0);
                 self.rep.has_switch = true;
-                self.rep.md.ingress_port = avail16(be16(s, 4));
-                self.rep.md.egress_port = avail16(be16(s, 6));
-                self.rep.md.queue_id = avail8(s[8]);
-                self.rep.md.queue_occupancy = avail24(be32(s, 8));
+                (self.rep.md.ingress_port, self.rep.md.egress_port) = pair16(be32(s, 4));
+                (self.rep.md.queue_id, self.rep.md.queue_occupancy) = id24(be32(s, 8));
                 self.rep.md.egress_ts = avail32(be32(s, 12)).map(u64::from);
                 Ok(28)
             }

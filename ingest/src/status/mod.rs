@@ -415,6 +415,7 @@ impl StatusMetrics {
                 d.domain_specific_bytes_skipped,
             ),
             (M::IntSkippedV2Reports, d.v2_reports_skipped),
+            (M::IntSkippedGroupBytes, d.v2_group_bytes_skipped),
             (M::IntNegativeLatencyHops, d.negative_hop_latency),
             (M::IntSeqLostReports, d.seq_lost),
             (M::IntSeqReorderedReports, d.seq_reordered),
