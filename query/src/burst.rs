@@ -6,16 +6,20 @@
 use crate::{
     catalog::{Catalog, Session},
     engine::{scan_buckets, Aggs, Grid, Progress},
-    error::{Error, Result},
+    error::Result,
     rates,
     settings::{parse_duration_ns, TimeRange},
     spark::compile::{BurstParams, Series},
 };
 
+/// Which octet counters a burst is looked for in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Direction {
+    /// Received (IF_IN_OCTETS).
     Rx,
+    /// Transmitted (IF_OUT_OCTETS).
     Tx,
+    /// Both, each on its own.
     #[default]
     Both,
 }
@@ -58,12 +62,12 @@ impl Rule {
     /// # Errors
     /// A bad --speed or --min-duration.
     pub fn new(
-        speed: &str,
+        speed_mbps: f64,
         threshold: f64,
         min_duration: &str,
         direction: Direction,
     ) -> Result<Self> {
-        let speed = rates::parse_speed_mbps(speed).map_err(Error::Usage)?;
+        let speed = speed_mbps;
         Ok(Self {
             bytes_per_s: speed * 1e6 / 8.0,
             threshold,

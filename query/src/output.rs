@@ -73,6 +73,13 @@ impl Cell {
             text: v.to_string(),
         }
     }
+    /// A count: raw in JSON and CSV, `1,234,567` in a table.
+    pub fn count(v: u64) -> Self {
+        Self {
+            json: json!(v),
+            text: thousands(v),
+        }
+    }
     pub fn f64(v: f64, text: String) -> Self {
         Self {
             json: if v.is_finite() { json!(v) } else { Value::Null },
@@ -158,6 +165,19 @@ impl Printer {
                 writeln!(self.out, "{h}")?;
             }
             Format::Table => {}
+        }
+        Ok(())
+    }
+
+    /// Ends the table in progress (tables only): prints it, and the next [`Printer::begin`]
+    /// starts another with its own columns.
+    pub fn end_table(&mut self) -> Result<()> {
+        if self.format == Format::Table {
+            if self.widths.is_none() && !self.pending.is_empty() {
+                self.flush_table()?;
+            }
+            self.widths = None;
+            self.pending.clear();
         }
         Ok(())
     }

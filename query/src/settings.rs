@@ -30,7 +30,7 @@ pub struct CommonArgs {
     /// Print JSON Lines: {"type":"begin"|"row"|"summary","data":{…}}.
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
-    /// Print CSV with a header line.
+    /// Print CSV: raw numbers (no units, no thousands separators), units in the header.
     #[arg(long)]
     pub csv: bool,
     /// Where the question runs: `local` (this process, over --data-dir) or `spark` (a Spark
@@ -50,6 +50,88 @@ pub struct CommonArgs {
     /// another schema) instead of skipping it with a warning and counting it in the summary.
     #[arg(long)]
     pub strict: bool,
+}
+
+/// `-p/--profile`: one definition for every command that picks a session.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ProfileArg {
+    /// HFT profile; needed only when several profiles have the group (export: only this
+    /// profile).
+    #[arg(long = "profile", short = 'p', value_name = "PROFILE")]
+    pub profile: Option<String>,
+}
+
+impl ProfileArg {
+    pub fn get(&self) -> Option<&str> {
+        self.profile.as_deref()
+    }
+}
+
+/// `-o/--object`: one definition for every command that picks objects (`-i/--interface` is
+/// the same flag, kept for portstat habits).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ObjectArg {
+    /// Only these objects, comma-separated: ports (Ethernet0,Ethernet4), router interfaces,
+    /// queues and priority groups ('Ethernet0|3'), buffer pools; default all.
+    #[arg(
+        long = "object",
+        short = 'o',
+        value_delimiter = ',',
+        value_name = "NAME",
+        alias = "interface",
+        short_alias = 'i'
+    )]
+    pub list: Vec<String>,
+}
+
+/// `--speed`: one definition for every command that computes utilisation.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SpeedArg {
+    /// Port speed for utilisation: 100G, 25G, or Mb/s like SONiC's PORT `speed` (400000);
+    /// default 100G.
+    #[arg(long, value_name = "SPEED")]
+    pub speed: Option<String>,
+}
+
+impl SpeedArg {
+    /// The speed to use, Mb/s.
+    ///
+    /// # Errors
+    /// A text that is not a speed.
+    pub fn mbps(&self) -> Result<f64> {
+        crate::rates::parse_speed_mbps(self.speed.as_deref().unwrap_or("100G"))
+            .map_err(Error::Usage)
+    }
+
+    /// As typed (or the default), for messages.
+    pub fn text(&self) -> &str {
+        self.speed.as_deref().unwrap_or("100G")
+    }
+}
+
+/// `--unit`: one definition for every command that prints rates.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct UnitArg {
+    /// Rate unit: bytes (bytes/s, SONiC's RX_BPS and portstat's MB/s) or bits (bits/s, Gb/s).
+    #[arg(long = "unit", value_enum, default_value = "bytes")]
+    pub unit: Unit,
+}
+
+impl UnitArg {
+    pub fn get(&self) -> stel_store::rate::RateUnit {
+        self.unit.into()
+    }
+}
+
+/// `--threshold`, `--min-duration`: what makes a microburst (bursts, top --by bursts).
+#[derive(Debug, Clone, Args)]
+pub struct BurstRuleArgs {
+    /// Utilisation a burst stays above, % of --speed.
+    #[arg(long, default_value_t = 90.0, value_name = "PCT")]
+    pub threshold: f64,
+    /// Shortest burst counted (10us, 1ms, …).
+    #[arg(long, default_value = "10us", value_name = "DURATION")]
+    pub min_duration: String,
 }
 
 /// How rates are shown (see [`stel_store::rate::RateUnit`]).
@@ -125,11 +207,18 @@ pub fn fmt_ts(ns: i64) -> String {
         .to_string()
 }
 
-/// Parses `10m`, `1h30m`, `500ms`, `10us`, `250ns` into ns.
+/// Parses `10m`, `1h30m`, `500ms`, `10us`, `250ns` into ns. A bare number is refused: `--last
+/// 10` meant seconds or minutes to whoever typed it, never 10 ns.
 ///
 /// # Errors
-/// A text that is not a duration; the message shows examples.
+/// A text that is not a duration, or has no unit; the message shows the units.
 pub fn parse_duration_ns(s: &str) -> Result<i64> {
+    let t = s.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(Error::Usage(format!(
+            "`{s}` has no unit; durations need one: {t}ns, {t}us, {t}ms, {t}s, {t}m, {t}h or {t}d (e.g. 10s, 1h30m)"
+        )));
+    }
     let ns = stel_store::units::parse_duration_ns(s).map_err(Error::Usage)?;
     i64::try_from(ns)
         .ok()
@@ -257,6 +346,12 @@ mod tests {
         assert_eq!(parse_duration_ns("1m").unwrap(), 60_000_000_000);
         assert_eq!(parse_duration_ns("1h30m").unwrap(), 5_400_000_000_000);
         assert!(parse_duration_ns("ten").is_err());
+        let e = parse_duration_ns("10").unwrap_err().to_string();
+        assert!(
+            e.contains("no unit") && e.contains("10s") && e.contains("10ms"),
+            "{e}"
+        );
+        assert_eq!(parse_duration_ns("250ns").unwrap(), 250);
         assert_eq!(
             parse_time_ns("2023-11-14T22:13:20Z").unwrap(),
             1_700_000_000_000_000_000

@@ -986,3 +986,103 @@ fn a_restart_in_the_window_is_counted_and_said() {
         o.stdout
     );
 }
+
+/// The CLI speaks operator: a bare number is not a duration, CSV is raw numbers with units in
+/// the header, ports come in natural order, `top --by drops` says there were none, `bursts`
+/// leads with a per-port summary, `int --engine spark` refuses, `--version` names the tool.
+#[test]
+fn the_cli_speaks_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    write_emulated(dir.path(), cfg(Pattern::Steady, 8), 3_000, 3000);
+    let d = dir.path().to_str().unwrap();
+    let o = query(&["rates", "-d", d, "--last", "10"], &[]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("`10` has no unit") && o.stderr.contains("10s"),
+        "{}",
+        o.stderr
+    );
+    // CSV: raw numbers, units in the header, natural port order.
+    let o = query(&["rates", "-d", d, "--csv"], &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mut lines = o.stdout.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "IFACE,RX_OK (packets),RX_BPS (bytes/s),RX_PPS (packets/s),RX_UTIL (%),TX_OK (packets),TX_BPS (bytes/s),TX_PPS (packets/s),TX_UTIL (%),COVERED (ns)"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let ports: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    let want: Vec<String> = (0..8).map(|p| format!("Ethernet{}", 4 * p)).collect();
+    assert_eq!(ports, want);
+    for r in &rows {
+        for v in &r[1..] {
+            assert!(v.parse::<f64>().is_ok(), "not a raw number: {v} in {r:?}");
+        }
+    }
+    let o = query(&["rates", "-d", d, "--csv", "--unit", "bits"], &[]);
+    assert!(
+        o.stdout
+            .starts_with("IFACE,RX_OK (packets),RX_BPS (bits/s)"),
+        "{}",
+        o.stdout
+    );
+    let bits: f64 = o
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let bytes: f64 = rows[0][2].parse().unwrap();
+    assert!((bits / bytes - 8.0).abs() < 1e-9);
+    let o = query(
+        &["rates", "-d", d, "--unit", "bits", "-o", "Ethernet0"],
+        &[],
+    );
+    assert!(o.stdout.contains(" Gb/s"), "{}", o.stdout);
+    // No drops: said, not ranked.
+    let o = query(&["top", "-d", d, "--by", "drops"], &[]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stdout.starts_with("No drops in "), "{}", o.stdout);
+    assert!(!o.stdout.contains("RANK"), "{}", o.stdout);
+    // Bursts: the per-interface summary first, then the bursts.
+    let o = query(
+        &["bursts", "-d", d, "--threshold", "1", "--limit", "2"],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let l: Vec<&str> = o.stdout.lines().collect();
+    assert!(
+        l[0].contains(" on 16 interface directions:"),
+        "{}",
+        o.stdout
+    );
+    assert!(l[1].starts_with("IFACE") && l[1].contains("BURSTS") && l[1].contains("LONGEST"));
+    assert!(
+        l[3].starts_with("Ethernet0 ") && l[5].starts_with("Ethernet4 "),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("\nThe first 2 of "), "{}", o.stdout);
+    // int on Spark: refused, not run locally.
+    let o = query(
+        &[
+            "int",
+            "evc",
+            "-d",
+            d,
+            "--engine",
+            "spark",
+            "--remote",
+            "sc://127.0.0.1:1",
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("local engine only"), "{}", o.stderr);
+    let o = query(&["--version"], &[]);
+    assert!(o.stdout.starts_with("stel-query "), "{}", o.stdout);
+}

@@ -8,8 +8,14 @@ use clap_complete::Shell;
 use crate::error::Result;
 
 /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+///
+/// Examples:
+///   stel-query completions bash > /etc/bash_completion.d/stel-query
+///   stel-query completions zsh > "${fpath[1]}/_stel-query"
 #[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
 pub struct Args {
+    /// The shell to complete for.
     pub shell: Shell,
 }
 

@@ -24,7 +24,7 @@ use crate::{
     catalog::{Catalog, Location},
     error::{Error, Result},
     output::{thousands, Cell, Printer},
-    settings::{fmt_ts, CommonArgs, TimeArgs, TimeRange},
+    settings::{fmt_ts, CommonArgs, ProfileArg, TimeArgs, TimeRange},
 };
 
 /// Copy a time range to a local directory or s3://bucket/prefix, keeping the Hive layout.
@@ -43,9 +43,8 @@ pub struct Args {
     pub time: TimeArgs,
     /// Destination: a directory or s3://bucket/prefix.
     pub dest: String,
-    /// Only this profile.
-    #[arg(long, short = 'p')]
-    pub profile: Option<String>,
+    #[command(flatten)]
+    pub profile: ProfileArg,
     /// Only this group.
     #[arg(long, short = 'g')]
     pub group: Option<String>,
@@ -165,7 +164,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let sessions: Vec<_> = cat
         .sessions
         .iter()
-        .filter(|s| a.profile.as_deref().is_none_or(|p| s.profile == p))
+        .filter(|s| a.profile.get().is_none_or(|p| s.profile == p))
         .filter(|s| {
             a.group
                 .as_deref()

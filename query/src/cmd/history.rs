@@ -16,7 +16,7 @@ use crate::{
     error::{Error, Result},
     output::{Cell, Format, Printer},
     plot,
-    settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs},
+    settings::{fmt_ts, parse_duration_ns, CommonArgs, ObjectArg, ProfileArg, TimeArgs},
 };
 
 /// Values of chosen objects × stats: every snapshot, or per interval (min/max/avg/last).
@@ -31,14 +31,13 @@ pub struct Args {
     pub common: CommonArgs,
     #[command(flatten)]
     pub time: TimeArgs,
-    #[arg(long, short = 'p')]
-    pub profile: Option<String>,
+    #[command(flatten)]
+    pub profile: ProfileArg,
     /// Session group: PORT, QUEUE, INGRESS_PRIORITY_GROUP, BUFFER_POOL.
     #[arg(long, short = 'g', default_value = "PORT")]
     pub group: String,
-    /// Objects (comma-separated); default all.
-    #[arg(long, short = 'o', value_delimiter = ',')]
-    pub object: Vec<String>,
+    #[command(flatten)]
+    pub objects: ObjectArg,
     /// Stats, short or full SAI names (comma-separated); default all.
     #[arg(long, short = 's', value_delimiter = ',')]
     pub stat: Vec<String>,
@@ -58,9 +57,13 @@ pub struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Agg {
+    /// Smallest value in the bucket.
     Min,
+    /// Largest value in the bucket.
     Max,
+    /// Mean of the bucket's values.
     Avg,
+    /// The bucket's last value (a counter's reading at the bucket's end).
     Last,
 }
 
@@ -70,8 +73,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
     let cat = Catalog::open(&set.data, set.strict).await?;
-    let (s, r) = super::open_session(&cat, a.profile.as_deref(), &a.group, &a.time).await?;
-    let objects = super::pick_objects(s, &a.object)?;
+    let (s, r) = super::open_session(&cat, a.profile.get(), &a.group, &a.time).await?;
+    let objects = super::pick_objects(s, &a.objects.list)?;
     let stats = super::pick_stats(s, &a.stat)?;
     let cols: Vec<(String, String, String)> = objects
         .iter()

@@ -26,8 +26,11 @@ use crate::{
 ///
 /// Data comes from the Parquet tree stel-ingestd writes (--data-dir, STEL_DATA_DIR), a local
 /// directory or s3://bucket/prefix. Every command prints a table by default, --json for JSON
-/// Lines ({"type":"begin"|"row"|"summary","data":{…}}) and --csv where it makes sense.
-/// Exit codes: 0 rows printed, 1 no rows, 2 error.
+/// Lines ({"type":"begin"|"row"|"summary","data":{…}}) and --csv (raw numbers, units in the
+/// header). Rates are bytes/s as in SONiC (MB/s); --unit bits shows bits/s (Gb/s). Durations
+/// always take a unit (10s, 500ms, 1h30m). Unreadable or foreign Parquet files are skipped
+/// with a warning (--strict: an error).
+/// Exit codes: 0 rows printed, 1 no rows (an empty window, nothing matched), 2 error.
 #[derive(Debug, Parser)]
 #[command(
     name = "stel-query",
@@ -35,7 +38,7 @@ use crate::{
     verbatim_doc_comment,
     after_help = "Examples:
   stel-query rates                                   # portstat-style rates over the last minute of data
-  stel-query rates --last 10s -r 1s -i Ethernet0 --ema --plot
+  stel-query rates --last 10s -r 1s -o Ethernet0 --ema --plot
   stel-query history -o Ethernet0 -s IF_IN_OCTETS,IF_IN_DISCARDS -r 100ms --agg min,max,last
   stel-query top --by drops -n 5 --since 10m
   stel-query bursts --threshold 90 --min-duration 30us --last 1s

@@ -13,12 +13,16 @@ use crate::{
     output::{human_ns, Cell, Format, Printer},
     plot,
     rates::{self, fmt_ok, fmt_pps, fmt_util, RateState, RateStats, Rates},
-    settings::{fmt_ts, parse_duration_ns, CommonArgs, TimeArgs, TimeRange, Unit},
+    settings::{
+        fmt_ts, parse_duration_ns, CommonArgs, ObjectArg, ProfileArg, SpeedArg, TimeArgs,
+        TimeRange, UnitArg,
+    },
     spark::{compile::Scope, Lake},
 };
 
 /// RX/TX BPS, PPS and UTIL per port (portstat -R's columns and units).
 ///
+/// BPS is bytes/s as in SONiC (MB/s); --unit bits shows bits/s (Gb/s).
 /// Without --resolution, one row per port for the whole window: the traffic counted over the
 /// time the window's samples cover (COVERED), so a restart (counters back to 0) or a gap in the
 /// data does not distort it — a line before the table says what the window held. With
@@ -26,7 +30,8 @@ use crate::{
 ///
 /// Examples:
 ///   stel-query rates
-///   stel-query rates --last 10s -r 1s -i Ethernet0,Ethernet4 --ema
+///   stel-query rates --last 10s -r 1s -o Ethernet0,Ethernet4 --ema
+///   stel-query rates --last 1h --unit bits --csv > rates.csv
 ///   stel-query rates --from 2024-05-01T12:00:00Z --to 2024-05-01T12:00:01Z -r stream --json
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -35,27 +40,23 @@ pub struct Args {
     pub common: CommonArgs,
     #[command(flatten)]
     pub time: TimeArgs,
-    /// HFT profile (needed when several profiles have the group).
-    #[arg(long, short = 'p')]
-    pub profile: Option<String>,
+    #[command(flatten)]
+    pub profile: ProfileArg,
     /// Router interfaces (ROUTER_INTERFACE group, rif_rates.lua) instead of ports.
     #[arg(long)]
     pub rif: bool,
-    /// Only these interfaces (comma-separated names, e.g. Ethernet0,Ethernet4).
-    #[arg(long, short = 'i', value_delimiter = ',')]
-    pub interface: Vec<String>,
+    #[command(flatten)]
+    pub objects: ObjectArg,
     /// Interval per row: a duration (10us … 5m) or `stream` for every snapshot.
     #[arg(long, short = 'r')]
     pub resolution: Option<String>,
     /// Smooth with SONiC's EMA over N intervals (α = 2/(N+1); N = 10 when no value is given).
     #[arg(long, num_args = 0..=1, default_missing_value = "10", value_name = "N")]
     pub ema: Option<u32>,
-    /// Port speed for UTIL (the stream does not carry it): 100G, 25G, or Mb/s like SONiC.
-    #[arg(long, default_value = "100G")]
-    pub speed: String,
-    /// Rate unit: bytes/s (SONiC's RX_BPS, portstat's MB/s) or bits/s (Gb/s).
-    #[arg(long, value_enum, default_value = "bytes")]
-    pub unit: Unit,
+    #[command(flatten)]
+    pub speed: SpeedArg,
+    #[command(flatten)]
+    pub unit: UnitArg,
     /// Draw RX_BPS over time in the terminal (table output only).
     #[arg(long)]
     pub plot: bool,
@@ -559,8 +560,8 @@ pub async fn compute(
 pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
-    let speed = rates::parse_speed_mbps(&a.speed).map_err(Error::Usage)?;
-    let unit: RateUnit = a.unit.into();
+    let speed = a.speed.mbps()?;
+    let unit: RateUnit = a.unit.get();
     let group = if a.rif { "ROUTER_INTERFACE" } else { "PORT" };
     let st = if a.rif { rates::RIF } else { rates::PORT };
     let alpha = a.ema.map(|n| rates::alpha(n.max(1)));
@@ -691,15 +692,15 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             }
             Some(d) => Some(parse_duration_ns(d)?),
         };
-        let s = crate::fleet::lake_session(&lake.columns, group, a.profile.as_deref());
-        let objects = super::objects_of(&s, &a.interface, true)?;
+        let s = crate::fleet::lake_session(&lake.columns, group, a.profile.get());
+        let objects = super::objects_of(&s, &a.objects.list, true)?;
         let (cols, mut proto_feed) = RateFeed::new(&s, &objects, &st, alpha)?;
         if whole {
             proto_feed = proto_feed.whole_window();
         }
         let scope = Scope {
             group: group.into(),
-            profile: a.profile.clone(),
+            profile: a.profile.profile.clone(),
             switches: set.switches.clone(),
             range: r,
             ts: lake.ts.clone(),
@@ -742,11 +743,10 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     } else {
         targets = crate::fleet::open(&set.data, &set.switches, set.strict).await?;
         let fleet = targets.iter().any(|t| t.switch.is_some());
-        let (found, r) =
-            crate::fleet::sessions(&targets, a.profile.as_deref(), group, &a.time).await?;
+        let (found, r) = crate::fleet::sessions(&targets, a.profile.get(), group, &a.time).await?;
         let mut begun = false;
         for (t, s) in &found {
-            let objects = super::objects_of(s, &a.interface, fleet)?;
+            let objects = super::objects_of(s, &a.objects.list, fleet)?;
             let width = match resolve_resolution(&t.cat, s, &r, a.resolution.as_deref()).await {
                 Ok(w) => w,
                 Err(Error::NotFound(_)) if fleet => continue,

@@ -7,7 +7,13 @@ use stel_store::sai::{self, ObjectType};
 use crate::error::{Error, Result};
 
 /// Look up a SAI stat: `<TYPE> <id|short name>` or `<full C name>`.
+///
+/// Examples:
+///   stel-query stat PORT IF_IN_OCTETS
+///   stel-query stat QUEUE 0x2
+///   stel-query stat SAI_PORT_STAT_IF_IN_DISCARDS --json
 #[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
 pub struct Args {
     /// Object type (PORT, QUEUE, INGRESS_PRIORITY_GROUP, BUFFER_POOL, ROUTER_INTERFACE,
     /// SWITCH) or a full name like SAI_PORT_STAT_IF_IN_OCTETS.

@@ -5,6 +5,7 @@
 use std::{collections::BTreeMap, process::ExitCode, time::Instant};
 
 use serde_json::json;
+use stel_store::rate::RateUnit;
 
 use super::{merge, objects_of};
 use crate::{
@@ -13,20 +14,24 @@ use crate::{
     engine::{scan_buckets, Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
     output::{human_ns, natural_cmp, thousands, Cell, Printer},
-    rates::{self, fmt_bps, fmt_util, Rates},
-    settings::{fmt_ts, CommonArgs, TimeArgs, TimeRange},
+    rates::{self, fmt_util, Rates},
+    settings::{
+        fmt_ts, BurstRuleArgs, CommonArgs, ProfileArg, SpeedArg, TimeArgs, TimeRange, UnitArg,
+    },
     spark::{compile::Scope, Lake},
 };
 
-/// Top-N objects of a window by rate (bytes/s), drops (discarded/dropped packets), occupancy
-/// (peak buffer bytes) or bursts (time spent in microbursts: utilisation above --threshold for
-/// at least --min-duration, RX and TX added up). Over a fleet lake (switch=<name>/ roots, or
-/// --engine spark) the ranking is across every switch; --per switch ranks switches by their
-/// totals.
+/// The N busiest objects of a window by rate, drops, buffer occupancy or microburst time.
+///
+/// --by rate: RX + TX bytes/s; drops: discarded/dropped packets (none dropped is said, not
+/// ranked); occupancy: peak buffer bytes; bursts: time spent above --threshold for at least
+/// --min-duration, RX and TX added up. Over a fleet lake (switch=<name>/ roots, or --engine
+/// spark) the ranking is across every switch; --per switch ranks switches by their totals.
 ///
 /// Examples:
 ///   stel-query top                          # busiest ports over the last minute of data
 ///   stel-query top --by drops -n 5 --since 10m
+///   stel-query top -n 3 --unit bits                  # in Gb/s
 ///   stel-query top --by occupancy --group QUEUE --last 1s
 ///   stel-query top --by bursts --threshold 90 --last 1h -d s3://lake/fleet --engine spark --remote sc://127.0.0.1:15002
 ///   stel-query top --by drops --per switch -n 100 -d s3://lake/fleet --last 1h
@@ -37,8 +42,8 @@ pub struct Args {
     pub common: CommonArgs,
     #[command(flatten)]
     pub time: TimeArgs,
-    #[arg(long, short = 'p')]
-    pub profile: Option<String>,
+    #[command(flatten)]
+    pub profile: ProfileArg,
     /// Session group: PORT, QUEUE, INGRESS_PRIORITY_GROUP, BUFFER_POOL, ROUTER_INTERFACE.
     #[arg(long, short = 'g', default_value = "PORT")]
     pub group: String,
@@ -51,28 +56,32 @@ pub struct Args {
     /// How many.
     #[arg(long, short = 'n', default_value_t = 10)]
     pub top: usize,
-    /// Port speed for UTIL and bursts (100G, 25G, Mb/s).
-    #[arg(long, default_value = "100G")]
-    pub speed: String,
-    /// --by bursts: utilisation threshold, % of --speed.
-    #[arg(long, default_value_t = 90.0)]
-    pub threshold: f64,
-    /// --by bursts: shortest burst counted.
-    #[arg(long, default_value = "10us")]
-    pub min_duration: String,
+    #[command(flatten)]
+    pub speed: SpeedArg,
+    /// With --by bursts.
+    #[command(flatten)]
+    pub rule: BurstRuleArgs,
+    #[command(flatten)]
+    pub unit: UnitArg,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum By {
+    /// RX + TX bytes/s over the window (PORT, ROUTER_INTERFACE).
     Rate,
+    /// Packets counted by the *DISCARDS / *DROPPED* counters over the window.
     Drops,
+    /// Peak *CURR_OCCUPANCY_BYTES (QUEUE, INGRESS_PRIORITY_GROUP, BUFFER_POOL).
     Occupancy,
+    /// Time spent in microbursts (--threshold, --min-duration), RX and TX added up.
     Bursts,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Per {
+    /// Rank objects (ports, queues, …).
     Object,
+    /// Rank switches by the sum (max for occupancy) over their objects.
     Switch,
 }
 
@@ -318,7 +327,7 @@ async fn spark_entries(
     scope: &Scope,
 ) -> Result<(Vec<Entry>, u64, serde_json::Value)> {
     let group = scope.group.clone();
-    let s = crate::fleet::lake_session(&lake.columns, &group, a.profile.as_deref());
+    let s = crate::fleet::lake_session(&lake.columns, &group, a.profile.get());
     let mut out = Vec::new();
     let mut scanned = 0;
     let files;
@@ -416,11 +425,11 @@ fn per_switch(entries: Vec<Entry>, by: By) -> Vec<Entry> {
     m.into_values().collect()
 }
 
-fn fmt_detail(by: By, d: &[(String, f64)]) -> String {
+fn fmt_detail(by: By, unit: RateUnit, d: &[(String, f64)]) -> String {
     d.iter()
         .map(|(k, v)| match (by, k.as_str()) {
             (By::Bursts, "RX" | "TX") => format!("{k}={}", human_ns(*v as i64)),
-            (By::Rate, _) => format!("{k}={}", fmt_bps(*v)),
+            (By::Rate, _) => format!("{k}={}", unit.format(*v)),
             _ => format!("{k}={}", thousands(*v as u64)),
         })
         .collect::<Vec<_>>()
@@ -432,8 +441,16 @@ fn fmt_detail(by: By, d: &[(String, f64)]) -> String {
 pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
-    let speed = rates::parse_speed_mbps(&a.speed).map_err(Error::Usage)?;
-    let rule = Rule::new(&a.speed, a.threshold, &a.min_duration, Direction::Both)?;
+    let speed = a.speed.mbps()?;
+    let unit: RateUnit = a.unit.get();
+    let bps =
+        |v: Option<f64>| v.map_or_else(Cell::na, |v| Cell::f64(unit.value(v), unit.format(v)));
+    let rule = Rule::new(
+        speed,
+        a.rule.threshold,
+        &a.rule.min_duration,
+        Direction::Both,
+    )?;
     let group = a.group.to_ascii_uppercase();
     let progress = Progress::new("top");
     let mut all = Vec::new();
@@ -446,7 +463,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         r = a.time.resolve(extent)?;
         let scope = Scope {
             group: group.clone(),
-            profile: a.profile.clone(),
+            profile: a.profile.profile.clone(),
             switches: set.switches.clone(),
             range: r,
             ts: lake.ts.clone(),
@@ -454,12 +471,12 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         let (e, n, about) = spark_entries(&lake, &a, &rule, &scope).await?;
         (all, scanned, engine) = (e, n, about);
         fleet = true;
-        profile = a.profile.clone().unwrap_or_else(|| "*".into());
+        profile = a.profile.profile.clone().unwrap_or_else(|| "*".into());
     } else {
         let targets = crate::fleet::open(&set.data, &set.switches, set.strict).await?;
         fleet = targets.iter().any(|t| t.switch.is_some());
         let (found, range) =
-            crate::fleet::sessions(&targets, a.profile.as_deref(), &group, &a.time).await?;
+            crate::fleet::sessions(&targets, a.profile.get(), &group, &a.time).await?;
         r = range;
         profile = found[0].1.profile.clone();
         for (t, s) in &found {
@@ -488,6 +505,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     if a.per == Per::Switch {
         all = per_switch(all, a.by);
+    }
+    // Nothing dropped is the answer, not a ranking of zeros.
+    let checked = all.len();
+    if a.by == By::Drops {
+        all.retain(|e| e.value > 0.0);
     }
     // Highest first; ties in switch, then object order, natural (the same on every engine).
     let nat = |a: &Option<String>, b: &Option<String>| {
@@ -524,6 +546,22 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             "DETAIL",
         ]);
     }
+    if a.by == By::Drops && all.is_empty() {
+        p.note(&format!(
+            "No drops in {r}: the drop counters (*DISCARDS, *DROPPED*) of {checked} {} did not move.",
+            if a.per == Per::Switch { "switches" } else { "objects" }
+        ))?;
+    }
+    p.set_units(&[
+        ("RX_BPS", unit.name()),
+        ("TX_BPS", unit.name()),
+        ("BPS", unit.name()),
+        ("RX_UTIL", "%"),
+        ("TX_UTIL", "%"),
+        ("DROPS", "packets"),
+        ("PEAK_BYTES", "bytes"),
+        ("BURST_TIME", "ns"),
+    ]);
     p.begin(&header, about)?;
     for (i, e) in all.iter().take(a.top).enumerate() {
         let mut cells = vec![Cell::u64(i as u64 + 1)];
@@ -534,8 +572,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             let x = e.rates.unwrap_or_default();
             cells.extend([
                 Cell::str(e.object.clone()),
-                Cell::opt_f64(x.rx_bps, fmt_bps),
-                Cell::opt_f64(x.tx_bps, fmt_bps),
+                bps(x.rx_bps),
+                bps(x.tx_bps),
                 Cell::opt_f64(Rates::util(x.rx_bps, Some(speed)), fmt_util),
                 Cell::opt_f64(Rates::util(x.tx_bps, Some(speed)), fmt_util),
             ]);
@@ -544,7 +582,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 cells.push(Cell::str(e.object.clone()));
             }
             cells.push(match a.by {
-                By::Rate => Cell::f64(e.value, fmt_bps(e.value)),
+                By::Rate => Cell::f64(unit.value(e.value), unit.format(e.value)),
                 By::Bursts => Cell {
                     json: json!(e.value as i64),
                     text: human_ns(e.value as i64),
@@ -554,12 +592,12 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     text: thousands(e.value as u64),
                 },
             });
-            cells.push(Cell::str(fmt_detail(a.by, &e.detail)));
+            cells.push(Cell::str(fmt_detail(a.by, unit, &e.detail)));
         }
         p.row(cells)?;
     }
-    let mut summary = json!({"rows": p.rows(), "ranked": all.len(), "snapshots_scanned": scanned,
-                     "elapsed_s": started.elapsed().as_secs_f64()});
+    let mut summary = json!({"rows": p.rows(), "ranked": all.len(), "checked": checked,
+                     "snapshots_scanned": scanned, "elapsed_s": started.elapsed().as_secs_f64()});
     merge(&mut summary, engine);
     p.summary(summary)?;
     Ok(super::exit_for(p.rows()))
