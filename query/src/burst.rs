@@ -5,7 +5,7 @@
 
 use crate::{
     catalog::{Catalog, Session},
-    engine::{scan_buckets, Aggs, Grid, Progress},
+    engine::{Aggs, Progress},
     error::Result,
     rates,
     settings::{parse_duration_ns, TimeRange},
@@ -113,7 +113,8 @@ impl Rule {
 }
 
 /// The bursts of `series` of one session over `r`, at `width_ns` (the stream's own interval
-/// unless asked otherwise). Returns the bursts (time order) and the snapshots scanned.
+/// unless asked otherwise; at a tier's resolution the tiers answer, [`crate::tiers`]).
+/// Returns the bursts (time order), the snapshots scanned and where they came from.
 ///
 /// # Errors
 /// Engine failures.
@@ -125,7 +126,7 @@ pub async fn detect(
     width_ns: i64,
     rule: &Rule,
     progress: &Progress,
-) -> Result<(Vec<Burst>, u64)> {
+) -> Result<(Vec<Burst>, u64, crate::tiers::Planned)> {
     let names: Vec<String> = series.iter().map(|c| c.column.clone()).collect();
     let mut tracks = vec![Track::default(); series.len()];
     let mut bursts: Vec<Burst> = Vec::new();
@@ -145,45 +146,56 @@ pub async fn detect(
             }
         }
     };
-    let Some(r) = crate::engine::clamp_to_data(cat, s, r).await? else {
-        return Ok((Vec::new(), 0));
+    let need = crate::tiers::Need {
+        width: Some(width_ns),
+        ..crate::tiers::Need::default()
     };
-    let r = &r;
-    let grid = Grid::new(r, Some(width_ns));
-    let scanned = scan_buckets(cat, s, &names, r, grid, Aggs::default(), progress, |b| {
-        for i in 0..b.n {
-            let t = b.last_ts[i];
-            if t == i64::MIN {
-                continue;
+    let plan = crate::tiers::plan(s, cat.raw_extent(s).await?, r, &need)?;
+    let scanned = crate::tiers::scan(
+        cat,
+        s,
+        &names,
+        &plan,
+        Some(width_ns),
+        Aggs::default(),
+        progress,
+        |b| {
+            for i in 0..b.n {
+                let t = b.last_ts[i];
+                if t == i64::MIN {
+                    continue;
+                }
+                for (c, tr) in tracks.iter_mut().enumerate() {
+                    let Some(v) = b.last(i, c) else { continue };
+                    let Some((pt, pv)) = tr.prev.replace((t, v)) else {
+                        continue;
+                    };
+                    if t <= pt {
+                        continue;
+                    }
+                    if v < pv {
+                        // Counter reset: whatever was running ends here, no spike.
+                        close(tr, &series[c], &mut bursts, false);
+                        continue;
+                    }
+                    // The same operations in the same order as the Spark SQL (compile::bursts_ctes)
+                    // and the rollup tiers (stel_store::rollup::burst::above), so every engine
+                    // compares the same double with the threshold.
+                    let util =
+                        stel_store::rollup::burst::utilisation(v - pv, t - pt, rule.bytes_per_s);
+                    if util > rule.threshold {
+                        let run = tr.run.get_or_insert((pt, t, util, 0));
+                        run.1 = t;
+                        run.2 = run.2.max(util);
+                        run.3 += v - pv;
+                    } else {
+                        close(tr, &series[c], &mut bursts, false);
+                    }
+                }
             }
-            for (c, tr) in tracks.iter_mut().enumerate() {
-                let Some(v) = b.last(i, c) else { continue };
-                let Some((pt, pv)) = tr.prev.replace((t, v)) else {
-                    continue;
-                };
-                if t <= pt {
-                    continue;
-                }
-                if v < pv {
-                    // Counter reset: whatever was running ends here, no spike.
-                    close(tr, &series[c], &mut bursts, false);
-                    continue;
-                }
-                // The same operations in the same order as the Spark SQL (compile::bursts_ctes),
-                // so both engines compare the same double with the threshold.
-                let util = (v - pv) as f64 / ((t - pt) as f64 / 1e9) / rule.bytes_per_s * 100.0;
-                if util > rule.threshold {
-                    let run = tr.run.get_or_insert((pt, t, util, 0));
-                    run.1 = t;
-                    run.2 = run.2.max(util);
-                    run.3 += v - pv;
-                } else {
-                    close(tr, &series[c], &mut bursts, false);
-                }
-            }
-        }
-        Ok(())
-    })
+            Ok(())
+        },
+    )
     .await?;
     for (c, tr) in tracks.iter_mut().enumerate() {
         close(tr, &series[c], &mut bursts, true);
@@ -194,5 +206,5 @@ pub async fn detect(
             .then_with(|| crate::output::natural_cmp(&x.object, &y.object))
             .then_with(|| x.dir.cmp(y.dir))
     });
-    Ok((bursts, scanned))
+    Ok((bursts, scanned, plan))
 }

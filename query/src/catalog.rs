@@ -72,6 +72,10 @@ pub struct Session {
     pub dir: String,
     pub schema: SchemaRef,
     pub columns: Vec<Column>,
+    /// Its rollup tiers, coarsest first (`crate::tiers`).
+    pub tiers: Vec<crate::tiers::Tier>,
+    /// Whether raw files back `table` (false for a fleet view standing for several).
+    pub raw: bool,
 }
 
 impl Session {
@@ -318,6 +322,7 @@ impl Catalog {
                     .filter(|f| f.name() != "ts")
                     .filter_map(|f| Column::parse(f.name()))
                     .collect();
+                let tiers = crate::tiers::discover(&cat, &pdir, &gdir, &table).await?;
                 sessions.push(Session {
                     profile: profile.clone(),
                     group,
@@ -325,6 +330,8 @@ impl Catalog {
                     dir,
                     schema,
                     columns,
+                    tiers,
+                    raw: true,
                 });
             }
         }
@@ -427,11 +434,26 @@ impl Catalog {
             .join(", ")
     }
 
-    /// First and last sample time of a session (from Parquet statistics; cheap).
+    /// First and last sample time of a session, raw files and rollup tiers together (a tier
+    /// counts to the end of its last interval).
     ///
     /// # Errors
     /// Engine failures.
     pub async fn extent(&self, s: &Session) -> Result<Option<(i64, i64)>> {
+        let mut e = self.raw_extent(s).await?;
+        for t in &s.tiers {
+            if let Some((a, b)) = t.extent {
+                e = Some(e.map_or((a, b - 1), |(x, y)| (x.min(a), y.max(b - 1))));
+            }
+        }
+        Ok(e)
+    }
+
+    /// First and last sample time of a session's raw files (from Parquet statistics; cheap).
+    ///
+    /// # Errors
+    /// Engine failures.
+    pub async fn raw_extent(&self, s: &Session) -> Result<Option<(i64, i64)>> {
         let df = self
             .ctx
             .sql(&format!(

@@ -135,6 +135,8 @@ pub fn lake_session(columns: &[Column], group: &str, profile: Option<&str>) -> S
             .filter(|c| column_of_group(c, group))
             .cloned()
             .collect(),
+        tiers: Vec::new(),
+        raw: true,
     }
 }
 

@@ -6,6 +6,8 @@
 //! partition pruning and `ts` statistics pruning; [`engine`] runs the vectorised bucket scan the
 //! time-series commands share; [`rates`] is SONiC's rate math and portstat's formatting;
 //! [`output`] prints tables, CSV or JSON Lines; [`cmd`] holds one module per subcommand;
+//! [`tiers`] plans a question over the raw files and the rollup tiers (the coarsest source
+//! that is exact for each part of the window);
 //! [`fleet`] runs a command over every switch of a lake (`switch=<name>/` roots) in this
 //! process; [`spark`] compiles the fleet questions to Spark SQL for a Spark Connect server.
 //!
@@ -26,5 +28,6 @@ pub mod quarantine;
 pub mod rates;
 pub mod settings;
 pub mod spark;
+pub mod tiers;
 
 pub use error::{Error, Result};

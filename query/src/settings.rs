@@ -50,6 +50,9 @@ pub struct CommonArgs {
     /// another schema) instead of skipping it with a warning and counting it in the summary.
     #[arg(long)]
     pub strict: bool,
+    /// Say on stderr where each part of the answer came from (raw files or a rollup tier).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 /// `-p/--profile`: one definition for every command that picks a session.
@@ -181,7 +184,7 @@ pub struct TimeArgs {
 }
 
 /// A half-open window `[from_ns, to_ns)`, ns since the Unix epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TimeRange {
     pub from_ns: i64,
     pub to_ns: i64,
@@ -299,6 +302,8 @@ pub struct Settings {
     pub switches: Vec<String>,
     /// Fail on unreadable files instead of skipping them.
     pub strict: bool,
+    /// Say where the answer came from (stderr).
+    pub verbose: bool,
 }
 
 impl Settings {
@@ -324,6 +329,7 @@ impl CommonArgs {
             remote: self.remote.clone(),
             switches: self.switch.clone(),
             strict: self.strict,
+            verbose: self.verbose,
             data: self.data_dir.clone(),
             format: if self.json {
                 Format::Json

@@ -192,8 +192,20 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 };
             w.get_or_insert(width);
             prof = s.profile.clone();
-            let (found, n) = detect(&t.cat, s, &series, &r, width, &rule, &progress).await?;
+            let (found, n, plan) = detect(&t.cat, s, &series, &r, width, &rule, &progress).await?;
             scanned += n;
+            let about = plan.describe(s);
+            if set.verbose {
+                eprintln!(
+                    "stel-query: bursts{}: {}",
+                    t.switch
+                        .as_deref()
+                        .map(|w| format!(" ({w})"))
+                        .unwrap_or_default(),
+                    plan.verbose_line(s)
+                );
+            }
+            super::merge(&mut engine, json!({"tier": about["tier"]}));
             bursts.extend(found.into_iter().map(|b| (t.switch.clone(), b)));
         }
         if scanned == 0 && !fleet {

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::{
     catalog::{time_filter, Catalog},
-    engine::{scan_buckets, Aggs, Grid, Progress},
+    engine::{Aggs, Progress},
     error::{Error, Result},
     output::{Cell, Format, Printer},
     plot,
@@ -100,6 +100,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         .collect();
     let progress = Progress::new("history");
     let scanned;
+    let mut tier = None;
     match a.resolution.as_deref() {
         None => {
             p.begin(
@@ -169,13 +170,28 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 json!({"command": "history", "profile": s.profile, "group": s.group,
                        "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns), "resolution_ns": width}),
             )?;
-            let grid = Grid::new(&r, Some(width));
-            scanned = scan_buckets(
+            // Tiers hold min/max/sum/count of levels and the last value of everything: they
+            // answer unless min/max/avg of a cumulative counter is asked.
+            let counter_stats = a.agg.iter().any(|g| *g != Agg::Last)
+                && cols.iter().any(|(_, _, st)| !stel_store::sai::is_level(st));
+            let need = crate::tiers::Need {
+                width: Some(width),
+                stats: true,
+                counter_stats,
+                ..crate::tiers::Need::default()
+            };
+            let plan = crate::tiers::plan(s, cat.raw_extent(s).await?, &r, &need)?;
+            let about = plan.describe(s);
+            if set.verbose {
+                eprintln!("stel-query: history: {}", plan.verbose_line(s));
+            }
+            tier = Some(about["tier"].clone());
+            scanned = crate::tiers::scan(
                 &cat,
                 s,
                 &names,
-                &r,
-                grid,
+                &plan,
+                Some(width),
                 Aggs { stats: true },
                 &progress,
                 |b| {
@@ -236,6 +252,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         ))?;
     }
     p.summary(json!({"rows": p.rows(), "snapshots_scanned": scanned,
-                     "elapsed_s": started.elapsed().as_secs_f64()}))?;
+                     "elapsed_s": started.elapsed().as_secs_f64(),
+                     "tier": tier.unwrap_or_else(|| json!("raw"))}))?;
     Ok(super::exit_for(p.rows()))
 }

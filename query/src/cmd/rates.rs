@@ -8,7 +8,7 @@ use stel_store::rate::RateUnit;
 
 use crate::{
     catalog::{Catalog, Session},
-    engine::{resolve_resolution, scan_buckets, Aggs, Buckets, Grid, Progress},
+    engine::{resolve_resolution, Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
     output::{human_ns, Cell, Format, Printer},
     plot,
@@ -18,6 +18,7 @@ use crate::{
         TimeRange, UnitArg,
     },
     spark::{compile::Scope, Lake},
+    tiers::{self, Need, Planned},
 };
 
 /// RX/TX BPS, PPS and UTIL per port (portstat -R's columns and units).
@@ -342,6 +343,20 @@ pub struct RateFeed {
 /// window, coarse enough that the scan stays a cheap last-value gather.
 pub const WINDOW_INTERVALS: i64 = 1000;
 
+/// A whole window's sub-interval, rounded up to whole seconds (from 1 s) or minutes (from
+/// 10 min) so the rollup tiers can answer long windows (`crate::tiers`): the rounding depends
+/// only on the window, so raw files and tiers cut the same grid.
+fn round_width(w: i64) -> i64 {
+    let up = |w: i64, u: i64| (w + u - 1) / u * u;
+    if w >= 600_000_000_000 {
+        up(w, 60_000_000_000)
+    } else if w >= 1_000_000_000 {
+        up(w, 1_000_000_000)
+    } else {
+        w
+    }
+}
+
 impl RateFeed {
     /// For `objects` of `s`: the projection to scan (column names) and the feed.
     ///
@@ -390,7 +405,9 @@ impl RateFeed {
     /// [`WINDOW_INTERVALS`]th of the window.
     pub fn grid(&mut self, r: &TimeRange, width_ns: Option<i64>) -> Grid {
         let w = match (&self.totals, width_ns) {
-            (Some(_), _) | (None, None) => (r.len_ns() + WINDOW_INTERVALS - 1) / WINDOW_INTERVALS,
+            (Some(_), _) | (None, None) => {
+                round_width((r.len_ns() + WINDOW_INTERVALS - 1) / WINDOW_INTERVALS)
+            }
             (None, Some(w)) => w,
         }
         .max(1);
@@ -512,13 +529,17 @@ pub struct Computed {
     /// Columns read.
     pub columns: usize,
     pub report: WindowReport,
+    /// Where each part of the window came from (raw files or a rollup tier).
+    pub plan: Planned,
 }
 
 /// Runs the rates scan, calling `each` per completed (interval, object) in time order — or,
-/// with no `width_ns`, once per object for the whole window (see [`RateFeed`]).
+/// with no `width_ns`, once per object for the whole window (see [`RateFeed`]). The window is
+/// planned over the raw files and the rollup tiers ([`crate::tiers`]: the coarsest source exact
+/// at the grid's width for each part).
 ///
 /// # Errors
-/// Engine failures or an error from `each`.
+/// Engine failures, a window only sources that cannot answer it hold, or an error from `each`.
 #[expect(clippy::too_many_arguments, reason = "the resolved query, spelled out")]
 pub async fn compute(
     cat: &Catalog,
@@ -535,23 +556,36 @@ pub async fn compute(
     if width_ns.is_none() {
         feed = feed.whole_window();
     }
-    // Rows only where there is data.
-    let Some(r) = crate::engine::clamp_to_data(cat, s, r).await? else {
+    // Rows only where there is data (raw files or tiers).
+    let Some(r) = tiers::clamp_to_data(cat, s, r).await? else {
         return Ok(Computed {
             columns: cols.len(),
             ..Computed::default()
         });
     };
     let grid = feed.grid(&r, width_ns);
-    let scanned = scan_buckets(cat, s, &cols, &r, grid, Aggs::default(), progress, |b| {
-        feed.feed(b, &mut each)
-    })
+    let need = Need {
+        width: Some(grid.width_ns),
+        ..Need::default()
+    };
+    let plan = tiers::plan(s, cat.raw_extent(s).await?, &r, &need)?;
+    let scanned = tiers::scan(
+        cat,
+        s,
+        &cols,
+        &plan,
+        Some(grid.width_ns),
+        Aggs::default(),
+        progress,
+        |b| feed.feed(b, &mut each),
+    )
     .await?;
     feed.finish(&mut each)?;
     Ok(Computed {
         scanned,
         columns: cols.len(),
         report: feed.report(),
+        plan,
     })
 }
 
@@ -779,6 +813,18 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             scanned += c.scanned;
             samples += c.scanned * c.columns as u64;
             report.merge(&c.report);
+            let about = c.plan.describe(s);
+            if set.verbose {
+                eprintln!(
+                    "stel-query: rates{}: {}",
+                    sw.map(|w| format!(" ({w})")).unwrap_or_default(),
+                    c.plan.verbose_line(s)
+                );
+            }
+            super::merge(
+                &mut summary,
+                json!({"tier": about["tier"], "segments": about["segments"]}),
+            );
         }
         if scanned == 0 {
             let (t, s) = found[0];

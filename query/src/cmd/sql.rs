@@ -169,7 +169,14 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         }
         // The INT tables (int_reports, int_hops, int_drops) when the data has them.
         super::int::register(&cat).await?;
-        let t = cat.sessions.iter().map(|s| s.table.clone()).collect();
+        // Each session's table and its rollup tiers' (`<table>_<tier>`).
+        let t = cat
+            .sessions
+            .iter()
+            .flat_map(|s| {
+                std::iter::once(s.table.clone()).chain(s.tiers.iter().map(|t| t.table.clone()))
+            })
+            .collect();
         (cat, t)
     };
     let df = plan_sql(&cat.ctx, &a.query, access).await?;

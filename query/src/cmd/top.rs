@@ -11,7 +11,7 @@ use super::{merge, objects_of};
 use crate::{
     burst::{Direction, Rule},
     catalog::{Catalog, Column, Session},
-    engine::{scan_buckets, Aggs, Buckets, Grid, Progress},
+    engine::{Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
     output::{human_ns, natural_cmp, thousands, Cell, Printer},
     rates::{self, fmt_util, Rates},
@@ -19,6 +19,7 @@ use crate::{
         fmt_ts, BurstRuleArgs, CommonArgs, ProfileArg, SpeedArg, TimeArgs, TimeRange, UnitArg,
     },
     spark::{compile::Scope, Lake},
+    tiers::{self, Need, Planned, Source},
 };
 
 /// The N busiest objects of a window by rate, drops, buffer occupancy or microburst time.
@@ -238,8 +239,10 @@ async fn local_entries(
     switch: Option<&str>,
     fleet: bool,
     progress: &Progress,
-) -> Result<(Vec<Entry>, u64)> {
+) -> Result<(Vec<Entry>, u64, Option<Planned>)> {
     let group = s.group.to_ascii_uppercase();
+    let speed = a.speed.mbps()?;
+    let raw = cat.raw_extent(s).await?;
     match a.by {
         By::Rate if is_rate_group(&group) => {
             let objects = s.objects();
@@ -259,14 +262,14 @@ async fn local_entries(
                 },
             )
             .await?;
-            Ok((out, c.scanned))
+            Ok((out, c.scanned, Some(c.plan)))
         }
         By::Bursts => {
             let objects = objects_of(s, &[], fleet)?;
             let series = rule.series(s, &objects, &rate_stats(&group));
             if series.is_empty() {
                 return if fleet {
-                    Ok((Vec::new(), 0))
+                    Ok((Vec::new(), 0, None))
                 } else {
                     Err(Error::NotFound(format!(
                         "{}/{} carries no octet counters to measure utilisation with",
@@ -274,47 +277,124 @@ async fn local_entries(
                     )))
                 };
             }
+            // The tiers hold burst figures at their rule; they answer when the rule is theirs
+            // and no burst can be shorter than --min-duration (every run is at least one
+            // snapshot interval long).
+            let need = Need {
+                bursts: Some((speed, rule.threshold, rule.min_ns)),
+                ..Need::default()
+            };
+            let plan = tiers::plan(s, raw, r, &need)?;
+            let raw_seg = plan
+                .segments
+                .iter()
+                .find(|g| g.source == Source::Raw)
+                .map(|g| g.range);
+            let stream = match raw_seg {
+                Some(rr) => match crate::engine::stream_interval(cat, s, &rr).await {
+                    Ok(w) => Some(w),
+                    Err(Error::NotFound(_)) if fleet => return Ok((Vec::new(), 0, None)),
+                    Err(e) => return Err(e),
+                },
+                None => None,
+            };
+            let tiered = plan.segments.iter().any(|g| g.source != Source::Raw);
+            if tiered {
+                let shortest = tiers::min_dt(cat, s, &plan)
+                    .await?
+                    .unwrap_or(i64::MAX)
+                    .min(stream.unwrap_or(i64::MAX));
+                if rule.min_ns <= shortest {
+                    let st = rate_stats(&group);
+                    let keys: Vec<(String, usize, String)> = series
+                        .iter()
+                        .map(|c| {
+                            if c.dir == "TX" {
+                                (c.object.clone(), 1, st.tx_octets.to_string())
+                            } else {
+                                (c.object.clone(), 0, st.rx_octets.to_string())
+                            }
+                        })
+                        .collect();
+                    let (segs, scanned) = tiers::burst_totals(
+                        cat,
+                        s,
+                        &plan,
+                        &keys,
+                        speed,
+                        rule.threshold,
+                        stream,
+                        progress,
+                    )
+                    .await?;
+                    let mut m = BTreeMap::new();
+                    for (c, g) in series.iter().zip(segs) {
+                        if g.runs > 0 {
+                            let dir = if c.dir == "TX" { "TX" } else { "RX" };
+                            burst_entry(switch, &c.object, dir, g.above as i64, g.runs, &mut m);
+                        }
+                    }
+                    return Ok((m.into_values().collect(), scanned, Some(plan)));
+                }
+                if raw.is_none_or(|(a, _)| a > r.from_ns) {
+                    return Err(Error::NotFound(format!(
+                        "{}/{}: --min-duration {} is longer than the tiers' shortest snapshot interval ({}), so only raw history answers, and raw does not cover {r}",
+                        s.profile,
+                        s.group,
+                        human_ns(rule.min_ns),
+                        human_ns(shortest)
+                    )));
+                }
+            }
             let width = match crate::engine::stream_interval(cat, s, r).await {
                 Ok(w) => w,
-                Err(Error::NotFound(_)) if fleet => return Ok((Vec::new(), 0)),
+                Err(Error::NotFound(_)) if fleet => return Ok((Vec::new(), 0, None)),
                 Err(e) => return Err(e),
             };
-            let (bursts, scanned) =
+            let (bursts, scanned, _) =
                 crate::burst::detect(cat, s, &series, r, width, rule, progress).await?;
             let mut m = BTreeMap::new();
             for b in bursts {
                 burst_entry(switch, &b.object, b.dir, b.end_ns - b.start_ns, 1, &mut m);
             }
-            Ok((m.into_values().collect(), scanned))
+            let raw_only = tiers::Planned {
+                segments: vec![tiers::Segment {
+                    source: Source::Raw,
+                    range: *r,
+                }],
+                range: *r,
+            };
+            Ok((m.into_values().collect(), scanned, Some(raw_only)))
         }
         by => {
             let cols = pick_columns(s, by);
             if cols.is_empty() {
                 return if fleet {
-                    Ok((Vec::new(), 0))
+                    Ok((Vec::new(), 0, None))
                 } else {
                     Err(missing(s, by))
                 };
             }
             let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
-            let mut m = BTreeMap::new();
-            let scanned = scan_buckets(
-                cat,
-                s,
-                &names,
-                r,
-                Grid::new(r, None),
-                Aggs {
-                    stats: by == By::Occupancy,
-                },
-                progress,
-                |b| {
-                    score(by, &cols, b, &mut m);
-                    Ok(())
-                },
-            )
+            let aggs = Aggs {
+                stats: by == By::Occupancy,
+            };
+            let need = Need {
+                stats: aggs.stats,
+                ..Need::default()
+            };
+            let plan = tiers::plan(s, raw, r, &need)?;
+            let mut parts = Vec::new();
+            let scanned = tiers::scan(cat, s, &names, &plan, None, aggs, progress, |b| {
+                parts.push(b.clone());
+                Ok(())
+            })
             .await?;
-            Ok((entries(switch, m), scanned))
+            let mut m = BTreeMap::new();
+            if let Some(b) = tiers::merge_whole(parts, aggs) {
+                score(by, &cols, &b, &mut m);
+            }
+            Ok((entries(switch, m), scanned, Some(plan)))
         }
     }
 }
@@ -480,7 +560,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         r = range;
         profile = found[0].1.profile.clone();
         for (t, s) in &found {
-            let (e, n) = local_entries(
+            let (e, n, plan) = local_entries(
                 &t.cat,
                 s,
                 &r,
@@ -493,6 +573,20 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             .await?;
             all.extend(e);
             scanned += n;
+            if let Some(p) = plan {
+                let about = p.describe(s);
+                if set.verbose {
+                    eprintln!(
+                        "stel-query: top{}: {}",
+                        t.switch
+                            .as_deref()
+                            .map(|w| format!(" ({w})"))
+                            .unwrap_or_default(),
+                        p.verbose_line(s)
+                    );
+                }
+                merge(&mut engine, json!({"tier": about["tier"]}));
+            }
         }
         if scanned == 0 && !fleet {
             let (t, s) = found[0];

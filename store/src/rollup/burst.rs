@@ -79,11 +79,17 @@ impl Seg {
     }
 }
 
-/// Whether a delta of `d` octets over `dt_ns` is above `threshold` % of `bytes_per_s`: the
-/// expression of `stel-query bursts` (`query/src/cmd/bursts.rs`, and its Spark SQL), the same
-/// f64 operations in the same order.
+/// Utilisation in % of a delta of `d` octets over `dt_ns` at a line rate of `bytes_per_s`: the
+/// one expression `stel-query bursts` (and its Spark SQL) and the tiers evaluate, the same f64
+/// operations in the same order.
+pub fn utilisation(d: u64, dt_ns: i64, bytes_per_s: f64) -> f64 {
+    d as f64 / (dt_ns as f64 / 1e9) / bytes_per_s * 100.0
+}
+
+/// Whether a delta of `d` octets over `dt_ns` is above `threshold` % of `bytes_per_s`
+/// ([`utilisation`] `>` threshold).
 pub fn above(d: u64, dt_ns: i64, bytes_per_s: f64, threshold: f64) -> bool {
-    d as f64 / (dt_ns as f64 / 1e9) / bytes_per_s * 100.0 > threshold
+    utilisation(d, dt_ns, bytes_per_s) > threshold
 }
 
 /// The smallest `d` for which [`above`] holds at `dt_ns` (`u64::MAX` + never: `None`). The
