@@ -71,5 +71,12 @@ if [ "$want_test" = 1 ]; then
     "$py" -m pip install --quiet --disable-pip-version-check grpcio opentelemetry-proto 2>/dev/null \
       || "$py" -m pip install --quiet --disable-pip-version-check --break-system-packages grpcio opentelemetry-proto
   fi
+  # The Flight SQL clients `stel-query serve` is tested with (ADBC's driver and driver manager;
+  # pyarrow.flight comes with pyarrow).
+  if ! "$py" -c 'import adbc_driver_flightsql.dbapi, adbc_driver_manager, pyarrow.flight' >/dev/null 2>&1; then
+    echo "setup: installing adbc-driver-flightsql, adbc-driver-manager for $py"
+    "$py" -m pip install --quiet --disable-pip-version-check adbc-driver-flightsql adbc-driver-manager 2>/dev/null \
+      || "$py" -m pip install --quiet --disable-pip-version-check --break-system-packages adbc-driver-flightsql adbc-driver-manager
+  fi
 fi
 echo "setup: ok"

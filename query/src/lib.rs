@@ -9,7 +9,8 @@
 //! [`tiers`] plans a question over the raw files and the rollup tiers (the coarsest source
 //! that is exact for each part of the window);
 //! [`fleet`] runs a command over every switch of a lake (`switch=<name>/` roots) in this
-//! process; [`spark`] compiles the fleet questions to Spark SQL for a Spark Connect server.
+//! process; [`spark`] compiles the fleet questions to Spark SQL for a Spark Connect server;
+//! [`serve`] answers SQL over Arrow Flight SQL from the same catalog.
 //!
 //! It is its own crate because it links DataFusion (a large, slow-to-build engine) which the
 //! daemon must never link; it depends on `stel-store` only for names and the file contract.
@@ -26,6 +27,7 @@ pub mod output;
 pub mod plot;
 pub mod quarantine;
 pub mod rates;
+pub mod serve;
 pub mod settings;
 pub mod spark;
 pub mod tiers;

@@ -26,42 +26,7 @@ const RAMP_NS: f64 = 10e9;
 
 /// `target/<profile>/stel-ingestd` next to this test's executable, built when missing.
 fn daemon() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    // target/<profile>/deps/daemon-<hash>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf();
-    let bin = profile_dir.join("stel-ingestd");
-    if bin.exists() {
-        return bin;
-    }
-    let target = profile_dir.parent().expect("target dir").to_path_buf();
-    let release = profile_dir.file_name().is_some_and(|n| n == "release");
-    eprintln!(
-        "daemon test: {} is missing; building it: cargo build -p stel-ingest --bin stel-ingestd{} --target-dir {}",
-        bin.display(),
-        if release { " --release" } else { "" },
-        target.display()
-    );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut c = Command::new(cargo);
-    c.args(["build", "-p", "stel-ingest", "--bin", "stel-ingestd"])
-        .arg("--target-dir")
-        .arg(&target)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if release {
-        c.arg("--release");
-    }
-    let st = c.status().expect("run cargo build");
-    assert!(st.success(), "building stel-ingestd failed");
-    assert!(
-        bin.exists(),
-        "cargo build did not produce {}",
-        bin.display()
-    );
-    bin
+    stel_testkit::workspace_bin("stel-ingest", "stel-ingestd")
 }
 
 /// Runs the demo for 2 s into `dir/data`; returns the daemon's final counters (`--json`).

@@ -46,6 +46,7 @@ use crate::{
   stel-query inspect stel_demo --table --duration 10s
   stel-query sql \"SELECT object, max(value) FROM counters WHERE stat = 'IF_IN_OCTETS' GROUP BY object\"
   stel-query int evc --last 10m                      # per-EVC INT latency p50/p99, loss, paths
+  stel-query serve --listen 127.0.0.1:50051          # Flight SQL for Grafana, ADBC, JDBC, pyarrow
   stel-query export s3://lake/stel --from 2024-05-01T00:00:00Z --to 2024-05-01T01:00:00Z
   stel-query completions bash > /etc/bash_completion.d/stel-query"
 )]
@@ -66,6 +67,7 @@ pub enum Cmd {
     /// INT telemetry: flows, per-hop latency, drops, per-EVC latency.
     Int(int::Args),
     Stat(stat::Args),
+    Serve(crate::serve::Args),
     Completions(completions::Args),
 }
 
@@ -82,7 +84,7 @@ impl Cmd {
             Cmd::Int(a) => &a.common,
             Cmd::Inspect(a) => return if a.json { Format::Json } else { Format::Table },
             Cmd::Stat(a) => return if a.json { Format::Json } else { Format::Table },
-            Cmd::Completions(_) => return Format::Table,
+            Cmd::Completions(_) | Cmd::Serve(_) => return Format::Table,
         };
         c.resolve().format
     }
@@ -95,6 +97,7 @@ impl Cmd {
         match self {
             Cmd::Stat(a) => return stat::run(a),
             Cmd::Completions(a) => return completions::run(a),
+            Cmd::Serve(a) => return crate::serve::run(a),
             _ => {}
         }
         let remote_ok = matches!(
@@ -125,7 +128,9 @@ impl Cmd {
                 Cmd::Sql(a) => sql::run(a).await,
                 Cmd::Export(a) => export::run(a).await,
                 Cmd::Int(a) => int::run(a).await,
-                Cmd::Stat(_) | Cmd::Completions(_) => unreachable!("handled above"),
+                Cmd::Stat(_) | Cmd::Completions(_) | Cmd::Serve(_) => {
+                    unreachable!("handled above")
+                }
             }
         })
     }

@@ -114,6 +114,42 @@ async fn register_lake(data: &str, strict: bool) -> Result<Catalog> {
     Ok(cat)
 }
 
+/// Everything SQL can name under `data`, registered in one context: for one switch's data the
+/// session tables, the long view `counters` and the INT tables (a data dir with only INT tables
+/// opens too); for a fleet lake (a root of `switch=` directories) the one table `lake`. Returns
+/// the catalog and the names to show as "tables". `stel-query sql` and `stel-query serve` both
+/// open their catalog here, so a table added here is queryable from both.
+///
+/// # Errors
+/// An unusable location, no data at all, listing or schema failures.
+pub async fn open(data: &str, strict: bool) -> Result<(Catalog, Vec<String>)> {
+    let location = crate::catalog::Location::parse(data, false)?;
+    if !location.subdirs_pub("", "switch").await?.is_empty() {
+        let cat = register_lake(data, strict).await?;
+        return Ok((cat, vec![crate::spark::lake::VIEW.to_string()]));
+    }
+    let cat = match Catalog::open(data, strict).await {
+        Ok(c) => c,
+        // A data dir with only INT tables is still something to query.
+        Err(Error::NotFound(m)) => super::int::int_only_catalog(data, strict)
+            .await?
+            .ok_or(Error::NotFound(m))?,
+        Err(e) => return Err(e),
+    };
+    crate::longview::LongView::register(&cat).await?;
+    // The INT tables (int_reports, int_hops, int_drops) when the data has them.
+    super::int::register(&cat).await?;
+    // Each session's table and its rollup tiers' (`<table>_<tier>`).
+    let t = cat
+        .sessions
+        .iter()
+        .flat_map(|s| {
+            std::iter::once(s.table.clone()).chain(s.tiers.iter().map(|t| t.table.clone()))
+        })
+        .collect();
+    Ok((cat, t))
+}
+
 /// # Errors
 /// Planning or execution failures (the engine's message says what is wrong with the SQL).
 pub async fn run(a: Args) -> Result<ExitCode> {
@@ -148,37 +184,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         p.summary(summary)?;
         return Ok(super::exit_for(p.rows()));
     }
-    let loc = crate::catalog::Location::parse(&set.data, false)?;
-    let fleet = !loc.subdirs_pub("", "switch").await?.is_empty();
-    let (cat, tables) = if fleet {
-        (
-            register_lake(&set.data, set.strict).await?,
-            vec![crate::spark::lake::VIEW.to_string()],
-        )
-    } else {
-        let cat = match Catalog::open(&set.data, set.strict).await {
-            Ok(c) => c,
-            // A data dir with only INT tables is still something to query.
-            Err(Error::NotFound(m)) => super::int::int_only_catalog(&set.data, set.strict)
-                .await?
-                .ok_or(Error::NotFound(m))?,
-            Err(e) => return Err(e),
-        };
-        if a.query.to_ascii_lowercase().contains("counters") {
-            crate::longview::LongView::register(&cat).await?;
-        }
-        // The INT tables (int_reports, int_hops, int_drops) when the data has them.
-        super::int::register(&cat).await?;
-        // Each session's table and its rollup tiers' (`<table>_<tier>`).
-        let t = cat
-            .sessions
-            .iter()
-            .flat_map(|s| {
-                std::iter::once(s.table.clone()).chain(s.tiers.iter().map(|t| t.table.clone()))
-            })
-            .collect();
-        (cat, t)
-    };
+    let (cat, tables) = open(&set.data, set.strict).await?;
     let df = plan_sql(&cat.ctx, &a.query, access).await?;
     let schema = df.schema().as_arrow().clone();
     let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();

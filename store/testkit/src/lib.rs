@@ -57,6 +57,52 @@ pub struct MotoS3 {
     port: u16,
 }
 
+/// A binary of another workspace package for a test that runs it (`stel-ingestd` in the query
+/// tests): `target/<profile>/<name>` beside the running test executable, which `cargo test
+/// --workspace` builds; when it is missing it is built with `cargo build -p <package> --bin
+/// <name>` into the same target directory first, and stderr says so.
+///
+/// # Panics
+/// When the build fails or does not produce the binary.
+pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/<test>-<hash>
+    let profile_dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf();
+    let bin = profile_dir.join(name);
+    if bin.exists() {
+        return bin;
+    }
+    let target = profile_dir.parent().expect("target dir").to_path_buf();
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    eprintln!(
+        "{} is missing; building it: cargo build -p {package} --bin {name}{} --target-dir {}",
+        bin.display(),
+        if release { " --release" } else { "" },
+        target.display()
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.args(["build", "-p", package, "--bin", name])
+        .arg("--target-dir")
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if release {
+        c.arg("--release");
+    }
+    let st = c.status().expect("run cargo build");
+    assert!(st.success(), "building {name} failed");
+    assert!(
+        bin.exists(),
+        "cargo build did not produce {}",
+        bin.display()
+    );
+    bin
+}
+
 /// A TCP port that was free a moment ago (for a server started later on purpose).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
