@@ -18,6 +18,7 @@
 
 pub mod burst;
 pub mod catalog;
+pub mod chart;
 pub mod cmd;
 pub mod engine;
 pub mod error;

@@ -739,3 +739,96 @@ print(json.dumps(out))
     assert!(st.success(), "{err}");
     assert_eq!(counts(&err)["failed"], 0, "{err}");
 }
+
+/// Width and height from a PNG's IHDR chunk (after checking the signature).
+fn png_size(b: &[u8]) -> (u32, u32) {
+    assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    assert_eq!(&b[12..16], b"IHDR");
+    let be = |o: usize| u32::from_be_bytes(b[o..o + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+#[test]
+fn charts_render_as_svg_and_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[&str], &str); 4] = [
+        ("rates", &["rates", "-r", "100ms"], "RX rate ("),
+        (
+            "history",
+            &[
+                "history",
+                "-o",
+                "Ethernet0",
+                "-s",
+                "OUT_CURR_OCCUPANCY_BYTES",
+                "-r",
+                "50ms",
+            ],
+            "counter value",
+        ),
+        (
+            "bursts",
+            &["bursts", "--threshold", "90"],
+            "peak utilisation",
+        ),
+        ("int", &["int", "evc"], "latency (µs"),
+    ];
+    for (name, args, y) in cases {
+        for ext in ["svg", "png"] {
+            let file = dir.path().join(format!("{name}.{ext}"));
+            let o = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+                .args(args)
+                .arg("--data-dir")
+                .arg(data_dir())
+                .arg("--plot")
+                .arg(&file)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success(), "{name} --plot {ext}: {err}");
+            assert!(err.contains("wrote the chart"), "{err}");
+            let bytes = std::fs::read(&file).unwrap();
+            assert!(bytes.len() > 10_000, "{name}.{ext}: {} bytes", bytes.len());
+            if ext == "png" {
+                assert_eq!(png_size(&bytes), (1280, 720), "{name}.png");
+            } else {
+                // Well-formed XML with an <svg> root of the size asked for, the axis texts and
+                // a legend entry.
+                let got = stel_testkit::python3_json(&format!(
+                    r#"
+import json, xml.etree.ElementTree as ET
+root = ET.parse({:?}).getroot()
+texts = [t.text or "" for t in root.iter() if t.tag.endswith("text")]
+print(json.dumps({{"tag": root.tag, "w": root.get("width"), "h": root.get("height"), "texts": texts}}))
+"#,
+                    file.to_str().unwrap()
+                ));
+                assert!(got["tag"].as_str().unwrap().ends_with("svg"), "{got}");
+                assert_eq!(
+                    (got["w"].as_str(), got["h"].as_str()),
+                    (Some("1280"), Some("720"))
+                );
+                let texts: Vec<&str> = got["texts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_str().unwrap())
+                    .collect();
+                assert!(
+                    texts.iter().any(|t| t.contains("time (UTC)")),
+                    "{name}: {texts:?}"
+                );
+                assert!(texts.iter().any(|t| t.contains(y)), "{name}: {texts:?}");
+                let legend = match name {
+                    "int" => "vlan_",
+                    "history" => "Ethernet0.OUT_CURR_OCCUPANCY_BYTES",
+                    _ => "Ethernet",
+                };
+                assert!(
+                    texts.iter().any(|t| t.contains(legend)),
+                    "{name}: {texts:?}"
+                );
+            }
+        }
+    }
+}

@@ -196,6 +196,23 @@ fn decode(quick: bool) -> Result<serde_json::Value, String> {
 /// links DataFusion.
 fn query(quick: bool) -> Result<serde_json::Value, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // The bench runs the `stel-query` binary too (the CLI and `stel-query serve`): build both
+    // binaries of the crate in the one profile.
+    let st = std::process::Command::new(&cargo)
+        .args([
+            "build",
+            "--profile",
+            "release-query",
+            "-q",
+            "-p",
+            "stel-query",
+            "--bins",
+        ])
+        .status()
+        .map_err(|e| format!("query: cannot run cargo: {e}"))?;
+    if !st.success() {
+        return Err(format!("query: building stel-query failed ({st})"));
+    }
     let mut args = vec![
         "run",
         "--profile",

@@ -24,6 +24,8 @@
 //! 1,920), as the contract's "window of 64 ports × 30 stats" does; `samples_read` counts only the
 //! columns the rates question needs.
 
+#![recursion_limit = "256"]
+
 use std::{
     process::{Command, ExitCode, Stdio},
     sync::Arc,
@@ -176,6 +178,143 @@ print(json.dumps({"times": times, "buckets": n, "last": last,
 sys.stdout.flush()
 os._exit(0)
 "#;
+
+/// Timings of the rates question asked of the `stel-query` binary and of `stel-query serve`.
+struct FlightRuns {
+    cli: Vec<f64>,
+    flight: Vec<f64>,
+    rows: u64,
+}
+
+/// The `stel-query` binary beside this one (built by `cargo build -p stel-query --bins`).
+fn stel_query_bin() -> Result<std::path::PathBuf> {
+    let bin = std::env::current_exe()?.with_file_name("stel-query");
+    if !bin.exists() {
+        return Err(Error::Usage(format!(
+            "{} is missing: build it with `cargo build --profile release-query -p stel-query --bins`",
+            bin.display()
+        )));
+    }
+    Ok(bin)
+}
+
+/// The rates question over `r` at stream resolution, `runs` times each, interleaved: the CLI
+/// (`stel-query rates -r stream --csv`, its whole output read from a pipe) and a Flight SQL
+/// client (arrow-flight's) fetching `rates('PORT', 'stream')` from `stel-query serve` over
+/// loopback, every batch decoded. The server is started once (its catalog open is not timed);
+/// each CLI run opens the catalog, as a user's would.
+async fn flightsql(root: &str, r: &TimeRange, runs: usize, want_rows: u64) -> Result<FlightRuns> {
+    use arrow_flight::sql::client::FlightSqlServiceClient;
+    use futures::TryStreamExt;
+    use std::io::{BufRead, Read};
+
+    let bin = stel_query_bin()?;
+    let mut server = Command::new(&bin)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--query-timeout",
+            "10m",
+            "-d",
+            root,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufReader::new(
+        server
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Usage("no stdout".into()))?,
+    )
+    .read_line(&mut line)?;
+    let addr = line
+        .split("://")
+        .nth(1)
+        .and_then(|x| x.split_whitespace().next())
+        .ok_or_else(|| Error::Usage(format!("stel-query serve printed no address: {line:?}")))?
+        .to_string();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| Error::Usage(e.to_string()))?
+        .connect()
+        .await
+        .map_err(|e| Error::Usage(format!("connecting to {addr}: {e}")))?;
+    let mut client = FlightSqlServiceClient::new(channel);
+    let (from, to) = (
+        stel_query::settings::fmt_ts(r.from_ns),
+        stel_query::settings::fmt_ts(r.to_ns),
+    );
+    let sql = format!("SELECT * FROM rates('PORT', 'stream') WHERE ts >= '{from}' AND ts < '{to}'");
+    let mut out = FlightRuns {
+        cli: Vec::new(),
+        flight: Vec::new(),
+        rows: 0,
+    };
+    let result = async {
+        for i in 0..runs {
+            let t = Instant::now();
+            let mut child = Command::new(&bin)
+                .args(["rates", "-r", "stream", "--csv", "--from", &from, "--to", &to, "-d", root])
+                .stdout(Stdio::piped())
+                .spawn()?;
+            let mut sink = Vec::with_capacity(1 << 20);
+            let mut bytes = 0u64;
+            let mut stdout = child.stdout.take().ok_or_else(|| Error::Usage("no stdout".into()))?;
+            loop {
+                sink.clear();
+                let n = (&mut stdout).take(1 << 20).read_to_end(&mut sink)?;
+                if n == 0 {
+                    break;
+                }
+                bytes += n as u64;
+            }
+            if !child.wait()?.success() {
+                return Err(Error::Usage("stel-query rates failed".into()));
+            }
+            out.cli.push(t.elapsed().as_secs_f64());
+
+            let t = Instant::now();
+            let info = client
+                .execute(sql.clone(), None)
+                .await
+                .map_err(|e| Error::Usage(format!("Flight SQL: {e}")))?;
+            let mut rows = 0u64;
+            for ep in info.endpoint {
+                let ticket = ep.ticket.ok_or_else(|| Error::Usage("no ticket".into()))?;
+                let mut stream = client
+                    .do_get(ticket)
+                    .await
+                    .map_err(|e| Error::Usage(format!("Flight SQL: {e}")))?;
+                while let Some(b) = stream
+                    .try_next()
+                    .await
+                    .map_err(|e| Error::Usage(format!("Flight SQL: {e}")))?
+                {
+                    rows += b.num_rows() as u64;
+                }
+            }
+            out.flight.push(t.elapsed().as_secs_f64());
+            out.rows = rows;
+            eprintln!(
+                "stel-bench query: run {i}: stel-query rates {:.3} s ({bytes} bytes of CSV), Flight SQL {:.3} s ({rows} rows)",
+                out.cli[i], out.flight[i]
+            );
+            if rows != want_rows {
+                eprintln!("stel-bench query: Flight SQL answered {rows} rows, the engine {want_rows}");
+            }
+        }
+        Ok(())
+    }
+    .await;
+    // SIGTERM: the server prints its counts and exits.
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    result.map(|()| out)
+}
 
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
@@ -370,6 +509,14 @@ async fn run(a: Args) -> Result<ExitCode> {
         duck["last"]["rx_pps_0"].as_f64(),
     );
     let answers_agree = agree(our_last.0, duck_last.0) && agree(our_last.1, duck_last.1);
+    let flight = flightsql(&root_s, &r, runs, rate_rows).await?;
+    let cli_med = median(&flight.cli);
+    let fl_med = median(&flight.flight);
+    eprintln!(
+        "stel-bench query: the rates question end to end: `stel-query rates -r stream --csv` {cli_med:.3} s, Flight SQL `rates('PORT', 'stream')` {fl_med:.3} s ({} rows), ratio {:.2}",
+        flight.rows,
+        fl_med / cli_med
+    );
     eprintln!(
         "stel-bench query: medians: stel-query {ours_med:.3} s ({:.0} M samples/s), DuckDB {duck_med:.3} s ({:.0} M samples/s), ratio {:.2}; answers agree: {answers_agree}",
         scanned_samples as f64 / ours_med / 1e6,
@@ -410,6 +557,14 @@ async fn run(a: Args) -> Result<ExitCode> {
         "stel_last_rx_bps_ethernet0": our_last.0,
         "duckdb_last_rx_bps_ethernet0": duck_last.0,
         "stel_last_rx_pps_ethernet0": our_last.1,
+        "cli_runs_s": flight.cli,
+        "flightsql_runs_s": flight.flight,
+        "cli_s": cli_med,
+        "flightsql_s": fl_med,
+        "flightsql_ratio_vs_cli": fl_med / cli_med,
+        "flightsql_ratio_vs_engine": fl_med / ours_med,
+        "flightsql_rows": flight.rows,
+        "flightsql_answers_agree": flight.rows == rate_rows,
         "duckdb_last_rx_pps_ethernet0": duck_last.1,
     });
     println!("{v}");

@@ -52,9 +52,10 @@ pub struct Args {
     /// Interval between the snapshots compared (default: every snapshot).
     #[arg(long, short = 'r', default_value = "stream")]
     pub resolution: String,
-    /// Chart burst peaks over time in the terminal.
-    #[arg(long)]
-    pub plot: bool,
+    /// Chart burst peaks over time: alone in the terminal (table output), with a file name as an
+    /// image (`--plot b.svg`, `--plot b.png`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "FILE.svg|FILE.png")]
+    pub plot: Option<String>,
     /// Table output: bursts listed after the per-interface summary (0: all). --json and
     /// --csv list every burst.
     #[arg(long, default_value_t = 50)]
@@ -322,7 +323,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         ]);
         p.row(cells)?;
     }
-    if a.plot && set.format == Format::Table && !bursts.is_empty() {
+    let plot_to = crate::chart::PlotTo::new(a.plot.as_deref(), set.format == Format::Table);
+    if plot_to.wanted() && !bursts.is_empty() {
         let mut series: Vec<plot::Series> = Vec::new();
         for (sw, bu) in &bursts {
             let name = match sw {
@@ -335,10 +337,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 None => {}
             }
         }
-        p.text(&format!(
-            "\n{}",
-            plot::chart("burst peak utilisation", &series, 72, 12, &|v| fmt_util(v))
-        ))?;
+        let labels = crate::chart::Labels {
+            title: "burst peak utilisation",
+            y: "peak utilisation (% of --speed)",
+        };
+        plot_to.draw(&mut p, labels, &series, 12, &|v| fmt_util(v))?;
     }
     let mut summary = json!({"rows": p.rows(), "bursts": per_port.iter().map(|t| t.bursts).sum::<u64>(),
                      "per_interface": per_port.iter().map(|t| json!({

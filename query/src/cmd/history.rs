@@ -50,9 +50,10 @@ pub struct Args {
     /// Most snapshots printed without --resolution.
     #[arg(long, default_value_t = 10_000)]
     pub limit: usize,
-    /// Draw the values (avg per bucket, or raw) in the terminal.
-    #[arg(long)]
-    pub plot: bool,
+    /// Draw the values (avg per bucket, or raw): alone in the terminal (table output), with a
+    /// file name as an image (`--plot h.svg`, `--plot h.png`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "FILE.svg|FILE.png")]
+    pub plot: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -92,7 +93,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     let names: Vec<String> = cols.iter().map(|c| c.0.clone()).collect();
     let mut p = Printer::new(set.format);
-    let want_plot = a.plot && set.format == Format::Table;
+    let plot_to = crate::chart::PlotTo::new(a.plot.as_deref(), set.format == Format::Table);
+    let want_plot = plot_to.wanted();
     let mut series: Vec<plot::Series> = cols
         .iter()
         .take(8)
@@ -236,20 +238,17 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         return Err(cat.empty_window(s, &r).await);
     }
     if want_plot {
-        p.text(&format!(
-            "\n{}",
-            plot::chart(
-                if a.resolution.is_some() {
-                    "avg per interval"
-                } else {
-                    "value"
-                },
-                &series,
-                72,
-                16,
-                &|v| crate::output::human_count(v)
-            )
-        ))?;
+        let labels = crate::chart::Labels {
+            title: if a.resolution.is_some() {
+                "avg per interval"
+            } else {
+                "value"
+            },
+            y: "counter value (avg per interval)",
+        };
+        plot_to.draw(&mut p, labels, &series, 16, &|v| {
+            crate::output::human_count(v)
+        })?;
     }
     p.summary(json!({"rows": p.rows(), "snapshots_scanned": scanned,
                      "elapsed_s": started.elapsed().as_secs_f64(),

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::{
     catalog::Catalog,
     error::{Error, Result},
-    output::{Cell, Printer},
+    output::{Cell, Format, Printer},
     quarantine::Shape,
     settings::{CommonArgs, TimeArgs},
 };
@@ -88,6 +88,11 @@ pub struct Args {
     /// The flow (its `flow_key`, as `int flows` prints it) for `hops`.
     #[arg(long)]
     pub flow: Option<u64>,
+    /// Chart it over time — end-to-end latency per EVC (flows, evc), mean latency per hop
+    /// (hops), drops per reason (drops): alone in the terminal (table output), with a file name
+    /// as an image (`--plot evc.svg`, `--plot evc.png`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "FILE.svg|FILE.png")]
+    pub plot: Option<String>,
 }
 
 /// `stel-query int <what>`.
@@ -176,6 +181,78 @@ fn sql(a: &Args, from: i64, to: i64) -> (String, &'static str) {
             "int_reports",
         ),
     }
+}
+
+/// The question over time, in about 120 buckets of the window, at most 8 series.
+async fn series(
+    ctx: &datafusion::prelude::SessionContext,
+    what: What,
+    flow: Option<u64>,
+    r: crate::settings::TimeRange,
+) -> Result<(Vec<crate::plot::Series>, crate::chart::Labels<'static>)> {
+    let w = ((r.to_ns - r.from_ns) / 120).max(1);
+    let win = format!(
+        "ts >= to_timestamp_nanos({}) AND ts < to_timestamp_nanos({})",
+        r.from_ns, r.to_ns
+    );
+    let t = format!("CAST(ts AS BIGINT) / {w} * {w}");
+    let (q, labels) = match what {
+        What::Flows | What::Evc => (
+            format!(
+                "SELECT {t} AS t, CAST(coalesce(evc_name, evc_id) AS VARCHAR) AS s, \
+                     CAST(max(latency_sum_ns) AS DOUBLE) / 1000 AS v FROM int_reports \
+                     WHERE {win} AND evc_id IS NOT NULL GROUP BY 1, 2 ORDER BY 2, 1"
+            ),
+            crate::chart::Labels {
+                title: "worst end-to-end latency per EVC",
+                y: "latency (µs, max per interval)",
+            },
+        ),
+        What::Hops => (
+            format!(
+                "SELECT {t} AS t, concat('hop ', CAST(hop_index AS VARCHAR)) AS s, \
+                     CAST(avg(latency_ns) AS DOUBLE) / 1000 AS v FROM int_hops WHERE {win}{} \
+                     GROUP BY 1, 2 ORDER BY 2, 1",
+                flow.map(|f| format!(" AND flow_key = {f}"))
+                    .unwrap_or_default()
+            ),
+            crate::chart::Labels {
+                title: "mean latency per hop",
+                y: "latency (µs, mean per interval)",
+            },
+        ),
+        What::Drops => (
+            format!(
+                "SELECT {t} AS t, concat('reason ', CAST(drop_reason AS VARCHAR)) AS s, \
+                     CAST(count(*) AS DOUBLE) AS v FROM int_drops WHERE {win} \
+                     GROUP BY 1, 2 ORDER BY 2, 1"
+            ),
+            crate::chart::Labels {
+                title: "drops per reason",
+                y: "drop reports per interval",
+            },
+        ),
+    };
+    let mut out: Vec<crate::plot::Series> = Vec::new();
+    for b in ctx.sql(&q).await?.collect().await? {
+        use arrow_array::cast::AsArray;
+        let ts = b.column(0).as_primitive::<arrow_array::types::Int64Type>();
+        // Text comes back as Utf8 or Utf8View depending on the expression.
+        let name = datafusion::arrow::compute::cast(b.column(1), &arrow_schema::DataType::Utf8)?;
+        let name = name.as_string::<i32>();
+        let v = b
+            .column(2)
+            .as_primitive::<arrow_array::types::Float64Type>();
+        for i in 0..b.num_rows() {
+            let n = name.value(i);
+            match out.iter().position(|s| s.0 == n) {
+                Some(k) => out[k].1.push((ts.value(i), v.value(i))),
+                None if out.len() < 8 => out.push((n.to_string(), vec![(ts.value(i), v.value(i))])),
+                None => {}
+            }
+        }
+    }
+    Ok((out, labels))
 }
 
 /// # Errors
@@ -268,6 +345,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     .collect(),
             )?;
         }
+    }
+    let plot_to = crate::chart::PlotTo::new(a.plot.as_deref(), set.format == Format::Table);
+    if plot_to.wanted() {
+        let (series, labels) = series(ctx, a.what, a.flow, r).await?;
+        plot_to.draw(&mut p, labels, &series, 12, &|v| format!("{v:.1}"))?;
     }
     p.summary(json!({"rows": p.rows(), "elapsed_s": started.elapsed().as_secs_f64()}))?;
     Ok(super::exit_for(p.rows()))

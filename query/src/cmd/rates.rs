@@ -58,9 +58,10 @@ pub struct Args {
     pub speed: SpeedArg,
     #[command(flatten)]
     pub unit: UnitArg,
-    /// Draw RX_BPS over time in the terminal (table output only).
-    #[arg(long)]
-    pub plot: bool,
+    /// Draw RX_BPS over time: alone in the terminal (table output), with a file name as an image
+    /// (`--plot rx.svg`, `--plot rx.png`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "FILE.svg|FILE.png")]
+    pub plot: Option<String>,
 }
 
 /// Column indices of one object's rate inputs in the scanned projection.
@@ -599,7 +600,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let group = if a.rif { "ROUTER_INTERFACE" } else { "PORT" };
     let st = if a.rif { rates::RIF } else { rates::PORT };
     let alpha = a.ema.map(|n| rates::alpha(n.max(1)));
-    let want_plot = a.plot && set.format == Format::Table;
+    let plot_to = crate::chart::PlotTo::new(a.plot.as_deref(), set.format == Format::Table);
+    let want_plot = plot_to.wanted();
     let progress = Progress::new("rates");
     let mut series: Vec<plot::Series> = Vec::new();
     let mut p = Printer::new(set.format);
@@ -877,10 +879,12 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         });
         series.truncate(8);
         let label = format!("RX_BPS ({})", unit.name());
-        p.text(&format!(
-            "\n{}",
-            plot::chart(&label, &series, 72, 16, &|v| unit.format(v))
-        ))?;
+        let y = format!("RX rate ({})", unit.name());
+        let labels = crate::chart::Labels {
+            title: &label,
+            y: &y,
+        };
+        plot_to.draw(&mut p, labels, &series, 16, &|v| unit.format(v))?;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let mut out = json!({
