@@ -403,23 +403,14 @@ impl RateBuilders {
     }
 }
 
-/// Sends `b` to the consumer, waiting while its buffer is full. The rate callback is
-/// synchronous; `block_in_place` lets this worker wait without stalling the runtime.
+/// Sends `b` to the consumer, waiting while its buffer is full (on the scan's own thread; the
+/// runtime's context is entered there, so tokio's blocking send may not be used).
 fn send_blocking(
-    tx: &tokio::sync::mpsc::Sender<DfResult<RecordBatch>>,
-    b: RecordBatch,
+    tx: &mut futures::channel::mpsc::Sender<DfResult<RecordBatch>>,
+    b: DfResult<RecordBatch>,
 ) -> crate::Result<()> {
-    tokio::task::block_in_place(|| tx.blocking_send(Ok(b)))
+    futures::executor::block_on(futures::SinkExt::send(tx, b))
         .map_err(|_| crate::Error::Usage("the client went away".into()))
-}
-
-/// Aborts the producing task when the consumer drops the stream.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl PartitionStream for RatesPartition {
@@ -428,57 +419,67 @@ impl PartitionStream for RatesPartition {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
+        let (mut tx, mut rx) = futures::channel::mpsc::channel::<DfResult<RecordBatch>>(1);
         let cat = Arc::clone(&self.cat);
         let (profile, group) = (self.profile.clone(), self.group.clone());
         let (stats, resolution) = (self.stats, self.resolution.clone());
         let (speed, window, schema) = (self.speed_mbps, self.window, Arc::clone(&self.schema));
-        let task = tokio::spawn(async move {
-            let run = async {
-                let s = cat.session(Some(&profile), &group)?;
-                let width = resolve_resolution(&cat, s, &window, resolution.as_deref()).await?;
-                let objects = s.objects();
-                let progress = Progress::new("rates");
-                let mut b = RateBuilders::new();
-                compute(
-                    &cat,
-                    s,
-                    &objects,
-                    &stats,
-                    &window,
-                    width,
-                    None,
-                    &progress,
-                    |row| {
-                        b.push(&row, speed);
-                        if b.rows >= BATCH_ROWS {
-                            let batch = b.finish(&schema)?;
-                            send_blocking(&tx, batch)?;
-                        }
-                        Ok(())
-                    },
-                )
-                .await?;
-                if b.rows > 0 {
-                    let batch = b.finish(&schema)?;
-                    send_blocking(&tx, batch)?;
-                }
-                Ok::<_, crate::Error>(())
-            };
-            if let Err(e) = run.await {
-                let e = match e {
-                    crate::Error::DataFusion(d) => d,
-                    // No rows in the window is an empty answer, not an error.
-                    crate::Error::NotFound(_) => return,
-                    other => DataFusionError::External(Box::new(other)),
+        // The rate callback is synchronous and the scan's future is not `Send`: it runs on a
+        // thread of its own, driven by the runtime's handle (its scan tasks still run on the
+        // runtime), and waits there while the consumer's two-batch buffer is full. When the
+        // consumer goes away the next send fails and the scan stops.
+        let handle = tokio::runtime::Handle::current();
+        let spawned = std::thread::Builder::new()
+            .name("stel-query-rates".into())
+            .spawn(move || {
+                let run = async {
+                    let s = cat.session(Some(&profile), &group)?;
+                    let width = resolve_resolution(&cat, s, &window, resolution.as_deref()).await?;
+                    let objects = s.objects();
+                    let progress = Progress::new("rates");
+                    let mut b = RateBuilders::new();
+                    compute(
+                        &cat,
+                        s,
+                        &objects,
+                        &stats,
+                        &window,
+                        width,
+                        None,
+                        &progress,
+                        |row| {
+                            b.push(&row, speed);
+                            if b.rows >= BATCH_ROWS {
+                                let batch = b.finish(&schema)?;
+                                send_blocking(&mut tx, Ok(batch))?;
+                            }
+                            Ok(())
+                        },
+                    )
+                    .await?;
+                    if b.rows > 0 {
+                        let batch = b.finish(&schema)?;
+                        send_blocking(&mut tx, Ok(batch))?;
+                    }
+                    Ok::<_, crate::Error>(())
                 };
-                let _ = tx.send(Err(e)).await;
-            }
-        });
-        let guard = AbortOnDrop(task.abort_handle());
+                if let Err(e) = handle.block_on(run) {
+                    let e = match e {
+                        crate::Error::DataFusion(d) => d,
+                        // No rows in the window is an empty answer, not an error.
+                        crate::Error::NotFound(_) => return,
+                        other => DataFusionError::External(Box::new(other)),
+                    };
+                    let _ = send_blocking(&mut tx, Err(e));
+                }
+            });
+        if let Err(e) = spawned {
+            let (mut tx2, rx2) = futures::channel::mpsc::channel(1);
+            let _ = tx2.try_send(Err(DataFusionError::External(Box::new(e))));
+            rx = rx2;
+        }
         let stream = futures::stream::poll_fn(move |cx| {
-            let _keep = &guard;
-            rx.poll_recv(cx)
+            futures::Stream::poll_next(std::pin::Pin::new(&mut rx), cx)
         });
         Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
