@@ -1,4 +1,4 @@
-//! `stel-bench int`: INT report decode on one core.
+//! `stel-bench int`: INT report decode on one core, and the INT source end to end.
 //!
 //! Workload: AmLight/NoviFlow 5-hop reports (Telemetry Report v1.0 + VLAN + IPv4 + UDP + INT
 //! v1.0, Hop ML 6: 202-byte UDP payloads) from `stel-emu int`'s generator, 1024 flows on 12
@@ -9,27 +9,36 @@
 //! runs by the wall clock).
 //!
 //! * `reports_per_s`: `IntDecoder` on the decode core — every report validated, decoded into
-//!   the three tables' rows, loss per (switch, hw_id), per-flow path/latency state, EVC
-//!   attribution. `transpose_reports_per_s`: turning those batches into Arrow record batches,
-//!   the work the sink thread does (measured separately, one core).
+//!   the three tables' column buffers, loss per (switch, hw_id), per-flow path/latency state,
+//!   EVC attribution. `reports_per_s_1hop`: the same for 1-hop reports.
+//!   `transpose_reports_per_s`: those batches as Arrow record batches split per (switch,
+//!   hour) (`IntBatch::finish_split`, the sink thread's side; measured separately, one core).
 //! * baseline: a plain per-report parse in the shape of the existing collectors (INTCollector /
 //!   AmLight's int_collector): bounds-checked slices into one owned struct per report with a
 //!   `Vec` of hops, pushed onto a `Vec` — no columns, no loss, no flow state, no EVC.
-//! * `ratio_vs_baseline` = the two medians of the same run.
+//! * `ratio_vs_baseline` (`_1hop`) = the two medians of the same run.
+//! * `STEL_INT_DECODE_ONLY=1`: stop here (profiling the decoder).
 //!
-//! * end to end: the same reports sent as fast as one thread can (`sendmmsg`, 64 datagrams
-//!   per call) to a
-//!   loopback UDP socket of the daemon's INT source (`ingest::int::source`: io_uring reader,
-//!   decoder, INT Parquet sink into a temp dir), until every report is decoded or counted as a
-//!   kernel drop. `e2e_reports_per_s` = reports decoded ÷ the time from the first send to the
-//!   last decode; `lost` = sent − decoded (kernel drops, truncation, malformed: all counted);
-//!   `unaccounted` = sent − decoded − every counted loss (must be 0); rows written to Parquet
-//!   checked after the sink's final flush. Baseline: a plain `recv` loop + the per-report
-//!   parse on the same sender (`e2e_ratio_vs_baseline`). On a 2-core box the sender thread
-//!   shares the cores with the receiver (on loopback the kernel delivers in the sender's
-//!   context), so `e2e_sender_reports_per_s` is reported on its own and the collector's
-//!   capacity is `e2e_reports_per_cpu_s`: reports decoded and written per CPU-second of
-//!   everything but the sender (receive, decode, Parquet sink incl. its final flush).
+//! * end to end, twice: `STEL_INT_SENDERS` sender threads (default 2), each with its own
+//!   socket, send the same reports to a loopback UDP socket of the daemon's INT source
+//!   (`ingest::int::source`: io_uring reader with UDP GRO, decoder, INT Parquet sink into a temp
+//!   dir), keeping at most 100 k reports in flight (so the figure is the collector's, not the
+//!   kernel dropping what outruns it), until every report is decoded or counted:
+//!   - plain: one datagram per report, `sendmmsg` of 64 (what a switch behind a NIC without
+//!     GRO delivers): `e2e_reports_per_cpu_s`, `e2e_reports_per_s`;
+//!   - coalesced: UDP GSO (`UDP_SEGMENT`) buffers of 64 same-size reports, handed to the GRO
+//!     socket whole and cut on the decode thread: `e2e_reports_per_cpu_s_coalesced`, ….
+//!
+//!   `e2e_reports_per_cpu_s*` = reports decoded per CPU-second of everything but the sender
+//!   threads (on loopback the kernel delivers in the senders' context, so their CPU holds the
+//!   kernel's receive path too): receive + decode + the Parquet sink incl. its final flush;
+//!   `e2e_cpu_s_by_thread*` splits it by thread (`stel-int-0`: receive + decode;
+//!   `stel-int-parque(t)`: the writer) and `e2e_int_thread_ns_per_report*` is the receive +
+//!   decode thread per report (its decode share is `1 / reports_per_s`). `lost` = sent −
+//!   decoded (kernel drops, loopback backlog drops, truncation, malformed: all counted);
+//!   `unaccounted` = sent − decoded − every counted loss (must be 0); `e2e_sink_shed_rows`: rows
+//!   the sink shed (its writer behind). Baseline: a plain `recv` loop + the per-report parse on
+//!   one plain sender (`e2e_ratio_vs_baseline`).
 
 use std::{
     net::UdpSocket,
@@ -327,37 +336,71 @@ pub fn bench(quick: bool) -> Result<Value, String> {
     if std::env::var_os("STEL_INT_DECODE_ONLY").is_some() {
         return Ok(decode_only);
     }
-    let e2e_n = if quick { 400_000 } else { 2_000_000 };
-    let e2e = e2e_run(&data, &offs, e2e_n, &g.kytos_evcs_json())?;
+    let e2e_n = if quick { 1_000_000 } else { 4_000_000 };
+    let evcs = g.kytos_evcs_json();
+    let e2e = e2e_run(&data, &offs, e2e_n, &evcs, Wire::Plain)?;
+    let gro = e2e_run(&data, &offs, e2e_n, &evcs, Wire::Coalesced)?;
     let (e2e_base, e2e_base_cpu) = e2e_baseline(&data, &offs, e2e_n)?;
+    for (what, e) in [("plain", &e2e), ("coalesced (UDP GSO -> GRO)", &gro)] {
+        eprintln!(
+            "int: end to end {what} (UDP -> INT source -> Parquet, {} senders): {:.2} M reports/s ({:.2} M per daemon CPU-second; INT thread {:.0} ns/report), senders {:.2} M/s, {} sent, {} lost ({} kernel drops, {} backlog drops), {} unaccounted, {} rows written ({} shed by the sink), GRO {} datagrams in {} receives; daemon CPU-s by thread {:?}",
+            senders(),
+            e.rate / 1e6,
+            e.per_cpu_s / 1e6,
+            e.int_thread_ns_per_report,
+            e.send_rate / 1e6,
+            e.sent,
+            e.lost,
+            e.kernel_drops,
+            e.backlog_drops,
+            e.unaccounted,
+            e.rows_written,
+            e.sink_shed_rows,
+            e.gro_datagrams,
+            e.gro_receives,
+            e.threads,
+        );
+    }
     eprintln!(
-        "int: end to end (UDP → INT source → Parquet): {:.2} M reports/s ({:.2} M per receiver CPU-second), sender {:.2} M/s, {} sent, {} lost ({} kernel drops), {} unaccounted, {} rows written; baseline recv + parse {:.2} M reports/s ({:.2} M per CPU-second)",
-        e2e.rate / 1e6,
-        e2e.per_cpu_s / 1e6,
-        e2e.send_rate / 1e6,
-        e2e.sent,
-        e2e.lost,
-        e2e.kernel_drops,
-        e2e.unaccounted,
-        e2e.rows_written,
+        "int: baseline recv + parse {:.2} M reports/s ({:.2} M per CPU-second)",
         e2e_base / 1e6,
         e2e_base_cpu / 1e6
     );
+    let threads = |e: &E2e| -> Value {
+        Value::Object(
+            e.threads
+                .iter()
+                .map(|(k, v)| (k.clone(), json!((v * 1000.0).round() / 1000.0)))
+                .collect(),
+        )
+    };
     let mut out = decode_only;
     let e = json!({
         "e2e_reports_per_s": e2e.rate.round(),
         "e2e_baseline_reports_per_s": e2e_base.round(),
         "e2e_ratio_vs_baseline": (e2e.rate / e2e_base * 100.0).round() / 100.0,
         "e2e_reports_per_cpu_s": e2e.per_cpu_s.round(),
+        "e2e_reports_per_cpu_s_coalesced": gro.per_cpu_s.round(),
+        "e2e_reports_per_s_coalesced": gro.rate.round(),
+        "e2e_int_thread_ns_per_report": e2e.int_thread_ns_per_report.round(),
+        "e2e_int_thread_ns_per_report_coalesced": gro.int_thread_ns_per_report.round(),
+        "e2e_cpu_s_by_thread": threads(&e2e),
+        "e2e_cpu_s_by_thread_coalesced": threads(&gro),
+        "e2e_gro_datagrams": gro.gro_datagrams,
+        "e2e_gro_receives": gro.gro_receives,
         "e2e_baseline_reports_per_cpu_s": e2e_base_cpu.round(),
-        "e2e_reports_sent": e2e.sent,
+        "e2e_reports_sent": e2e.sent + gro.sent,
         "e2e_rows_written": e2e.rows_written,
         "e2e_parquet_bytes_per_report": (e2e.bytes_published as f64 / e2e.sent.max(1) as f64 * 10.0).round() / 10.0,
-        "e2e_kernel_drops": e2e.kernel_drops,
+        "e2e_kernel_drops": e2e.kernel_drops + gro.kernel_drops,
+        "e2e_backlog_drops": e2e.backlog_drops + gro.backlog_drops,
+        "e2e_sink_shed_rows": e2e.sink_shed_rows + gro.sink_shed_rows,
         "e2e_sender_reports_per_s": e2e.send_rate.round(),
+        "e2e_sender_reports_per_s_coalesced": gro.send_rate.round(),
+        "e2e_senders": senders(),
         "e2e_reader": e2e.reader,
-        "lost": e2e.lost,
-        "unaccounted": e2e.unaccounted,
+        "lost": e2e.lost + gro.lost,
+        "unaccounted": e2e.unaccounted + gro.unaccounted,
     });
     if let (Some(o), Value::Object(e)) = (out.as_object_mut(), e) {
         o.extend(e);
@@ -368,7 +411,7 @@ pub fn bench(quick: bool) -> Result<Value, String> {
 /// What one end-to-end run measured.
 struct E2e {
     rate: f64,
-    /// Reports decoded per CPU-second of everything but the sender thread (receive, decode,
+    /// Reports decoded per CPU-second of everything but the sender threads (receive, decode,
     /// Parquet sink): what the collector would sustain on one core.
     per_cpu_s: f64,
     send_rate: f64,
@@ -376,42 +419,175 @@ struct E2e {
     lost: u64,
     unaccounted: u64,
     kernel_drops: u64,
+    /// Dropped before the socket (loopback backlog, [`softnet_drops`]): the box's, counted.
+    backlog_drops: u64,
+    /// Rows the INT sink shed (queue full / memory budget: the writer behind).
+    sink_shed_rows: u64,
     rows_written: u64,
     bytes_published: u64,
     reader: &'static str,
+    /// Datagrams that arrived coalesced by UDP GRO, and the receives that held them.
+    gro_datagrams: u64,
+    gro_receives: u64,
+    /// CPU-seconds of the daemon's threads by name (senders left out).
+    threads: Vec<(String, f64)>,
+    /// CPU-seconds of the INT receive/decode thread(s), per report (ns).
+    int_thread_ns_per_report: f64,
 }
 
-/// Datagrams per `sendmmsg`.
+/// Datagrams per `sendmmsg`; reports per UDP GSO buffer (the kernel's UDP_MAX_SEGMENTS is 64
+/// on older kernels).
 const SEND_BATCH: usize = 64;
 
-/// Sends `n` reports (cycling through the workload) as fast as one thread can: `sendmmsg` of
-/// [`SEND_BATCH`] datagrams per call (one report per datagram: AmLight's v1.0 does not
-/// coalesce), so the sender pays one syscall entry per batch, not per report.
-fn send_all(data: &[u8], offs: &[(usize, usize)], n: usize, sock: &UdpSocket) -> u64 {
+/// How the senders put reports on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// One datagram per report (`sendmmsg` of [`SEND_BATCH`]): what a switch behind a NIC
+    /// without GRO delivers.
+    Plain,
+    /// UDP GSO: buffers of [`SEND_BATCH`] same-size reports, cut into datagrams by the kernel
+    /// (`UDP_SEGMENT`) and handed to the daemon's GRO socket whole.
+    Coalesced,
+}
+
+/// Sender threads (`STEL_INT_SENDERS`, default 2): the sender must not be the bound.
+fn senders() -> usize {
+    std::env::var("STEL_INT_SENDERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+        .clamp(1, 16)
+}
+
+/// Reports the senders keep in flight (sent, not yet decoded) at most: the daemon's socket
+/// buffer holds them, so the run measures the collector, not the kernel dropping what a
+/// faster-than-the-daemon sender pushes (with GRO a dropped buffer is one kernel drop for up
+/// to 64 reports).
+const WINDOW: u64 = 100_000;
+
+/// Flow control between the senders and the decoder: reports sent by all senders, and decoded.
+#[derive(Debug, Default)]
+struct Window {
+    sent: std::sync::atomic::AtomicU64,
+    decoded: std::sync::atomic::AtomicU64,
+}
+
+impl Window {
+    /// Waits while `WINDOW` reports are in flight.
+    fn wait(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        while self.sent.load(Relaxed) > self.decoded.load(Relaxed) + WINDOW {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Sends `n` reports (cycling through the workload from `start`) on `sock`; returns how many
+/// the kernel took.
+fn send_all(
+    data: &[u8],
+    offs: &[(usize, usize)],
+    start: usize,
+    n: usize,
+    sock: &UdpSocket,
+    wire: Wire,
+    window: Option<&Window>,
+) -> u64 {
     use std::os::fd::AsFd;
     let mut sent = 0u64;
     let mut batch: Vec<&[u8]> = Vec::with_capacity(SEND_BATCH);
-    let mut it = offs.iter().cycle().take(n).peekable();
+    let mut gso: Vec<u8> = Vec::with_capacity(SEND_BATCH * 256);
+    let mut it = offs.iter().cycle().skip(start).take(n).peekable();
     while it.peek().is_some() {
-        batch.clear();
-        batch.extend(it.by_ref().take(SEND_BATCH).map(|&(o, l)| &data[o..o + l]));
-        let mut done = 0;
-        while done < batch.len() {
-            match stel_ingest::sys::send_many(sock.as_fd(), &batch[done..]) {
-                Ok(k) if k > 0 => {
-                    sent += k as u64;
-                    done += k;
+        let before = sent;
+        if let Some(w) = window {
+            w.wait();
+        }
+        match wire {
+            Wire::Plain => {
+                batch.clear();
+                batch.extend(it.by_ref().take(SEND_BATCH).map(|&(o, l)| &data[o..o + l]));
+                let mut done = 0;
+                while done < batch.len() {
+                    match stel_ingest::sys::send_many(sock.as_fd(), &batch[done..]) {
+                        Ok(k) if k > 0 => {
+                            sent += k as u64;
+                            done += k;
+                        }
+                        // A full socket buffer on loopback is a kernel drop at the receiver,
+                        // not a send error; an error here (ENOBUFS) is counted as one datagram
+                        // not sent.
+                        _ => done += 1,
+                    }
                 }
-                // A full socket buffer on loopback is a kernel drop at the receiver, not a
-                // send error; an error here (ENOBUFS) is counted as one datagram not sent.
-                _ => done += 1,
             }
+            Wire::Coalesced => {
+                // Same-size reports in one buffer (GSO cuts at `seg`; the last may be shorter).
+                gso.clear();
+                let seg = it.peek().map_or(0, |&&(_, l)| l);
+                let mut k = 0u64;
+                while k < SEND_BATCH as u64 {
+                    match it.peek() {
+                        Some(&&(o, l)) if l == seg => {
+                            gso.extend_from_slice(&data[o..o + l]);
+                            it.next();
+                            k += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                let seg16 = u16::try_from(seg).unwrap_or(u16::MAX);
+                if let Ok(1) = stel_ingest::sys::send_many_gso(sock.as_fd(), &[&gso], seg16) {
+                    sent += k;
+                }
+            }
+        }
+        if let Some(w) = window {
+            w.sent
+                .fetch_add(sent - before, std::sync::atomic::Ordering::Relaxed);
         }
     }
     sent
 }
 
-fn e2e_run(data: &[u8], offs: &[(usize, usize)], n: usize, evcs: &str) -> Result<E2e, String> {
+/// Datagrams the kernel dropped before any socket (`/proc/net/softnet_stat`, column 2 summed
+/// over CPUs): on loopback the senders' packets wait in a per-CPU backlog
+/// (`net.core.netdev_max_backlog`) for the receive softirq, and several fast senders can
+/// overflow it. Not the daemon's loss, but the bench must count it to account for every report.
+fn softnet_drops() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .sum()
+}
+
+/// (thread name, CPU-seconds) of every thread of this process (`/proc/self/task/*/schedstat`).
+fn threads_cpu() -> Vec<(u64, String, f64)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let tid = e.file_name().to_string_lossy().parse().unwrap_or(0);
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(p.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        out.push((tid, name.trim().to_string(), ns as f64 / 1e9));
+    }
+    out
+}
+
+fn e2e_run(
+    data: &[u8],
+    offs: &[(usize, usize)],
+    n: usize,
+    evcs: &str,
+    wire: Wire,
+) -> Result<E2e, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let evc_file = dir.path().join("evcs.json");
     std::fs::write(&evc_file, evcs).map_err(|e| e.to_string())?;
@@ -431,46 +607,104 @@ fn e2e_run(data: &[u8], offs: &[(usize, usize)], n: usize, evcs: &str) -> Result
     }
     cfg.evc.kytos_evcs = Some(evc_file);
     let socks = bind(&cfg).map_err(|e| e.to_string())?;
+    let before: Vec<(u64, String, f64)> = threads_cpu();
     let src = IntSource::start(&cfg, socks, dir.path()).map_err(|e| e.to_string())?;
     let to = src.local_addrs[0];
-    let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    sock.connect(to).map_err(|e| e.to_string())?;
+    let k = senders();
+    let socks: Vec<UdpSocket> = (0..k)
+        .map(|_| {
+            let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            s.connect(to).map_err(|e| e.to_string())?;
+            Ok(s)
+        })
+        .collect::<Result<_, String>>()?;
     let t = Instant::now();
     let cpu0 = crate::parquet::process_cpu_s();
+    let backlog0 = softnet_drops();
+    let per = n.div_ceil(k);
+    let window = Window::default();
     let (sent, send_s, send_cpu) = std::thread::scope(|sc| {
-        let h = sc.spawn(|| {
-            let t = Instant::now();
-            let c = crate::parquet::thread_cpu_s();
-            let s = send_all(data, offs, n, &sock);
-            (
-                s,
-                t.elapsed().as_secs_f64(),
-                crate::parquet::thread_cpu_s() - c,
-            )
-        });
-        h.join().unwrap_or((0, 1.0, 0.0))
+        let hs: Vec<_> = socks
+            .iter()
+            .enumerate()
+            .map(|(i, sock)| {
+                let window = &window;
+                sc.spawn(move || {
+                    let t = Instant::now();
+                    let c = crate::parquet::thread_cpu_s();
+                    let m = per.min(n.saturating_sub(i * per));
+                    let s = send_all(data, offs, i * per, m, sock, wire, Some(window));
+                    (
+                        s,
+                        t.elapsed().as_secs_f64(),
+                        crate::parquet::thread_cpu_s() - c,
+                    )
+                })
+            })
+            .collect();
+        // The decoder's progress for the senders' window (the INT thread publishes every
+        // `publish_ms`).
+        while !hs.iter().all(|h| h.is_finished()) {
+            window.decoded.store(
+                src.stats().decode.reports,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or((0, 1.0, 0.0)))
+            .fold((0, 0.0f64, 0.0), |(a, b, c), (x, y, z)| {
+                (a + x, b.max(y), c + z)
+            })
     });
     // Everything sent is in the socket buffer or counted as dropped: wait for the decoder.
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last_decode = t.elapsed();
     loop {
         let s = src.stats();
-        let done = s.decode.reports + s.kernel_drops + s.recv.truncated;
+        // Kernel drops count skbs: with GRO one may hold many reports (the check below
+        // then fails loudly rather than hiding them).
+        let done = s.decode.reports
+            + s.kernel_drops
+            + s.recv.truncated
+            + softnet_drops().saturating_sub(backlog0);
         if done >= sent {
             last_decode = last_decode.max(t.elapsed());
             break;
         }
         if Instant::now() > deadline {
-            return Err(format!("INT source stuck: {done} of {sent} reports"));
+            return Err(format!(
+                "INT source stuck: {done} of {sent} reports ({wire:?}; backlog drops {}; {s:?})",
+                softnet_drops().saturating_sub(backlog0)
+            ));
         }
         std::thread::sleep(Duration::from_millis(1));
         last_decode = t.elapsed();
     }
     let reader = src.stats().reader;
+    // The daemon's threads (by name) before they exit: INT receive/decode, the Parquet writer.
+    let after = threads_cpu();
     let fin = src.shutdown();
     let receiver_cpu = (crate::parquet::process_cpu_s() - cpu0 - send_cpu).max(1e-3);
     let decoded = fin.decode.reports_decoded;
-    let counted = fin.kernel_drops + fin.recv.truncated + fin.decode.reports_malformed;
+    let backlog_drops = softnet_drops().saturating_sub(backlog0);
+    let counted =
+        fin.kernel_drops + fin.recv.truncated + fin.decode.reports_malformed + backlog_drops;
+    let mut by_name: std::collections::BTreeMap<String, f64> = Default::default();
+    for (tid, name, cpu) in &after {
+        if name.starts_with("stel-int") {
+            let b = before
+                .iter()
+                .find(|(t, _, _)| t == tid)
+                .map_or(0.0, |x| x.2);
+            *by_name.entry(name.clone()).or_default() += cpu - b;
+        }
+    }
+    let int_thread: f64 = by_name
+        .iter()
+        .filter(|(k, _)| k.starts_with("stel-int-") && k[9..].parse::<u32>().is_ok())
+        .map(|(_, v)| v)
+        .sum();
     Ok(E2e {
         rate: decoded as f64 / last_decode.as_secs_f64(),
         per_cpu_s: decoded as f64 / receiver_cpu,
@@ -479,9 +713,15 @@ fn e2e_run(data: &[u8], offs: &[(usize, usize)], n: usize, evcs: &str) -> Result
         lost: sent.saturating_sub(decoded),
         unaccounted: sent.saturating_sub(decoded + counted),
         kernel_drops: fin.kernel_drops,
+        backlog_drops,
+        sink_shed_rows: fin.sink.shed_rows(),
         rows_written: fin.sink.rows_written,
         bytes_published: fin.sink.bytes_published,
         reader,
+        gro_datagrams: fin.decode.gro_datagrams,
+        gro_receives: fin.decode.gro_receives,
+        threads: by_name.into_iter().collect(),
+        int_thread_ns_per_report: int_thread * 1e9 / decoded.max(1) as f64,
     })
 }
 
@@ -500,7 +740,7 @@ fn e2e_baseline(data: &[u8], offs: &[(usize, usize)], n: usize) -> Result<(f64, 
     tx.connect(to).map_err(|e| e.to_string())?;
     let t = Instant::now();
     let (parsed, end, cpu) = std::thread::scope(|sc| {
-        let h = sc.spawn(|| send_all(data, offs, n, &tx));
+        let h = sc.spawn(|| send_all(data, offs, 0, n, &tx, Wire::Plain, None));
         let c0 = crate::parquet::thread_cpu_s();
         let mut buf = vec![0u8; 65536];
         let mut out: Vec<BaseReport> = Vec::with_capacity(8192);

@@ -171,6 +171,29 @@ impl Reader {
         Self::with_names(sock, cfg, true)
     }
 
+    /// As [`Self::udp`], with UDP GRO turned on for the socket when the kernel has it: a lease
+    /// may then hold several datagrams of one sender, each [`Self::segment`] bytes long but the
+    /// last. Returns the reader and, when GRO could not be turned on, why (the reader then
+    /// works as [`Self::udp`]).
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn udp_gro(
+        sock: BorrowedFd<'_>,
+        cfg: &ReaderConfig,
+    ) -> Result<(Self, Option<String>), SysError> {
+        let mut r = Self::with_names(sock, cfg, true)?;
+        // The receive loop reads the segment size before the socket coalesces anything: a
+        // coalesced buffer read without it would be taken for one datagram.
+        match &mut r.imp {
+            Imp::Uring(u) => u.want_gro_segments(),
+            Imp::Recv(l) => l.want_gro_segments(),
+            Imp::File(_) => return Ok((r, Some("file input".into()))),
+        }
+        let why = sys::set_udp_gro(sock).err().map(|e| e.to_string());
+        Ok((r, why))
+    }
+
     fn with_names(sock: BorrowedFd<'_>, cfg: &ReaderConfig, names: bool) -> Result<Self, SysError> {
         let mut pool = SlotPool::new(cfg.slots.max(2), cfg.effective_slot_bytes().max(4096));
         let timeout = Duration::from_millis(cfg.poll_timeout_ms.max(1));
@@ -300,6 +323,12 @@ impl Reader {
     /// of captures; `None` otherwise.
     pub fn source(&self, lease: &Lease) -> Option<std::net::SocketAddr> {
         self.pool.source(lease)
+    }
+
+    /// UDP GRO ([`Self::udp_gro`]): the size of each datagram coalesced into a lease (all but
+    /// the last are this long); `None` when it holds one datagram.
+    pub fn segment(&self, lease: &Lease) -> Option<usize> {
+        self.pool.segment(lease)
     }
 
     /// When a lease's datagram was captured (units of pcap files); `None` for sockets.

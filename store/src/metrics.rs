@@ -1294,6 +1294,10 @@ metrics! {
     IntVersionDatagrams: Counter "stel_int_version_datagrams_total" [Version];
     /// Individual reports whose header was readable (each report of a v2.0 group counts).
     IntReports: Counter "stel_int_reports_total" [];
+    /// INT datagrams that arrived coalesced by UDP GRO (several per receive).
+    IntGroDatagrams: Counter "stel_int_gro_datagrams_total" [];
+    /// UDP GRO receives that held several INT datagrams.
+    IntGroReceives: Counter "stel_int_gro_receives_total" [];
     /// INT reports decoded into rows.
     IntDecodedReports: Counter "stel_int_decoded_reports_total" [];
     /// INT hop records decoded.

@@ -390,6 +390,13 @@ impl IntDecoder {
         self.seq.tick(now_ns);
     }
 
+    /// Counts a UDP GRO receive that held `datagrams` datagrams (the receive loop cuts it and
+    /// calls [`Self::decode`] for each).
+    pub fn count_gro(&mut self, datagrams: u64) {
+        self.stats.gro_receives += 1;
+        self.stats.gro_datagrams += datagrams;
+    }
+
     /// Ends loss accounting: gaps still pending in a reordering window become final.
     pub fn finish_sequences(&mut self) {
         self.seq.finish();

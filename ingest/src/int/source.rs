@@ -8,6 +8,10 @@
 //!                             └─ SO_REUSEPORT socket 1 ──▶ thread stel-int-1: Reader → IntDecoder ─┴▶ IntSink (writer thread)
 //! ```
 //!
+//! UDP GRO (`[int] gro`, on by default): a receive may hold several same-size datagrams of one
+//! sender ([`Reader::udp_gro`], the segment size from the control message); the thread cuts
+//! them apart and decodes each as a datagram of its own.
+//!
 //! Sharding: every listen address gets `threads` sockets bound with SO_REUSEPORT; the kernel
 //! hashes each datagram's (source, destination) addresses and ports onto one of them, so one
 //! reporting switch (one source address and port) always lands on the same thread, and with it
@@ -75,8 +79,13 @@ pub struct IntConfig {
     pub rcvbuf_bytes: usize,
     /// `auto` (io_uring where the kernel allows it), `io_uring` or `recvmsg`.
     pub reader: ReaderKind,
-    /// Receive slots per socket (one datagram each; 64 KiB + header).
+    /// Receive slots per socket (one datagram, or one UDP GRO batch, each; 64 KiB + header).
     pub slots: u16,
+    /// UDP GRO on the sockets (kernel 5.0+): same-size datagrams of one sender that arrive
+    /// together may be handed over as one buffer (the NIC or the sender coalesced them), then
+    /// cut into reports on the decode thread: one receive for many reports. Off: one receive
+    /// per datagram.
+    pub gro: bool,
     /// Decoder settings (`[int.decode]`).
     pub decode: IntDecodeConfig,
     /// Parquet tables (`[int.parquet]`); `dir` empty = the counters' history root.
@@ -101,6 +110,7 @@ impl Default for IntConfig {
             rcvbuf_bytes: 64 << 20,
             reader: ReaderKind::Auto,
             slots: 64,
+            gro: true,
             decode: IntDecodeConfig::default(),
             parquet: IntSinkConfig {
                 dir: PathBuf::new(),
@@ -562,6 +572,7 @@ impl IntSource {
                 rule: rule.clone(),
                 filtered: IntFilterStats::default(),
                 warnings: BoundWarnings::new(),
+                gro: cfg.gro,
             };
             // The ring is set up on the thread that uses it: io_uring's single-issuer mode
             // refuses submissions from another task (EEXIST).
@@ -824,12 +835,26 @@ struct ThreadCtx {
     rule: Option<IntFilterRule>,
     filtered: IntFilterStats,
     warnings: BoundWarnings,
+    /// Turn UDP GRO on (`[int] gro`).
+    gro: bool,
 }
 
 impl ThreadCtx {
     fn run(mut self, started: std::sync::mpsc::Sender<Result<&'static str, sys::SysError>>) {
-        let mut reader = match Reader::udp(self.fd.as_fd(), &self.reader_cfg) {
-            Ok(r) => {
+        let r = if self.gro {
+            Reader::udp_gro(self.fd.as_fd(), &self.reader_cfg)
+        } else {
+            Reader::udp(self.fd.as_fd(), &self.reader_cfg)
+                .map(|r| (r, Some("int.gro = false".into())))
+        };
+        let mut reader = match r {
+            Ok((r, gro_off)) => {
+                match gro_off {
+                    None => tracing::debug!(reader = r.kind(), "INT: UDP GRO on."),
+                    Some(why) => {
+                        tracing::info!(reason = %why, "INT: UDP GRO off; one receive per datagram.")
+                    }
+                }
                 let _ = started.send(Ok(r.kind()));
                 r
             }
@@ -857,18 +882,32 @@ impl ThreadCtx {
                 let now = wall_ns();
                 let mut to = ToSink(&self.sink);
                 for lease in leases.drain(..) {
-                    let src = source_ip(reader.source(&lease));
+                    let from = reader.source(&lease);
+                    let src = source_ip(from);
                     let bytes = reader.bytes(&lease);
-                    let keep = match &self.rule {
-                        Some(r) => {
-                            let v = r.verdict(reader.source(&lease).map(|a| a.ip()), bytes);
-                            self.filtered.count(v);
-                            v.keep()
+                    // UDP GRO: several datagrams of one sender, each `seg` long but the last.
+                    let seg = reader.segment(&lease).unwrap_or(bytes.len()).max(1);
+                    if seg < bytes.len() {
+                        self.dec.count_gro(bytes.len().div_ceil(seg) as u64);
+                    }
+                    let mut at = 0;
+                    loop {
+                        let dgram = &bytes[at..(at + seg).min(bytes.len())];
+                        let keep = match &self.rule {
+                            Some(r) => {
+                                let v = r.verdict(from.map(|a| a.ip()), dgram);
+                                self.filtered.count(v);
+                                v.keep()
+                            }
+                            None => true,
+                        };
+                        if keep {
+                            self.dec.decode(src, now, dgram, &mut to);
                         }
-                        None => true,
-                    };
-                    if keep {
-                        self.dec.decode(src, now, bytes, &mut to);
+                        at += seg;
+                        if at >= bytes.len() {
+                            break;
+                        }
                     }
                     reader.retire(lease);
                 }

@@ -119,6 +119,8 @@ macro_rules! with_int_counters {
         $m!(
             payloads,
             bytes,
+            gro_receives,
+            gro_datagrams,
             reports,
             reports_decoded,
             reports_malformed,
@@ -168,6 +170,10 @@ pub struct IntStats {
     pub payloads: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// UDP GRO receives that held several datagrams (the kernel coalesced them).
+    pub gro_receives: u64,
+    /// Datagrams in those.
+    pub gro_datagrams: u64,
     /// Individual reports whose header was readable (v2.0 counts each coalesced report).
     pub reports: u64,
     /// Reports decoded into rows.

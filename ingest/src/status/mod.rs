@@ -392,6 +392,8 @@ impl StatusMetrics {
             self.total(M::IntVersionDatagrams, labels!(Version = v), n);
         }
         self.total(M::IntReports, labels!(), d.reports);
+        self.total(M::IntGroDatagrams, labels!(), d.gro_datagrams);
+        self.total(M::IntGroReceives, labels!(), d.gro_receives);
         self.total(M::IntDecodedReports, labels!(), d.reports_decoded);
         self.total(M::IntDecodedHops, labels!(), d.hops);
         self.total(M::IntDecodedDropReports, labels!(), d.drops);

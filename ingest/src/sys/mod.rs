@@ -218,6 +218,121 @@ pub fn send_many(fd: std::os::fd::BorrowedFd<'_>, datagrams: &[&[u8]]) -> Result
     }
 }
 
+/// `SOL_UDP` options (linux/udp.h; not in every libc target).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// Bytes of control buffer a receive needs for the UDP GRO segment size: `CMSG_SPACE(sizeof(int))`.
+pub const UDP_GRO_CONTROL_BYTES: usize = cmsg_space(std::mem::size_of::<libc::c_int>());
+
+/// `CMSG_ALIGN`: control messages are aligned to `size_t`.
+const fn cmsg_align(n: usize) -> usize {
+    n.next_multiple_of(std::mem::size_of::<usize>())
+}
+
+/// `CMSG_SPACE(n)`.
+const fn cmsg_space(n: usize) -> usize {
+    cmsg_align(std::mem::size_of::<libc::cmsghdr>()) + cmsg_align(n)
+}
+
+/// Turns UDP GRO on for a UDP socket (`setsockopt(SOL_UDP, UDP_GRO)`): the kernel may then hand
+/// over several same-size datagrams of one sender as one buffer, with their size in a control
+/// message ([`udp_gro_segment`]); a receiver that reads the socket must read that control
+/// message, or it would take the buffer for one datagram.
+///
+/// # Minimum kernel version
+/// 5.0 (UDP_GRO).
+///
+/// # Errors
+/// setsockopt failing (kernel without UDP GRO: ENOPROTOOPT).
+pub fn set_udp_gro(fd: std::os::fd::BorrowedFd<'_>) -> Result<(), SysError> {
+    setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1, "setsockopt(UDP_GRO)")
+}
+
+/// The UDP GRO segment size in a received control buffer (the bytes the kernel wrote), or
+/// `None` when it carries none (the buffer holds one datagram).
+pub fn udp_gro_segment(control: &[u8]) -> Option<u16> {
+    const HDR: usize = std::mem::size_of::<libc::cmsghdr>();
+    let word = std::mem::size_of::<usize>();
+    let mut c = control;
+    while c.len() >= HDR {
+        // struct cmsghdr { size_t cmsg_len; int cmsg_level; int cmsg_type; } in native order.
+        let len = usize::from_ne_bytes(c[..word].try_into().ok()?);
+        let level = i32::from_ne_bytes(c[word..word + 4].try_into().ok()?);
+        let kind = i32::from_ne_bytes(c[word + 4..word + 8].try_into().ok()?);
+        if len < HDR || len > c.len() {
+            return None;
+        }
+        if level == libc::SOL_UDP && kind == UDP_GRO && len >= HDR + 4 {
+            let v = i32::from_ne_bytes(c[HDR..HDR + 4].try_into().ok()?);
+            return u16::try_from(v).ok().filter(|&v| v > 0);
+        }
+        c = c.get(cmsg_align(len)..)?;
+    }
+    None
+}
+
+/// Sends up to [`SEND_MANY_MAX`] buffers on a connected UDP socket with one `sendmmsg`, each
+/// buffer cut by the kernel into datagrams of `segment` bytes (UDP GSO, `UDP_SEGMENT`; the last
+/// may be shorter; at most 64 per buffer, and at most 64 KiB). Returns how many buffers were
+/// taken.
+///
+/// # Minimum kernel version
+/// 4.18 (UDP_SEGMENT).
+///
+/// # Errors
+/// `sendmmsg` failing before the first buffer (EINTR is retried).
+pub fn send_many_gso(
+    fd: std::os::fd::BorrowedFd<'_>,
+    buffers: &[&[u8]],
+    segment: u16,
+) -> Result<usize, SysError> {
+    use std::os::fd::AsRawFd;
+    const CTL: usize = cmsg_space(2);
+    let n = buffers.len().min(SEND_MANY_MAX);
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: plain C structs; all-zero is a valid (empty) value for each.
+    let mut iov: [libc::iovec; SEND_MANY_MAX] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; SEND_MANY_MAX] = unsafe { std::mem::zeroed() };
+    // One control message per buffer (u64 words: aligned for cmsghdr).
+    let mut ctl = [[0u64; CTL / 8]; SEND_MANY_MAX];
+    for (i, d) in buffers[..n].iter().enumerate() {
+        iov[i] = libc::iovec {
+            iov_base: d.as_ptr() as *mut libc::c_void,
+            iov_len: d.len(),
+        };
+        // struct cmsghdr { size_t cmsg_len; int cmsg_level; int cmsg_type; } + a u16, native
+        // order, as u64 words (64-bit targets: size_t is one word).
+        const { assert!(std::mem::size_of::<libc::cmsghdr>() == 16 && CTL == 24) };
+        let c = &mut ctl[i];
+        let mut lt = [0u8; 8];
+        lt[..4].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
+        lt[4..].copy_from_slice(&UDP_SEGMENT.to_ne_bytes());
+        let mut seg = [0u8; 8];
+        seg[..2].copy_from_slice(&segment.to_ne_bytes());
+        *c = [18, u64::from_ne_bytes(lt), u64::from_ne_bytes(seg)];
+        msgs[i].msg_hdr.msg_iov = &mut iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_control = c.as_mut_ptr().cast();
+        msgs[i].msg_hdr.msg_controllen = CTL as _;
+    }
+    loop {
+        // SAFETY: `msgs[..n]` point at `iov[..n]` (which point at the live `buffers`) and at
+        // `ctl[..n]`, all live for the call; the kernel only reads them (and writes `msg_len`).
+        let rc = unsafe { libc::sendmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), n as u32, 0) };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let e = SysError::last("sendmmsg(UDP_SEGMENT)");
+        if e.source.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
 /// Datagrams the kernel dropped on a socket because its receive buffer was full
 /// (`getsockopt(SO_MEMINFO)`, entry SK_MEMINFO_DROPS): the true loss count. ENOBUFS from
 /// `recv` only marks that some happened.

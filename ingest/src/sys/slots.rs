@@ -114,6 +114,8 @@ pub struct SlotPool {
     /// Source address of the datagram in each slot (UDP readers that ask for it; `None` for
     /// netlink, or when the kernel gave none).
     sources: Vec<Option<SocketAddr>>,
+    /// UDP GRO: the segment size of the coalesced datagrams in each slot (0 = one datagram).
+    segments: Vec<u16>,
 }
 
 impl SlotPool {
@@ -144,6 +146,7 @@ impl SlotPool {
             leases: vec![0; slots as usize],
             free: (0..slots).rev().collect(),
             sources: vec![None; slots as usize],
+            segments: vec![0; slots as usize],
         }
     }
 
@@ -220,6 +223,20 @@ impl SlotPool {
     /// Records the source address of the datagram just received into `slot` (before leasing).
     pub(crate) fn set_source(&mut self, slot: u16, src: Option<SocketAddr>) {
         self.sources[slot as usize] = src;
+    }
+
+    /// Records the UDP GRO segment size of what was just received into `slot` (0: one
+    /// datagram), before leasing.
+    pub(crate) fn set_segment(&mut self, slot: u16, size: u16) {
+        self.segments[slot as usize] = size;
+    }
+
+    /// UDP GRO: the size of each of the datagrams the kernel coalesced into a lease's slot (all
+    /// but the last are this long), or `None` when the slot holds one datagram.
+    pub fn segment(&self, lease: &Lease) -> Option<usize> {
+        assert_eq!(lease.pool, self.region.id, "lease from another slot pool");
+        let s = self.segments[lease.slot as usize];
+        (s > 0).then_some(usize::from(s))
     }
 
     /// The source address of the datagram a lease reads, when its reader asked for it.

@@ -188,6 +188,14 @@ impl UringRecv {
         Ok(me)
     }
 
+    /// Asks the kernel for each receive's UDP GRO segment size (a control message in every
+    /// buffer; readable with [`SlotPool::segment`]). Call before the first poll, on a socket
+    /// with [`super::set_udp_gro`] on.
+    pub fn want_gro_segments(&mut self) {
+        debug_assert!(!self.armed, "the multishot receive is armed already");
+        self.msghdr.msg_controllen = super::UDP_GRO_CONTROL_BYTES as _;
+    }
+
     /// Lets each wait collect datagrams for up to `us` µs before it returns (io_uring's
     /// `min_wait_usec`, kernel 6.12+): while datagrams stream in, the reader wakes once per
     /// `us` for a batch instead of once per datagram or two (`stel-bench e2e` at the design rate:
@@ -342,13 +350,23 @@ impl UringRecv {
     ) {
         let buf = pool.filled(slot, len.min(pool.slot_len()));
         match types::RecvMsgOut::parse(buf, &self.msghdr) {
-            Ok(m) if !m.is_payload_truncated() && m.flags() & libc::MSG_TRUNC as u32 == 0 => {
+            Ok(m)
+                if !m.is_payload_truncated()
+                    && !m.is_control_data_truncated()
+                    && m.flags() & libc::MSG_TRUNC as u32 == 0 =>
+            {
                 let start = buf.len() - m.payload_data().len();
                 let end = buf.len();
+                let seg = if self.msghdr.msg_controllen > 0 {
+                    super::udp_gro_segment(m.control_data()).unwrap_or(0)
+                } else {
+                    0
+                };
                 if self.msghdr.msg_namelen > 0 {
                     let src = super::sockaddr_from_bytes(m.name_data());
                     pool.set_source(slot, src);
                 }
+                pool.set_segment(slot, seg);
                 stats.datagrams += 1;
                 stats.bytes += (end - start) as u64;
                 out.push(pool.lease_filled(slot, start, end));
@@ -404,6 +422,8 @@ pub struct RecvLoop {
     fd: OwnedFd,
     /// Ask for each datagram's source address (`recvfrom`).
     names: bool,
+    /// Read each receive's UDP GRO segment size (`recvmsg` with a control buffer).
+    gro: bool,
 }
 
 impl RecvLoop {
@@ -415,7 +435,13 @@ impl RecvLoop {
         Ok(Self {
             fd: dup(sock)?,
             names,
+            gro: false,
         })
+    }
+
+    /// Reads each receive's UDP GRO segment size (see [`UringRecv::want_gro_segments`]).
+    pub fn want_gro_segments(&mut self) {
+        self.gro = true;
     }
 
     /// Receives up to `max` datagrams: the first waits (up to the socket's timeout), the rest
@@ -441,25 +467,54 @@ impl RecvLoop {
             // SAFETY: sockaddr_in6 is plain old data.
             let mut name: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
             let mut name_len: libc::socklen_t = if self.names { SOCKADDR_BYTES } else { 0 };
-            // SAFETY: `buf` is a live, writable slice owned by this thread for the call; `name`
-            // is a live sockaddr_in6 of `name_len` bytes (or null with 0 when not asked).
-            let rc = unsafe {
-                libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    flags,
-                    if self.names {
-                        (&mut name as *mut libc::sockaddr_in6).cast()
-                    } else {
-                        std::ptr::null_mut()
-                    },
-                    if self.names {
-                        &mut name_len
-                    } else {
-                        std::ptr::null_mut()
-                    },
-                )
+            // Control buffer for the GRO segment size (u64 words: aligned for cmsghdr).
+            let mut control = [0u64; 8];
+            let mut control_len = 0usize;
+            let mut ctrunc = false;
+            let rc = if self.gro {
+                let mut iov = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                };
+                // SAFETY: msghdr is plain old data; all-zero is empty.
+                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+                if self.names {
+                    msg.msg_name = (&mut name as *mut libc::sockaddr_in6).cast();
+                    msg.msg_namelen = name_len;
+                }
+                msg.msg_iov = &mut iov;
+                msg.msg_iovlen = 1;
+                msg.msg_control = control.as_mut_ptr().cast();
+                msg.msg_controllen = std::mem::size_of_val(&control) as _;
+                // SAFETY: `msg` points at `iov` (the live slot), `name` and `control`, all live
+                // and writable for the call; the kernel writes at most their given lengths.
+                let rc = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, flags) };
+                name_len = msg.msg_namelen;
+                control_len = (msg.msg_controllen as usize).min(std::mem::size_of_val(&control));
+                ctrunc = msg.msg_flags & libc::MSG_CTRUNC != 0;
+                rc
+            } else {
+                // SAFETY: `buf` is a live, writable slice owned by this thread for the call;
+                // `name` is a live sockaddr_in6 of `name_len` bytes (or null with 0 when not
+                // asked).
+                unsafe {
+                    libc::recvfrom(
+                        self.fd.as_raw_fd(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        flags,
+                        if self.names {
+                            (&mut name as *mut libc::sockaddr_in6).cast()
+                        } else {
+                            std::ptr::null_mut()
+                        },
+                        if self.names {
+                            &mut name_len
+                        } else {
+                            std::ptr::null_mut()
+                        },
+                    )
+                }
             };
             if rc < 0 {
                 pool.put_free(slot);
@@ -471,10 +526,21 @@ impl RecvLoop {
                 return Err(e);
             }
             let len = rc as usize;
-            if len > pool.slot_len() {
+            if len > pool.slot_len() || ctrunc {
                 stats.truncated += 1;
                 pool.put_free(slot);
                 continue;
+            }
+            if self.gro {
+                let bytes: [u8; 64] = {
+                    let mut b = [0u8; 64];
+                    for (k, w) in control.iter().enumerate() {
+                        b[k * 8..k * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+                    }
+                    b
+                };
+                let seg = super::udp_gro_segment(&bytes[..control_len]).unwrap_or(0);
+                pool.set_segment(slot, seg);
             }
             if self.names {
                 // SAFETY: `name` is a live sockaddr_in6; the kernel wrote `name_len` bytes of
