@@ -1326,3 +1326,45 @@ print(json.dumps(out))
         );
     }
 }
+
+/// `stel-emu int` with no options but an output shows what INT is for in its default one-second
+/// run: some drops and path changes, in its truth and in what the daemon makes of its capture.
+#[test]
+fn the_emulators_defaults_show_drops_and_path_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (pcap, truth_path) = (d.join("int.pcap"), d.join("truth.json"));
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-emu"))
+        .arg("int")
+        .arg("--pcap")
+        .arg(&pcap)
+        .arg("--truth")
+        .arg(&truth_path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
+    let u = |k: &str| truth[k].as_u64().unwrap();
+    assert!(u("drops_sent") > 0, "{truth}");
+    assert!(u("path_changes") > 0, "{truth}");
+    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--input")
+        .arg(&pcap)
+        .arg("--data-dir")
+        .arg(d.join("data"))
+        .args(["--no-inspect", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let s = metrics(&fin);
+    assert_eq!(s.get(Metric::IntDecodedReports), u("reports_sent"), "{fin}");
+    assert_eq!(
+        s.get(Metric::IntDecodedDropReports),
+        u("drops_sent"),
+        "{fin}"
+    );
+    assert_eq!(s.get(Metric::IntPathChanges), u("path_changes"), "{fin}");
+}

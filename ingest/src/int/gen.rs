@@ -864,7 +864,9 @@ pub fn outer_frame(out: &mut Vec<u8>, switch_id: u32, dst_port: u16, payload: &[
 #[derive(Debug, clap::Parser)]
 #[command(name = "stel-emu int", verbatim_doc_comment)]
 /// Sends INT telemetry reports like P4/INT switches (AmLight/NoviFlow by default) to a UDP
-/// collector, or writes them to a pcap file.
+/// collector, or writes them to a pcap file. The defaults show what INT is for: 1 % of reports
+/// carry a drop, 2 % see congestion, and every flow of 3+ hops changes path every 50 of its
+/// reports (--drops 0 --congestion 0 --path-change-every 0 for a quiet network).
 ///
 /// Examples:
 ///   stel-emu int --to 127.0.0.1:5900 --rate 100000 --duration 10s
@@ -890,25 +892,30 @@ pub struct IntArgs {
     /// Stop after this long (e.g. 10s); default 1s unless --count is given.
     #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
     pub duration: Option<u64>,
+    /// Flows (each on its own EVC VLAN, vlan-base + i), reported round robin.
     #[arg(long, default_value_t = 16)]
     pub flows: usize,
+    /// Shortest path (hops); each flow gets a length in min-hops..=max-hops.
     #[arg(long, default_value_t = 1)]
     pub min_hops: usize,
+    /// Longest path (hops, at most 10 as NoviFlow).
     #[arg(long, default_value_t = 5)]
     pub max_hops: usize,
+    /// Switches in the network.
     #[arg(long, default_value_t = 12)]
     pub switches: usize,
     /// First EVC VLAN (flow i uses vlan-base + i).
     #[arg(long, default_value_t = 100)]
     pub vlan_base: u16,
-    /// Move each flow to its other path every N of its reports (0 = never).
-    #[arg(long, default_value_t = 0)]
+    /// Move each flow to its other path every N of its reports (0 = never). The default shows
+    /// path changes within a second (or 1,000 packets) of the default run.
+    #[arg(long, default_value_t = 50)]
     pub path_change_every: u64,
-    /// Fraction of reports with a drop.
-    #[arg(long, default_value_t = 0.0)]
+    /// Fraction of reports with a drop (D flag, drop reason).
+    #[arg(long, default_value_t = 0.01)]
     pub drops: f64,
-    /// Fraction of reports with congestion.
-    #[arg(long, default_value_t = 0.0)]
+    /// Fraction of reports with congestion (deep queues, +50 µs per hop).
+    #[arg(long, default_value_t = 0.02)]
     pub congestion: f64,
     /// Fraction of packets lost on purpose (sequence numbers skipped).
     #[arg(long, default_value_t = 0.0)]
@@ -922,6 +929,7 @@ pub struct IntArgs {
     /// First sequence number (e.g. 4294967200 to cross the 32-bit wrap).
     #[arg(long, default_value_t = 0)]
     pub seq_start: u32,
+    /// Seed of the generator (same seed, same reports).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Write ground truth (what was sent) as JSON here at the end.
