@@ -167,7 +167,28 @@ impl Topology {
         let mut upload = None;
         let mut rollups = None;
         let history = match parquet_cfg {
-            Some(c) => {
+            Some(mut c) => {
+                // Port speeds for utilisation, recorded in every file (SONiC's PORT tables).
+                let speeds_from = state_db_cfg
+                    .as_ref()
+                    .map(|s| s.url.clone())
+                    .or_else(|| counters_cfg.as_ref().map(|s| s.url.clone()));
+                if let Some(url) = speeds_from {
+                    match crate::sources::port_speed::read(&url, std::time::Duration::from_secs(2))
+                    {
+                        Ok(m) => {
+                            tracing::info!(
+                                ports = m.len(),
+                                "Port speeds read from SONiC's PORT tables."
+                            );
+                            c.port_speeds_mbps = m;
+                        }
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            "Cannot read port speeds from SONiC; history files carry none (stel-query assumes 100G unless --speed)."
+                        ),
+                    }
+                }
                 let (dir, c_switch) = (c.dir.clone(), c.switch_name.clone());
                 let h = ParquetHistory::start(c, &registry)?;
                 eprintln!(

@@ -113,11 +113,16 @@ impl Rule {
 }
 
 /// The bursts of `series` of one session over `r`, at `width_ns` (the stream's own interval
-/// unless asked otherwise; at a tier's resolution the tiers answer, [`crate::tiers`]).
+/// unless asked otherwise; at a tier's resolution the tiers answer, [`crate::tiers`]), each
+/// port against its own line rate from `speeds`.
 /// Returns the bursts (time order), the snapshots scanned and where they came from.
 ///
 /// # Errors
 /// Engine failures.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the resolved question, spelled out"
+)]
 pub async fn detect(
     cat: &Catalog,
     s: &Session,
@@ -125,9 +130,15 @@ pub async fn detect(
     r: &TimeRange,
     width_ns: i64,
     rule: &Rule,
+    speeds: &crate::rates::Speeds,
     progress: &Progress,
 ) -> Result<(Vec<Burst>, u64, crate::tiers::Planned)> {
     let names: Vec<String> = series.iter().map(|c| c.column.clone()).collect();
+    // Each series against its own port's line rate, bytes/s.
+    let line: Vec<f64> = series
+        .iter()
+        .map(|c| speeds.of(&c.object) * 1e6 / 8.0)
+        .collect();
     let mut tracks = vec![Track::default(); series.len()];
     let mut bursts: Vec<Burst> = Vec::new();
     let min_ns = rule.min_ns;
@@ -181,8 +192,7 @@ pub async fn detect(
                     // The same operations in the same order as the Spark SQL (compile::bursts_ctes)
                     // and the rollup tiers (stel_store::rollup::burst::above), so every engine
                     // compares the same double with the threshold.
-                    let util =
-                        stel_store::rollup::burst::utilisation(v - pv, t - pt, rule.bytes_per_s);
+                    let util = stel_store::rollup::burst::utilisation(v - pv, t - pt, line[c]);
                     if util > rule.threshold {
                         let run = tr.run.get_or_insert((pt, t, util, 0));
                         run.1 = t;

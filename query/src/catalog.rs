@@ -503,6 +503,66 @@ impl Catalog {
         Ok(get(0).zip(get(1)))
     }
 
+    /// Each port's speed in Mb/s as the daemon recorded it (SONiC's PORT tables, footer key
+    /// `stel.port_speed_mbps`) in the newest readable file of `s`; empty when it recorded none.
+    ///
+    /// # Errors
+    /// Listing or footer read failures.
+    pub async fn port_speeds(
+        &self,
+        s: &Session,
+    ) -> Result<std::collections::BTreeMap<String, f64>> {
+        use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
+        use futures::TryStreamExt;
+        let store = self
+            .ctx
+            .runtime_env()
+            .object_store(ListingTableUrl::parse(self.location.url.as_str())?)?;
+        let prefix = ListingTableUrl::parse(format!(
+            "{}{}/",
+            self.location.url,
+            s.dir.replace('%', "%25")
+        ))?;
+        let newest = store
+            .list(Some(prefix.prefix()))
+            .try_filter(|m| {
+                futures::future::ready(m.location.as_ref().ends_with(".parquet") && m.size > 0)
+            })
+            .try_fold(None::<object_store::ObjectMeta>, |acc, m| async move {
+                Ok(match acc {
+                    Some(a) if a.location >= m.location => Some(a),
+                    _ => Some(m),
+                })
+            })
+            .await?;
+        let Some(m) = newest else {
+            return Ok(Default::default());
+        };
+        let md = DFParquetMetadata::new(store.as_ref(), &m)
+            .with_file_metadata_cache(Some(
+                self.ctx
+                    .runtime_env()
+                    .cache_manager
+                    .get_file_metadata_cache(),
+            ))
+            .fetch_metadata()
+            .await?;
+        let json = md
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| {
+                kv.iter()
+                    .find(|k| k.key == stel_store::parquet::keys::PORT_SPEED_MBPS)
+            })
+            .and_then(|k| k.value.clone());
+        Ok(json
+            .and_then(|j| serde_json::from_str::<std::collections::BTreeMap<String, f64>>(&j).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, v)| *v > 0.0)
+            .collect())
+    }
+
     /// Error for a window with no data: says which range exists.
     pub async fn empty_window(&self, s: &Session, r: &TimeRange) -> Error {
         match self.extent(s).await {

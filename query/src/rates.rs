@@ -157,6 +157,64 @@ impl RateState {
     }
 }
 
+/// The port speeds utilisation uses: `--speed` for every port when given, else each port's
+/// speed as the daemon recorded it from SONiC (queues and priority groups `Ethernet0|3` use
+/// their port's), else 100G.
+#[derive(Debug, Clone, Default)]
+pub struct Speeds {
+    flag: Option<f64>,
+    recorded: std::collections::BTreeMap<String, f64>,
+}
+
+/// The speed assumed when neither `--speed` nor the files say: 100G, in Mb/s.
+pub const DEFAULT_SPEED_MBPS: f64 = 100_000.0;
+
+impl Speeds {
+    pub fn new(flag: Option<f64>, recorded: std::collections::BTreeMap<String, f64>) -> Self {
+        Self { flag, recorded }
+    }
+
+    /// The speed of `object`, Mb/s.
+    pub fn of(&self, object: &str) -> f64 {
+        if let Some(f) = self.flag {
+            return f;
+        }
+        let port = object.split('|').next().unwrap_or(object);
+        self.recorded
+            .get(object)
+            .or_else(|| self.recorded.get(port))
+            .copied()
+            .unwrap_or(DEFAULT_SPEED_MBPS)
+    }
+
+    /// Where the speeds come from: `--speed`, `recorded` (the files) or `default` (100G).
+    pub fn source(&self) -> &'static str {
+        match (self.flag, self.recorded.is_empty()) {
+            (Some(_), _) => "--speed",
+            (None, false) => "recorded",
+            (None, true) => "default",
+        }
+    }
+
+    /// For the JSON `begin`: the source and the speeds (`--speed` or per port).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self.flag {
+            Some(f) => serde_json::json!({"source": self.source(), "speed_mbps": f}),
+            None if self.recorded.is_empty() => {
+                serde_json::json!({"source": self.source(), "speed_mbps": DEFAULT_SPEED_MBPS})
+            }
+            None => serde_json::json!({"source": self.source(), "port_speed_mbps": self.recorded}),
+        }
+    }
+
+    /// The sentence for tables when UTIL rests on an assumption.
+    pub fn caveat(&self) -> Option<String> {
+        (self.source() == "default").then(|| {
+            "UTIL assumes 100G ports: the files record no port speed (the daemon reads them from SONiC when it has Redis); --speed sets one.".to_string()
+        })
+    }
+}
+
 /// SONiC's smoothing weight for an interval of `n` polls: `2 / (n + 1)`.
 pub fn alpha(n: u32) -> f64 {
     stel_store::rate::alpha_from_interval(n)

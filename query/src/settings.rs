@@ -90,20 +90,51 @@ pub struct ObjectArg {
 /// `--speed`: one definition for every command that computes utilisation.
 #[derive(Debug, Clone, Default, Args)]
 pub struct SpeedArg {
-    /// Port speed for utilisation: 100G, 25G, or Mb/s like SONiC's PORT `speed` (400000);
-    /// default 100G.
+    /// Port speed for utilisation, for every port: 100G, 25G, or Mb/s like SONiC's PORT
+    /// `speed` (400000). Default: each port's speed as the daemon recorded it from SONiC, else
+    /// 100G.
     #[arg(long, value_name = "SPEED")]
     pub speed: Option<String>,
 }
 
 impl SpeedArg {
-    /// The speed to use, Mb/s.
+    /// The speed given for every port, Mb/s (`None`: none given).
+    ///
+    /// # Errors
+    /// A text that is not a speed.
+    pub fn flag_mbps(&self) -> Result<Option<f64>> {
+        self.speed
+            .as_deref()
+            .map(|s| crate::rates::parse_speed_mbps(s).map_err(Error::Usage))
+            .transpose()
+    }
+
+    /// One speed for every port, Mb/s: the flag, else 100G (for engines that do not read the
+    /// files' recorded speeds).
     ///
     /// # Errors
     /// A text that is not a speed.
     pub fn mbps(&self) -> Result<f64> {
-        crate::rates::parse_speed_mbps(self.speed.as_deref().unwrap_or("100G"))
-            .map_err(Error::Usage)
+        Ok(self
+            .flag_mbps()?
+            .unwrap_or(crate::rates::DEFAULT_SPEED_MBPS))
+    }
+
+    /// The speeds of `s`'s ports: the flag, else what the files recorded, else 100G.
+    ///
+    /// # Errors
+    /// A bad flag; failures reading the newest file's footer.
+    pub async fn resolve(
+        &self,
+        cat: &crate::catalog::Catalog,
+        s: &crate::catalog::Session,
+    ) -> Result<crate::rates::Speeds> {
+        let flag = self.flag_mbps()?;
+        let recorded = match flag {
+            Some(_) => Default::default(),
+            None => cat.port_speeds(s).await?,
+        };
+        Ok(crate::rates::Speeds::new(flag, recorded))
     }
 
     /// As typed (or the default), for messages.

@@ -443,3 +443,85 @@ fn bursts_on_the_daemons_microbursts() {
 fn chrono_ns(s: &str) -> i64 {
     stel_query::settings::parse_time_ns(s).unwrap_or_else(|e| panic!("{s}: {e}"))
 }
+
+/// UTIL uses each port's speed from SONiC: the daemon (with Redis) reads the PORT tables the
+/// way portstat does and records them in every file's footer; stel-query divides by them, and
+/// `--speed` overrides them for every port. Against a real redis-server.
+#[test]
+fn utilisation_uses_each_ports_speed_from_sonic() {
+    let redis = stel_testkit::redis::TestRedis::start();
+    let set = |db: i64, key: &str, fields: &[(&str, &str)]| {
+        let mut c = redis.connect(db);
+        for (f, v) in fields {
+            redis::cmd("HSET")
+                .arg(key)
+                .arg(f)
+                .arg(v)
+                .query::<()>(&mut c)
+                .unwrap();
+        }
+    };
+    // Ethernet0: up, STATE_DB 25G. Ethernet4: STATE_DB says 100G but oper_status is down, so
+    // APPL_DB's 40G (portstat's rule). Ethernet8: only CONFIG_DB, 50G. Ethernet12: nothing.
+    set(
+        0,
+        "PORT_TABLE:Ethernet0",
+        &[("speed", "25000"), ("oper_status", "up")],
+    );
+    set(6, "PORT_TABLE|Ethernet0", &[("speed", "25000")]);
+    set(
+        0,
+        "PORT_TABLE:Ethernet4",
+        &[("speed", "40000"), ("oper_status", "down")],
+    );
+    set(6, "PORT_TABLE|Ethernet4", &[("speed", "100000")]);
+    set(4, "PORT|Ethernet8", &[("speed", "50000")]);
+    let dir = tempfile::tempdir().unwrap();
+    run_demo(dir.path(), "steady", &["--redis", redis.url()]);
+    let data = dir.path().join("data");
+    let file = stel_store::paths::published_parts(&data)[0].1.clone();
+    let recorded = stel_testkit::python3_json(&format!(
+        "import pyarrow.parquet as pq\nprint(pq.read_metadata({:?}).metadata[b'stel.port_speed_mbps'].decode())",
+        file.to_str().unwrap()
+    ));
+    assert_eq!(recorded["Ethernet0"], 25000, "{recorded}");
+    assert_eq!(recorded["Ethernet4"], 40000, "{recorded}");
+    assert_eq!(recorded["Ethernet8"], 50000, "{recorded}");
+    assert!(recorded.get("Ethernet12").is_none(), "{recorded}");
+    let util = |args: &[&str]| -> Vec<(String, f64, f64)> {
+        let mut a = vec![
+            "rates",
+            "-o",
+            "Ethernet0,Ethernet4,Ethernet8,Ethernet12",
+            "--json",
+        ];
+        a.extend_from_slice(args);
+        query(&data, &a)
+            .rows()
+            .iter()
+            .map(|r| {
+                (
+                    r["iface"].as_str().unwrap().to_string(),
+                    r["rx_bps"].as_f64().unwrap(),
+                    r["rx_util"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let rows = util(&[]);
+    assert_eq!(rows.len(), 4);
+    for ((port, bps, u), mbps) in rows.iter().zip([25_000.0, 40_000.0, 50_000.0, 100_000.0]) {
+        let want = bps / (mbps * 1e6 / 8.0) * 100.0;
+        assert!(
+            (u - want).abs() < 1e-9 * want.max(1.0),
+            "{port}: {u} vs {want}"
+        );
+    }
+    for (port, bps, u) in util(&["--speed", "10G"]) {
+        let want = bps / (10_000.0 * 1e6 / 8.0) * 100.0;
+        assert!(
+            (u - want).abs() < 1e-9 * want.max(1.0),
+            "{port} --speed 10G: {u} vs {want}"
+        );
+    }
+}

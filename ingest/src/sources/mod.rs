@@ -4,4 +4,5 @@
 //! them into [`state_db::SessionEvent`]s the daemon routes to its decoders and the eBPF filter.
 
 pub mod fixture;
+pub mod port_speed;
 pub mod state_db;

@@ -193,7 +193,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 };
             w.get_or_insert(width);
             prof = s.profile.clone();
-            let (found, n, plan) = detect(&t.cat, s, &series, &r, width, &rule, &progress).await?;
+            let speeds = a.speed.resolve(&t.cat, s).await?;
+            let (found, n, plan) =
+                detect(&t.cat, s, &series, &r, width, &rule, &speeds, &progress).await?;
             scanned += n;
             let about = plan.describe(s);
             if set.verbose {

@@ -12,7 +12,7 @@ use crate::{
     error::{Error, Result},
     output::{human_ns, Cell, Format, Printer},
     plot,
-    rates::{self, fmt_ok, fmt_pps, fmt_util, RateState, RateStats, Rates},
+    rates::{self, fmt_ok, fmt_pps, fmt_util, RateState, RateStats, Rates, Speeds},
     settings::{
         fmt_ts, parse_duration_ns, CommonArgs, ObjectArg, ProfileArg, SpeedArg, TimeArgs,
         TimeRange, UnitArg,
@@ -595,7 +595,6 @@ pub async fn compute(
 pub async fn run(a: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let set = a.common.resolve();
-    let speed = a.speed.mbps()?;
     let unit: RateUnit = a.unit.get();
     let group = if a.rif { "ROUTER_INTERFACE" } else { "PORT" };
     let st = if a.rif { rates::RIF } else { rates::PORT };
@@ -606,63 +605,68 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let mut series: Vec<plot::Series> = Vec::new();
     let mut p = Printer::new(set.format);
     // Prints one row (the switch column only for fleets).
-    let mut emit =
-        |p: &mut Printer, sw: Option<&str>, per_interval: bool, row: RateRow| -> Result<()> {
-            let x = &row.rates;
-            let rx_util = Rates::util(x.rx_bps, Some(speed));
-            let tx_util = Rates::util(x.tx_bps, Some(speed));
-            let bps = |v: Option<f64>| {
-                v.map_or_else(Cell::na, |v| Cell::f64(unit.value(v), unit.format(v)))
+    let mut emit = |p: &mut Printer,
+                    sw: Option<&str>,
+                    per_interval: bool,
+                    speeds: &Speeds,
+                    row: RateRow|
+     -> Result<()> {
+        let x = &row.rates;
+        let speed = speeds.of(&row.object);
+        let rx_util = Rates::util(x.rx_bps, Some(speed));
+        let tx_util = Rates::util(x.tx_bps, Some(speed));
+        let bps =
+            |v: Option<f64>| v.map_or_else(Cell::na, |v| Cell::f64(unit.value(v), unit.format(v)));
+        let mut cells = Vec::with_capacity(12);
+        if per_interval {
+            cells.push(Cell::time(row.t_ns));
+        }
+        if let Some(sw) = sw {
+            cells.push(Cell::str(sw));
+        }
+        cells.extend([
+            Cell::str(&*row.object),
+            x.rx_ok.map_or_else(Cell::na, |v| Cell {
+                json: json!(v),
+                text: fmt_ok(v),
+            }),
+            bps(x.rx_bps),
+            Cell::opt_f64(x.rx_pps, fmt_pps),
+            Cell::opt_f64(rx_util, fmt_util),
+            x.tx_ok.map_or_else(Cell::na, |v| Cell {
+                json: json!(v),
+                text: fmt_ok(v),
+            }),
+            bps(x.tx_bps),
+            Cell::opt_f64(x.tx_pps, fmt_pps),
+            Cell::opt_f64(tx_util, fmt_util),
+        ]);
+        if !per_interval {
+            cells.push(Cell {
+                json: json!(x.dt_ns),
+                text: human_ns(x.dt_ns),
+            });
+        }
+        if want_plot {
+            let name = match sw {
+                Some(sw) => format!("{sw} {}", row.object),
+                None => row.object.to_string(),
             };
-            let mut cells = Vec::with_capacity(12);
-            if per_interval {
-                cells.push(Cell::time(row.t_ns));
+            let v = x.rx_bps.unwrap_or(f64::NAN);
+            match series.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, s)) => s.push((row.t_ns, v)),
+                None => series.push((name, vec![(row.t_ns, v)])),
             }
-            if let Some(sw) = sw {
-                cells.push(Cell::str(sw));
-            }
-            cells.extend([
-                Cell::str(&*row.object),
-                x.rx_ok.map_or_else(Cell::na, |v| Cell {
-                    json: json!(v),
-                    text: fmt_ok(v),
-                }),
-                bps(x.rx_bps),
-                Cell::opt_f64(x.rx_pps, fmt_pps),
-                Cell::opt_f64(rx_util, fmt_util),
-                x.tx_ok.map_or_else(Cell::na, |v| Cell {
-                    json: json!(v),
-                    text: fmt_ok(v),
-                }),
-                bps(x.tx_bps),
-                Cell::opt_f64(x.tx_pps, fmt_pps),
-                Cell::opt_f64(tx_util, fmt_util),
-            ]);
-            if !per_interval {
-                cells.push(Cell {
-                    json: json!(x.dt_ns),
-                    text: human_ns(x.dt_ns),
-                });
-            }
-            if want_plot {
-                let name = match sw {
-                    Some(sw) => format!("{sw} {}", row.object),
-                    None => row.object.to_string(),
-                };
-                let v = x.rx_bps.unwrap_or(f64::NAN);
-                match series.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, s)) => s.push((row.t_ns, v)),
-                    None => series.push((name, vec![(row.t_ns, v)])),
-                }
-            }
-            p.row(cells)
-        };
+        }
+        p.row(cells)
+    };
     let begin = |p: &mut Printer,
                  fleet: bool,
                  per_interval: bool,
                  profile: &str,
                  r: &TimeRange,
-                 width: Option<i64>|
+                 width: Option<i64>,
+                 speeds: &Speeds|
      -> Result<()> {
         let mut header = vec![];
         if per_interval {
@@ -701,7 +705,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             json!({
                 "command": "rates", "profile": profile, "group": group,
                 "from": fmt_ts(r.from_ns), "to": fmt_ts(r.to_ns),
-                "resolution_ns": width, "alpha": alpha, "speed_mbps": speed,
+                "resolution_ns": width, "alpha": alpha, "speeds": speeds.to_json(),
                 "units": {"rx_bps": unit.name(), "rx_pps": "packets/s", "rx_util": "%",
                           "rx_ok": "packets", "covered": "ns"},
             }),
@@ -713,7 +717,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let whole = a.resolution.is_none();
     // Whole-window rows come at the end of each switch's scan; they are printed after the
     // sentence about the window's gaps and resets.
-    let mut held: Vec<(Option<String>, RateRow)> = Vec::new();
+    let mut held: Vec<(Option<String>, RateRow, std::sync::Arc<Speeds>)> = Vec::new();
+    // The first switch's speeds, for the sentence about them.
+    let mut speeds_seen: Option<std::sync::Arc<Speeds>> = None;
     let targets;
     let (r, first_session) = if let Some(remote) = set.spark_remote()? {
         let lake = Lake::open(remote, &set.data).await?;
@@ -743,7 +749,18 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         };
         let grid = proto_feed.grid(&r, width);
         let (per_switch, files) = lake.buckets(&scope, &cols, grid, Aggs::default()).await?;
-        begin(&mut p, true, width.is_some(), &s.profile, &r, width)?;
+        // The engine reads no footers: --speed or 100G for every port.
+        let speeds = std::sync::Arc::new(Speeds::new(a.speed.flag_mbps()?, Default::default()));
+        speeds_seen = Some(std::sync::Arc::clone(&speeds));
+        begin(
+            &mut p,
+            true,
+            width.is_some(),
+            &s.profile,
+            &r,
+            width,
+            &speeds,
+        )?;
         for sw in per_switch {
             // Each switch's objects: the ones it has data for (its own rows come back non-null).
             let mut feed = proto_feed.fresh();
@@ -758,10 +775,10 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     return Ok(()); // an object this switch does not have
                 }
                 if whole {
-                    held.push((Some(sw.switch.clone()), row));
+                    held.push((Some(sw.switch.clone()), row, std::sync::Arc::clone(&speeds)));
                     Ok(())
                 } else {
-                    emit(&mut p, Some(&sw.switch), true, row)
+                    emit(&mut p, Some(&sw.switch), true, &speeds, row)
                 }
             };
             feed.feed(&sw.value, &mut keep)?;
@@ -788,8 +805,18 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 Err(Error::NotFound(_)) if fleet => continue,
                 Err(e) => return Err(e),
             };
+            let speeds = std::sync::Arc::new(a.speed.resolve(&t.cat, s).await?);
             if !begun {
-                begin(&mut p, fleet, width.is_some(), &s.profile, &r, width)?;
+                begin(
+                    &mut p,
+                    fleet,
+                    width.is_some(),
+                    &s.profile,
+                    &r,
+                    width,
+                    &speeds,
+                )?;
+                speeds_seen = Some(std::sync::Arc::clone(&speeds));
                 begun = true;
             }
             let sw = t.switch.as_deref();
@@ -804,10 +831,10 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 &progress,
                 |row| {
                     if whole {
-                        held.push((sw.map(str::to_string), row));
+                        held.push((sw.map(str::to_string), row, std::sync::Arc::clone(&speeds)));
                         Ok(())
                     } else {
-                        emit(&mut p, sw, true, row)
+                        emit(&mut p, sw, true, &speeds, row)
                     }
                 },
             )
@@ -847,8 +874,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         if let Some(c) = report.caveat(true) {
             p.note(&format!("Note: {c}."))?;
         }
-        for (sw, row) in held {
-            emit(&mut p, sw.as_deref(), false, row)?;
+        if let Some(c) = speeds_seen.as_ref().and_then(|s| s.caveat()) {
+            p.note(&format!("Note: {c}"))?;
+        }
+        for (sw, row, speeds) in held {
+            emit(&mut p, sw.as_deref(), false, &speeds, row)?;
         }
     } else if let Some(c) = report.caveat(false) {
         p.note(&format!("Note: {c}."))?;

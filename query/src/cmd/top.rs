@@ -14,7 +14,7 @@ use crate::{
     engine::{Aggs, Buckets, Grid, Progress},
     error::{Error, Result},
     output::{human_ns, natural_cmp, thousands, Cell, Printer},
-    rates::{self, fmt_util, Rates},
+    rates::{self, fmt_util, Rates, Speeds},
     settings::{
         fmt_ts, BurstRuleArgs, CommonArgs, ProfileArg, SpeedArg, TimeArgs, TimeRange, UnitArg,
     },
@@ -97,7 +97,8 @@ struct Entry {
     value: f64,
     /// Per-stat parts of the value, in the order they were met.
     detail: Vec<(String, f64)>,
-    rates: Option<Rates>,
+    /// --by rate: the rates and the port's speed (Mb/s) for UTIL.
+    rates: Option<(Rates, f64)>,
 }
 
 fn add_detail(d: &mut Vec<(String, f64)>, k: &str, v: f64, by: By) {
@@ -188,7 +189,7 @@ fn rate_stats(group: &str) -> rates::RateStats {
     }
 }
 
-fn rate_entry(switch: Option<&str>, row: crate::cmd::rates::RateRow) -> Entry {
+fn rate_entry(switch: Option<&str>, row: crate::cmd::rates::RateRow, speeds: &Speeds) -> Entry {
     let x = row.rates;
     Entry {
         switch: switch.map(str::to_string),
@@ -198,7 +199,7 @@ fn rate_entry(switch: Option<&str>, row: crate::cmd::rates::RateRow) -> Entry {
             ("RX_BPS".into(), x.rx_bps.unwrap_or(0.0)),
             ("TX_BPS".into(), x.tx_bps.unwrap_or(0.0)),
         ],
-        rates: Some(x),
+        rates: Some((x, speeds.of(&row.object))),
     }
 }
 
@@ -247,6 +248,7 @@ async fn local_entries(
         By::Rate if is_rate_group(&group) => {
             let objects = s.objects();
             let mut out = Vec::new();
+            let speeds = a.speed.resolve(cat, s).await?;
             let c = crate::cmd::rates::compute(
                 cat,
                 s,
@@ -257,7 +259,7 @@ async fn local_entries(
                 None,
                 progress,
                 |row| {
-                    out.push(rate_entry(switch, row));
+                    out.push(rate_entry(switch, row, &speeds));
                     Ok(())
                 },
             )
@@ -351,8 +353,9 @@ async fn local_entries(
                 Err(Error::NotFound(_)) if fleet => return Ok((Vec::new(), 0, None)),
                 Err(e) => return Err(e),
             };
+            let speeds = a.speed.resolve(cat, s).await?;
             let (bursts, scanned, _) =
-                crate::burst::detect(cat, s, &series, r, width, rule, progress).await?;
+                crate::burst::detect(cat, s, &series, r, width, rule, &speeds, progress).await?;
             let mut m = BTreeMap::new();
             for b in bursts {
                 burst_entry(switch, &b.object, b.dir, b.end_ns - b.start_ns, 1, &mut m);
@@ -416,20 +419,24 @@ async fn spark_entries(
             let objects = s.objects();
             let (cols, feed) =
                 crate::cmd::rates::RateFeed::new(&s, &objects, &rate_stats(&group), None)?;
-            let (per, f) = lake
-                .buckets(scope, &cols, Grid::new(&scope.range, None), Aggs::default())
-                .await?;
+            let mut feed = feed.whole_window();
+            let grid = feed.grid(&scope.range, None);
+            let (per, f) = lake.buckets(scope, &cols, grid, Aggs::default()).await?;
             files = f;
+            // The engine reads no footers: --speed or 100G for every port.
+            let speeds = Speeds::new(a.speed.flag_mbps()?, Default::default());
             for sw in per {
                 scanned += sw.value.rows;
                 let mut feed = feed.fresh();
-                feed.feed(&sw.value, |row| {
+                let mut keep = |row: crate::cmd::rates::RateRow| {
                     let x = &row.rates;
                     if x.rx_bps.is_some() || x.tx_bps.is_some() {
-                        out.push(rate_entry(Some(&sw.switch), row));
+                        out.push(rate_entry(Some(&sw.switch), row, &speeds));
                     }
                     Ok(())
-                })?;
+                };
+                feed.feed(&sw.value, &mut keep)?;
+                feed.finish(&mut keep)?;
             }
         }
         By::Bursts => {
@@ -663,13 +670,13 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             cells.push(Cell::str(e.switch.clone().unwrap_or_default()));
         }
         if rate_table {
-            let x = e.rates.unwrap_or_default();
+            let (x, sp) = e.rates.unwrap_or((Rates::default(), speed));
             cells.extend([
                 Cell::str(e.object.clone()),
                 bps(x.rx_bps),
                 bps(x.tx_bps),
-                Cell::opt_f64(Rates::util(x.rx_bps, Some(speed)), fmt_util),
-                Cell::opt_f64(Rates::util(x.tx_bps, Some(speed)), fmt_util),
+                Cell::opt_f64(Rates::util(x.rx_bps, Some(sp)), fmt_util),
+                Cell::opt_f64(Rates::util(x.tx_bps, Some(sp)), fmt_util),
             ]);
         } else {
             if a.per == Per::Object {

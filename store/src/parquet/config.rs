@@ -119,6 +119,10 @@ pub struct ParquetSinkConfig {
     /// `[retention]`, not a key of this section): raw keeps what the tiers leave.
     #[serde(skip)]
     pub disk_budget: crate::retention::BudgetHandle,
+    /// Each port's speed in Mb/s (set by the daemon from SONiC's PORT tables, not a key of this
+    /// section), written into every file's footer ([`super::keys::PORT_SPEED_MBPS`]).
+    #[serde(skip)]
+    pub port_speeds_mbps: std::collections::BTreeMap<String, u64>,
 }
 
 impl Default for ParquetSinkConfig {
@@ -154,6 +158,7 @@ impl Default for ParquetSinkConfig {
             encode_threads: 0,
             test_write_delay_us: 0,
             disk_budget: crate::retention::BudgetHandle::default(),
+            port_speeds_mbps: std::collections::BTreeMap::new(),
         }
     }
 }

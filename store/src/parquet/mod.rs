@@ -62,6 +62,9 @@ pub mod keys {
     pub const SAMPLES: &str = "stel.samples";
     /// Values that are null because a split snapshot's part never arrived.
     pub const MISSING_SAMPLES: &str = "stel.missing_samples";
+    /// JSON object `{"<port>": <Mb/s>, …}`: each port's speed from SONiC's PORT tables when the
+    /// daemon read them (absent otherwise); stel-query's utilisation uses it.
+    pub const PORT_SPEED_MBPS: &str = "stel.port_speed_mbps";
 }
 
 /// A config that cannot be used; lists every problem.

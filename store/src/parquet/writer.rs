@@ -606,7 +606,16 @@ impl Writer {
             .props
             .clone()
             .into_builder()
-            .set_key_value_metadata(Some(static_kv(schema, &self.switch)))
+            .set_key_value_metadata(Some({
+                let mut kv = static_kv(schema, &self.switch);
+                if !self.cfg.port_speeds_mbps.is_empty() {
+                    kv.push(KeyValue::new(
+                        keys::PORT_SPEED_MBPS.to_string(),
+                        serde_json::to_string(&self.cfg.port_speeds_mbps).unwrap_or_default(),
+                    ));
+                }
+                kv
+            }))
             .build();
         let opts = EncodeOptions::from(&self.cfg);
         let writer = match PartFile::try_new(
