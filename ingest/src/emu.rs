@@ -25,8 +25,10 @@ pub enum Pattern {
     Steady,
     /// Utilisation rises 0 → 100 % over `ramp_ns`, then starts again.
     Ramp,
-    /// 30 % base load with bursts of 130 % offered load (`burst_ns` long every `burst_period_ns`):
-    /// the queue fills, occupancy peaks, and overflows count as discards.
+    /// 30 % base load with bursts (`burst_ns` long every `burst_period_ns`): the port receives at
+    /// line rate while its egress queue is offered 130 % (traffic fanned in from other ports), so
+    /// the queue fills, occupancy peaks, TX runs at line rate and overflows count as egress
+    /// discards.
     Microburst,
 }
 
@@ -191,12 +193,16 @@ enum Kind {
     OutPackets,
     Occupancy,
     Watermark,
+    /// Egress queue overflows (`IF_OUT_DISCARDS`, a queue's or pool's `DROPPED_PACKETS`).
     Discards,
+    /// Ingress discards (`IF_IN_DISCARDS`): the model receives at most line rate and drops
+    /// nothing on the way in, so this stays 0 — an overflow is one drop, counted once, at egress.
+    InDiscards,
     /// Other counters: a slow, monotonic trickle (errors, pauses, PFC).
     Trickle,
 }
 
-const KINDS: usize = 8;
+const KINDS: usize = 9;
 
 fn kind_of(short: &str) -> Kind {
     let s = short;
@@ -205,6 +211,8 @@ fn kind_of(short: &str) -> Kind {
         Kind::Watermark
     } else if has("OCCUPANCY") {
         Kind::Occupancy
+    } else if s == "IF_IN_DISCARDS" {
+        Kind::InDiscards
     } else if has("DISCARD") || has("DROPPED") {
         Kind::Discards
     } else if s == "IF_IN_OCTETS" || s == "BYTES" {
@@ -451,8 +459,10 @@ impl Emulator {
         for i in 0..self.objs.len() {
             let u = self.utilisation(i, t);
             let o = &mut self.objs[i];
+            // What this port's egress queue is offered (may exceed line rate: fan-in from other
+            // ports); what the port itself receives never does.
             let offered = u * line;
-            o.in_bytes += offered;
+            o.in_bytes += offered.min(line);
             o.queue += offered;
             let sent = o.queue.min(line);
             o.queue -= sent;
@@ -478,6 +488,7 @@ impl Emulator {
                 o.queue as u64,
                 o.watermark as u64,
                 pk(o.dropped_bytes),
+                0,
                 o.trickle,
             ];
         }
@@ -601,5 +612,58 @@ mod tests {
         assert_eq!(e.width(), 1920);
         assert_eq!(e.snapshots_per_message(), 4);
         assert_eq!((e.session_spec().object_names[1]).as_str(), "Ethernet100");
+    }
+
+    /// A port never receives or sends above line rate; a queue overflow is one egress discard,
+    /// not an ingress one too.
+    #[test]
+    fn microbursts_stay_physical() {
+        let mut cfg = EmuConfig::design();
+        cfg.ports = 4;
+        cfg.pattern = Pattern::Microburst;
+        cfg.queue_bytes = 50_000;
+        let mut e = Emulator::new(cfg.clone()).unwrap();
+        let col = |name: &str| e.cfg.stats.iter().position(|s| s.short == name).unwrap();
+        let (rx, tx, ind, outd) = (
+            col("IF_IN_OCTETS"),
+            col("IF_OUT_OCTETS"),
+            col("IF_IN_DISCARDS"),
+            col("IF_OUT_DISCARDS"),
+        );
+        let stats = e.cfg.stats.len();
+        let line = cfg.speed_gbps * 1e9 / 8.0 * cfg.interval_ns as f64 / 1e9;
+        let size = cfg.packet_size as f64;
+        let mut prev: Option<Vec<u64>> = None;
+        let mut max_rx = 0.0f64;
+        let mut buf = Vec::new();
+        for _ in 0..300 {
+            buf.clear();
+            let n = e.data_message(&mut buf);
+            let w = e.width();
+            for r in 0..n {
+                let row = e.values[r * w..(r + 1) * w].to_vec();
+                if let Some(p) = &prev {
+                    for obj in 0..4 {
+                        let at = |c: usize| obj * stats + c;
+                        let d_rx = (row[at(rx)] - p[at(rx)]) as f64;
+                        let d_tx = (row[at(tx)] - p[at(tx)]) as f64;
+                        // Whole packets: a delta may carry one packet of rounding.
+                        assert!(d_rx <= line + size, "RX {d_rx} B in one interval > line {line}");
+                        assert!(d_tx <= line + size, "TX {d_tx} B in one interval > line {line}");
+                        max_rx = max_rx.max(d_rx);
+                    }
+                }
+                prev = Some(row);
+            }
+        }
+        let last = prev.unwrap();
+        let (mut out_drops, mut in_drops) = (0, 0);
+        for obj in 0..4 {
+            out_drops += last[obj * stats + outd];
+            in_drops += last[obj * stats + ind];
+        }
+        assert!(out_drops > 0, "bursts overflow the small queue");
+        assert_eq!(in_drops, 0, "an overflow is counted once, at egress");
+        assert!(max_rx >= line - size, "bursts reach line rate ({max_rx} of {line})");
     }
 }

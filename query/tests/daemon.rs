@@ -314,7 +314,8 @@ fn every_command_answers_correctly_on_the_daemons_ramp() {
 #[test]
 fn bursts_on_the_daemons_microbursts() {
     let dir = tempfile::tempdir().unwrap();
-    // 10 µs snapshots: 50 µs bursts at 130 % every 1 ms (phase 0 on Ethernet0).
+    // 10 µs snapshots: 50 µs bursts every 1 ms (phase 0 on Ethernet0): RX at line rate, the
+    // egress queue offered 130 %.
     let counters = run_demo(
         dir.path(),
         "microburst",
@@ -358,7 +359,7 @@ fn bursts_on_the_daemons_microbursts() {
         // The first burst starts with the data (no earlier snapshot to compare with).
         if k > 0 {
             // Bursts are the 5 snapshots from each millisecond on (phase 0), so the first
-            // interval above 90 % starts 10 µs before it; 50 µs long, at 130 % of line rate.
+            // interval above 90 % starts 10 µs before it; 50 µs long, at line rate.
             assert_eq!(
                 (start - t0 + 10_000) % 1_000_000,
                 0,
@@ -368,7 +369,7 @@ fn bursts_on_the_daemons_microbursts() {
                 assert_eq!(dur, 50_000, "RX burst {k}");
             }
         }
-        assert!((128.0..=132.0).contains(&peak), "RX peak {peak}");
+        assert!((99.0..=101.0).contains(&peak), "RX peak {peak}");
     }
     // TX stays at line rate for the burst plus the queue's drain: 187.5 KB at 70 % of line
     // rate = 21.4 µs, i.e. two more 10 µs snapshots above 90 %: 70 µs.
@@ -412,7 +413,7 @@ fn bursts_on_the_daemons_microbursts() {
             assert_eq!(r["duration"].as_i64().unwrap(), 50_000);
         }
     }
-    // rates at stream resolution see the 130 % intervals too.
+    // rates at stream resolution see the line-rate intervals too.
     let rows = query(
         &d,
         &[
@@ -431,11 +432,11 @@ fn bursts_on_the_daemons_microbursts() {
     .rows();
     let over: usize = rows
         .iter()
-        .filter(|r| r["rx_util"].as_f64().unwrap() > 120.0)
+        .filter(|r| r["rx_util"].as_f64().unwrap() > 95.0)
         .count();
     assert!(
         (9..=10).contains(&over),
-        "{over} intervals at 130 % in 2 ms"
+        "{over} intervals at line rate in 2 ms"
     );
 }
 

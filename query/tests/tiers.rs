@@ -4,8 +4,9 @@
 //! which source answered, windows mixing a tier and raw history compose exactly, and a
 //! resolution no remaining source holds is an error naming what exists.
 //!
-//! The data: the emulator's microbursts (3 ms at 130 % every 20 ms) on 4 ports × 13 stats every
-//! 1 ms for 200 s, decoded, written by the daemon's Parquet sink and rollup writer.
+//! The data: the emulator's microbursts (3 ms at line rate every 20 ms, the egress queue
+//! offered 130 %) on 4 ports × 13 stats every 1 ms for 200 s, decoded, written by the daemon's
+//! Parquet sink and rollup writer.
 
 use std::{path::Path, process::Command, sync::Arc};
 
