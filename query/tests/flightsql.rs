@@ -489,10 +489,13 @@ out["adbc_bad_sql"] = error(lambda: Adbc(uri, token=tok).query("SELECT nope FROM
 out["write"] = error(lambda: f.query("COPY (SELECT 1) TO '" + A["dir"] + "/x.csv'"))
 out["adbc_write"] = error(lambda: Adbc(uri, token=tok).query("CREATE TABLE t AS SELECT 1"))
 out["wrote"] = __import__("os").path.exists(A["dir"] + "/x.csv")
-out["memory"] = error(lambda: f.query('SELECT * FROM stel_demo_port ORDER BY "Ethernet0.IF_IN_OCTETS" DESC'))
+# Queries whose size does not depend on how much history the demo wrote on this machine:
+# a sort of 10^8 rows needs far more than --query-memory 8MiB, and a count over 10^12 rows
+# runs far longer than --query-timeout 2s (minutes, not hours, should the timeout fail).
+out["memory"] = error(lambda: f.query("SELECT * FROM generate_series(1, 100000000) ORDER BY value DESC"))
 out["after_memory"] = rows(f.query(good))[0]["n"]
 # One query held open (first batch read, the rest waiting): the next is over --max-queries 1.
-info = f.client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, b"SELECT * FROM stel_demo_port"))), f.opts)
+info = f.client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, b"SELECT * FROM generate_series(1, 1000000000000)"))), f.opts)
 held = f.client.do_get(info.endpoints[0].ticket, f.opts)
 held.read_chunk()
 out["busy"] = error(lambda: f.query(good))
@@ -506,7 +509,7 @@ while True:
         break
 out["after_busy"] = e
 s = Flight("grpc://" + A["slow"])
-out["timeout"] = error(lambda: s.query("SELECT sum(value) AS v FROM counters"))
+out["timeout"] = error(lambda: s.query("SELECT count(*) AS n FROM generate_series(1, 10000000000)"))
 out["after_timeout"] = rows(s.query(good))[0]["n"]
 print(json.dumps(out))
 "#,
