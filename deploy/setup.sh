@@ -16,7 +16,8 @@ want_test=0
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
-pkgs=(build-essential pkg-config ca-certificates rustc-web rust-web-src llvm-22-dev)
+# fonts-dejavu-core: the TrueType font stel-query --plot draws its text with.
+pkgs=(build-essential pkg-config ca-certificates rustc-web rust-web-src llvm-22-dev fonts-dejavu-core)
 [ "$want_test" = 1 ] && pkgs+=(redis-server python3 python3-pip openssl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
