@@ -606,7 +606,7 @@ fn e2e_run(
         _ => {}
     }
     cfg.evc.kytos_evcs = Some(evc_file);
-    let socks = bind(&cfg).map_err(|e| e.to_string())?;
+    let (socks, _) = bind(&cfg).map_err(|e| e.to_string())?;
     let before: Vec<(u64, String, f64)> = threads_cpu();
     let src = IntSource::start(&cfg, socks, dir.path()).map_err(|e| e.to_string())?;
     let to = src.local_addrs[0];

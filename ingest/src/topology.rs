@@ -123,16 +123,15 @@ impl Topology {
             .map(|p| p.dir.clone())
             .unwrap_or_else(|| PathBuf::from("stel-data"));
 
-        // Privileged set-up: INT sockets (SO_RCVBUFFORCE), then the counter path.
-        let int_sockets = match &int_cfg {
-            Some(_) if files => Some(Vec::new()),
-            Some(c) => Some(int_source::bind(c).map_err(|e| e.to_string())?),
-            None => None,
-        };
-        // The report filter is loaded (CAP_BPF) and attached while privileged.
-        let int_filter = match (&int_cfg, &int_sockets) {
-            (Some(c), Some(s)) if !s.is_empty() => int_source::load_filter(c, s),
-            _ => None,
+        // Privileged set-up: INT sockets (SO_RCVBUFFORCE) with the report filter loaded
+        // (CAP_BPF) and attached before they are bound, then the counter path.
+        let (int_sockets, int_filter) = match &int_cfg {
+            Some(_) if files => (Some(Vec::new()), None),
+            Some(c) => {
+                let (s, f) = int_source::bind(c).map_err(|e| e.to_string())?;
+                (Some(s), f)
+            }
+            None => (None, None),
         };
         let mut daemon = Daemon::setup(cfg, local)?;
         // The files' group becomes the process's (still privileged, no other thread yet).

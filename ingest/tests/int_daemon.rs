@@ -801,6 +801,105 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
     }
 }
 
+/// The report filter is on the INT sockets before they can receive anything: a switch that is
+/// already sending rejected reports when the daemon starts (switches never wait for their
+/// collector) gets none of them past it. With `[int.filter]` versions = [1] (kernel path), a
+/// sender floods v0.5 reports at the INT port from before the daemon starts until well after
+/// it listens, then one accepted v1.0 report follows: the socket received that one datagram
+/// only, and no v0.5 report was read or decoded. (Bound first and filtered after, every
+/// datagram of the flood arriving in between sat in the socket unfiltered.)
+#[test]
+fn int_filter_is_attached_before_the_sockets_receive() {
+    use std::sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = d.join("stel.toml");
+    std::fs::write(
+        &cfg,
+        "[int.filter]\nenabled = true\nversions = [1]\nebpf = true\n",
+    )
+    .unwrap();
+    // A port nobody listens on (the flood must start before the daemon binds it).
+    let addr = {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.local_addr().unwrap().to_string()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (stop, addr) = (Arc::clone(&stop), addr.clone());
+        std::thread::spawn(move || {
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let p = v05_plain_report(1);
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Refused while the port is closed (ICMP): only the ones after the bind count.
+                if s.send_to(&p, &addr).is_ok() {
+                    sent += 1;
+                }
+            }
+            sent
+        })
+    };
+    let status_file = d.join("status.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--int-only", "--int-listen", &addr, "--data-dir"])
+        .arg(d.join("data"))
+        .arg("--status-file")
+        .arg(&status_file)
+        .args(["--no-inspect", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The flood goes on until the kernel filter has dropped plenty of it after start-up.
+    let st = wait_status(
+        &status_file,
+        &mut child,
+        "the flood dropped in the kernel",
+        |v| {
+            let s = metrics(v);
+            v["info"]["components"]["int"]["listen"][0].is_string()
+                && s.reason(Metric::IntFilterDroppedDatagrams, "version") >= 10_000
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    let sent = flood.join().unwrap();
+    assert_eq!(
+        st["info"]["components"]["int"]["filter"]["kind"], "kernel",
+        "{st}"
+    );
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.send_to(&amlight_reference_packet(), &addr).unwrap();
+    wait_status(&status_file, &mut child, "the accepted report", |v| {
+        metrics(v).sum_where(Metric::IntVersionDatagrams, Label::Version, "1.0") >= 1
+    });
+    kill(&child, "-TERM");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let s = metrics(&fin);
+    let dropped = s.reason(Metric::IntFilterDroppedDatagrams, "version");
+    assert!(sent >= dropped && dropped >= 10_000, "{sent} sent: {fin}");
+    assert_eq!(
+        s.sum_where(Metric::IntVersionDatagrams, Label::Version, "0.5"),
+        0,
+        "v0.5 reports reached the decoder: {fin}"
+    );
+    assert_eq!(int_reader(&s, Metric::ReaderDatagrams), 1, "{fin}");
+    assert_eq!(s.get(Metric::IntFilterKeptDatagrams), 1, "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedReports), 1, "{fin}");
+    assert_eq!(s.get(Metric::IntFilterSeenDatagrams), dropped + 1, "{fin}");
+}
+
 /// Deterministic noise (xorshift64*).
 struct Rng(u64);
 impl Rng {

@@ -36,7 +36,9 @@
 //!
 //! Filter (`[int.filter]`, off by default; [`crate::filter::int`]): reports of other versions
 //! or from other senders are dropped by an eBPF socket filter before they reach the sockets
-//! (or, without it, by the same rule on each thread before decoding), counted by reason.
+//! (or, without it, by the same rule on each thread before decoding), counted by reason. The
+//! filter is attached before the sockets are bound ([`bind`]): no datagram reaches one
+//! unfiltered, even from senders that were sending before the daemon started.
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     os::fd::{AsFd, OwnedFd},
@@ -382,41 +384,53 @@ impl std::fmt::Debug for IntSource {
     }
 }
 
-/// Opens the sockets (privileged part: SO_RCVBUFFORCE). Call before dropping capabilities.
+/// The INT sockets, each with the address it is bound to, and the report filter attached to
+/// them (`None` when `[int.filter]` is off).
+pub type IntSockets = (Vec<(SocketAddr, OwnedFd)>, Option<IntFilter>);
+
+/// Opens the sockets with the report filter on them before they can receive (privileged:
+/// SO_RCVBUFFORCE, CAP_BPF; call before dropping capabilities). Every socket is created, then
+/// the filter (`[int.filter]` on) is loaded and attached to all of them, and only then are they
+/// bound: a UDP socket receives nothing before it is bound, so no datagram reaches one
+/// unfiltered, however early senders start.
 ///
 /// # Errors
 /// A listen address that cannot be bound.
-pub fn bind(cfg: &IntConfig) -> Result<Vec<(SocketAddr, OwnedFd)>, IntSourceError> {
+pub fn bind(cfg: &IntConfig) -> Result<IntSockets, IntSourceError> {
     let problems = cfg.problems();
     if !problems.is_empty() {
         return Err(IntSourceError::Config(problems));
     }
-    let mut out = Vec::new();
+    let mut open = Vec::new();
     for &addr in &cfg.listen {
-        let mut bound = addr;
         for _ in 0..cfg.threads {
-            let s = udp_socket(bound, cfg.threads > 1)
+            let s = udp_socket(addr, cfg.threads > 1)
+                .map_err(|source| IntSourceError::Bind { addr, source })?;
+            let fd: OwnedFd = s.into();
+            sys::set_rcvbuf(fd.as_fd(), cfg.rcvbuf_bytes)?;
+            open.push(fd);
+        }
+    }
+    let filter = (cfg.filter.enabled && !open.is_empty())
+        .then(|| IntFilter::new(&cfg.filter, open.iter().map(|fd| fd.as_fd())));
+    let mut out = Vec::with_capacity(open.len());
+    let mut fds = open.into_iter();
+    for &addr in &cfg.listen {
+        let mut to = addr;
+        for fd in fds.by_ref().take(cfg.threads) {
+            let s = socket2::SockRef::from(&fd);
+            s.bind(&to.into())
                 .map_err(|source| IntSourceError::Bind { addr, source })?;
             // Port 0: the other threads of this address share the port the first one got.
-            bound = s
+            to = s
                 .local_addr()
                 .ok()
                 .and_then(|a| a.as_socket())
-                .unwrap_or(bound);
-            let fd: OwnedFd = s.into();
-            sys::set_rcvbuf(fd.as_fd(), cfg.rcvbuf_bytes)?;
-            out.push((bound, fd));
+                .unwrap_or(to);
+            out.push((to, fd));
         }
     }
-    Ok(out)
-}
-
-/// Loads and attaches the report filter to `sockets` when `[int.filter]` is on (privileged:
-/// call before dropping capabilities); `None` when off.
-pub fn load_filter(cfg: &IntConfig, sockets: &[(SocketAddr, OwnedFd)]) -> Option<IntFilter> {
-    cfg.filter
-        .enabled
-        .then(|| IntFilter::new(&cfg.filter, sockets.iter().map(|(_, fd)| fd.as_fd())))
+    Ok((out, filter))
 }
 
 fn udp_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<socket2::Socket> {
@@ -425,7 +439,6 @@ fn udp_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<socket2::So
     if reuse_port {
         s.set_reuse_port(true)?;
     }
-    s.bind(&addr.into())?;
     Ok(s)
 }
 
@@ -511,7 +524,7 @@ impl IntSource {
         Self::start_filtered(cfg, sockets, None, history_dir)
     }
 
-    /// As [`Self::start`], with the report filter from [`load_filter`] (its user-space rule is
+    /// As [`Self::start`], with the report filter [`bind`] attached (its user-space rule is
     /// applied by every thread when the kernel program is not attached).
     ///
     /// # Errors
