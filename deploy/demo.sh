@@ -63,7 +63,7 @@ The demo's history is in $data. Ask it (stel-query is $q):
   stel-query rates -d $data                         # port rates and utilisation, last minute of data
   stel-query rates -d $data --last 1s -r 100ms      # the last second, in 100 ms steps
   stel-query bursts -d $data --threshold 90         # microbursts above 90 % of line rate
-  stel-query top -d $data --by drops                # ports that dropped most
+  stel-query top -d $data --by bursts               # ports that spent longest in microbursts
   stel-query history -d $data -o Ethernet0 -s IF_IN_OCTETS,IF_OUT_DISCARDS --last 1s -r 100ms
   stel-query sql -d $data "SELECT count(*) AS snapshots FROM stel_demo_port"
 

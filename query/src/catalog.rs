@@ -434,15 +434,16 @@ impl Catalog {
             .join(", ")
     }
 
-    /// First and last sample time of a session, raw files and rollup tiers together (a tier
-    /// counts to the end of its last interval).
+    /// First and last sample time of a session, raw files and rollup tiers together (a tier's
+    /// first and last summarised snapshot: a window ending at "the newest sample" ends there,
+    /// not at the end of the tier's last interval).
     ///
     /// # Errors
     /// Engine failures.
     pub async fn extent(&self, s: &Session) -> Result<Option<(i64, i64)>> {
         let mut e = self.raw_extent(s).await?;
         for t in &s.tiers {
-            if let Some((a, b)) = t.extent {
+            if let Some((a, b)) = t.samples {
                 e = Some(e.map_or((a, b - 1), |(x, y)| (x.min(a), y.max(b - 1))));
             }
         }

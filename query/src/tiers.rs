@@ -50,6 +50,9 @@ pub struct Tier {
     pub thresholds: Vec<f64>,
     /// First interval start and last interval end with data.
     pub extent: Option<(i64, i64)>,
+    /// First snapshot and last snapshot + 1 ns the tier summarises (`first_ts`, `last_ts`):
+    /// where its data really starts and ends inside its first and last intervals.
+    pub samples: Option<(i64, i64)>,
 }
 
 impl Tier {
@@ -164,8 +167,9 @@ pub async fn discover(cat: &Catalog, pdir: &str, gdir: &str, table: &str) -> Res
             speed_mbps,
             thresholds,
             extent: None,
+            samples: None,
         };
-        tier.extent = tier_extent(cat, &tier).await?;
+        (tier.extent, tier.samples) = tier_extent(cat, &tier).await?;
         out.push(tier);
     }
     // Coarsest first: the order sources are tried in.
@@ -173,18 +177,20 @@ pub async fn discover(cat: &Catalog, pdir: &str, gdir: &str, table: &str) -> Res
     Ok(out)
 }
 
-/// First interval start and last interval end of a tier (statistics; cheap).
-async fn tier_extent(cat: &Catalog, t: &Tier) -> Result<Option<(i64, i64)>> {
+/// First interval start and last interval end of a tier, and the first and last snapshot + 1 ns
+/// it summarises (statistics; cheap).
+async fn tier_extent(cat: &Catalog, t: &Tier) -> Result<(Option<(i64, i64)>, Option<(i64, i64)>)> {
     let df = cat
         .ctx
         .sql(&format!(
-            "SELECT CAST(min(ts) AS BIGINT), CAST(max(ts) AS BIGINT) FROM \"{}\"",
+            "SELECT CAST(min(ts) AS BIGINT), CAST(max(ts) AS BIGINT), \
+             CAST(min(first_ts) AS BIGINT), CAST(max(last_ts) AS BIGINT) FROM \"{}\"",
             t.table
         ))
         .await?;
     let batches = df.collect().await?;
     let Some(b) = batches.first().filter(|b| b.num_rows() > 0) else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let get = |i: usize| {
         b.column(i)
@@ -192,7 +198,9 @@ async fn tier_extent(cat: &Catalog, t: &Tier) -> Result<Option<(i64, i64)>> {
             .downcast_ref::<arrow_array::Int64Array>()
             .and_then(|a| (!a.is_null(0)).then(|| a.value(0)))
     };
-    Ok(get(0).zip(get(1)).map(|(a, z)| (a, z + t.interval_ns)))
+    let extent = get(0).zip(get(1)).map(|(a, z)| (a, z + t.interval_ns));
+    let samples = get(2).zip(get(3)).map(|(a, z)| (a, z + 1));
+    Ok((extent, samples.or(extent)))
 }
 
 /// Where a segment's answer comes from.
@@ -288,15 +296,15 @@ fn ceil_to(t: i64, w: i64) -> i64 {
     -((-t).div_euclid(w) * w)
 }
 
-/// `r` narrowed to the session's data in it, raw files and tiers together (the tiers' part at
-/// their intervals' resolution); `None` when neither has data there.
+/// `r` narrowed to the session's data in it, raw files and tiers together (the tiers' part from
+/// their first to their last summarised snapshot); `None` when neither has data there.
 ///
 /// # Errors
 /// Engine failures.
 pub async fn clamp_to_data(cat: &Catalog, s: &Session, r: &TimeRange) -> Result<Option<TimeRange>> {
     let mut e = cat.extent_in(s, r).await?;
     for t in &s.tiers {
-        if let Some((a, b)) = t.extent {
+        if let Some((a, b)) = t.samples {
             let (a, b) = (a.max(r.from_ns), b.min(r.to_ns));
             if a < b {
                 e = Some(e.map_or((a, b - 1), |(x, y)| (x.min(a), y.max(b - 1))));
@@ -409,7 +417,7 @@ pub fn plan(s: &Session, raw: Option<(i64, i64)>, r: &TimeRange, need: &Need) ->
                 let held = s
                     .tiers
                     .iter()
-                    .filter(|x| x.extent.is_some_and(|(a, b)| a <= t && t < b))
+                    .filter(|x| x.samples.is_some_and(|(a, b)| a <= t && t < b))
                     .min_by_key(|x| x.interval_ns);
                 if let Some(h) = held.filter(|h| {
                     !sources.contains(&Source::Tier(

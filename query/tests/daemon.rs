@@ -526,3 +526,50 @@ fn utilisation_uses_each_ports_speed_from_sonic() {
         );
     }
 }
+
+/// The commands `deploy/demo.sh` prints when the demo stops, run as printed (through bash, with
+/// its `$data`) on history the demo wrote: each answers, none errors. The demo writes rollup
+/// tiers next to its raw files, so a window ending at "the newest sample" must end at the
+/// newest snapshot, not at the end of a tier's last interval.
+#[test]
+fn the_commands_the_demo_prints_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    run_demo(dir.path(), "microburst", &[]);
+    let data = dir.path().join("data");
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo.sh"))
+            .unwrap();
+    let commands: Vec<&str> = script
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("stel-query "))
+        .collect();
+    assert!(
+        commands.len() >= 5,
+        "demo.sh prints its commands: {commands:?}"
+    );
+    let bin = Path::new(env!("CARGO_BIN_EXE_stel-query"))
+        .parent()
+        .unwrap();
+    for c in commands {
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "set -eu; data={}; PATH={}:$PATH; {c}",
+                data.display(),
+                bin.display()
+            ))
+            .output()
+            .expect("run bash");
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert!(o.status.success(), "{c}: {err}");
+        assert!(
+            out.lines().count() >= 2,
+            "{c} printed no answer: {out}{err}"
+        );
+        assert!(!err.contains("stel-query:"), "{c}: {err}");
+    }
+}
