@@ -648,8 +648,14 @@ mod tests {
                         let d_rx = (row[at(rx)] - p[at(rx)]) as f64;
                         let d_tx = (row[at(tx)] - p[at(tx)]) as f64;
                         // Whole packets: a delta may carry one packet of rounding.
-                        assert!(d_rx <= line + size, "RX {d_rx} B in one interval > line {line}");
-                        assert!(d_tx <= line + size, "TX {d_tx} B in one interval > line {line}");
+                        assert!(
+                            d_rx <= line + size,
+                            "RX {d_rx} B in one interval > line {line}"
+                        );
+                        assert!(
+                            d_tx <= line + size,
+                            "TX {d_tx} B in one interval > line {line}"
+                        );
                         max_rx = max_rx.max(d_rx);
                     }
                 }
@@ -664,6 +670,9 @@ mod tests {
         }
         assert!(out_drops > 0, "bursts overflow the small queue");
         assert_eq!(in_drops, 0, "an overflow is counted once, at egress");
-        assert!(max_rx >= line - size, "bursts reach line rate ({max_rx} of {line})");
+        assert!(
+            max_rx >= line - size,
+            "bursts reach line rate ({max_rx} of {line})"
+        );
     }
 }
