@@ -13,6 +13,12 @@
 //!   EVC attribution. `reports_per_s_1hop`: the same for 1-hop reports.
 //!   `transpose_reports_per_s`: those batches as Arrow record batches split per (switch,
 //!   hour) (`IntBatch::finish_split`, the sink thread's side; measured separately, one core).
+//! * `encode_reports_per_cpu_s`: the INT sink's column-chunk encoder (`store::int::encode`) on
+//!   the 5-hop record batches, one file per (table, switch) as the writer splits them, footers
+//!   included; `encode_arrow_writer_reports_per_cpu_s` parquet's `ArrowWriter` on the same
+//!   batches with the properties the sink used before (same run, `encode_ratio_vs_arrow_writer`),
+//!   and the bytes per report of both (`encode_bytes_per_report`, …). `STEL_INT_ENCODE_ONLY=1`:
+//!   stop after these (profiling the encoder).
 //! * baseline: a plain per-report parse in the shape of the existing collectors (INTCollector /
 //!   AmLight's int_collector): bounds-checked slices into one owned struct per report with a
 //!   `Vec` of hops, pushed onto a `Vec` — no columns, no loss, no flow state, no EVC.
@@ -53,6 +59,7 @@ use stel_ingest::int::{
     source::{bind, IntConfig, IntSource},
     IntBatch, IntDecodeConfig, IntDecoder, IntSink,
 };
+use stel_store::int::Table;
 
 /// Counts rows and keeps the first batches (the transpose is measured on them afterwards; in
 /// the daemon it runs on the sink's thread); the others go back to the batch pool as the
@@ -197,6 +204,9 @@ struct DecodeRates {
     base: f64,
     /// Rows → Arrow on the sink's side, reports per CPU-second.
     finish: f64,
+    /// Those record batches, per (table, switch, hour), and the reports in them.
+    pieces: Vec<(Table, u32, i64, arrow_array::RecordBatch)>,
+    kept_reports: usize,
     bytes_per_report: f64,
     reports: usize,
     g: Generator,
@@ -257,8 +267,9 @@ fn decode_rates(hops: usize, n: usize, runs: usize, passes: usize) -> Result<Dec
     let mut kept = std::mem::take(&mut sink.1);
     let kept_rows: usize = kept.iter().map(|b| b.reports.rows()).sum();
     let c = crate::parquet::thread_cpu_s();
+    let mut pieces = Vec::new();
     for b in &mut kept {
-        b.finish_split().map_err(|e| format!("finish: {e}"))?;
+        pieces.extend(b.finish_split().map_err(|e| format!("finish: {e}"))?);
     }
     let finish = kept_rows as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6);
 
@@ -289,6 +300,8 @@ fn decode_rates(hops: usize, n: usize, runs: usize, passes: usize) -> Result<Dec
         ours_wall: median(ours_wall),
         base: median(base),
         finish,
+        pieces,
+        kept_reports: kept_rows,
         bytes_per_report: data.len() as f64 / n as f64,
         reports: n * passes,
         g,
@@ -334,6 +347,29 @@ pub fn bench(quick: bool) -> Result<Value, String> {
         "reports_per_run": five.reports,
     });
     if std::env::var_os("STEL_INT_DECODE_ONLY").is_some() {
+        return Ok(decode_only);
+    }
+    let enc = encode_bench(&five.pieces, five.kept_reports, runs)?;
+    let mut decode_only = decode_only;
+    for (k, v) in [
+        ("encode_reports_per_cpu_s", enc.ours.round()),
+        ("encode_arrow_writer_reports_per_cpu_s", enc.arrow.round()),
+        (
+            "encode_ratio_vs_arrow_writer",
+            (enc.ours / enc.arrow * 100.0).round() / 100.0,
+        ),
+        (
+            "encode_bytes_per_report",
+            (enc.ours_bytes * 10.0).round() / 10.0,
+        ),
+        (
+            "encode_arrow_writer_bytes_per_report",
+            (enc.arrow_bytes * 10.0).round() / 10.0,
+        ),
+    ] {
+        decode_only[k] = json!(v);
+    }
+    if std::env::var_os("STEL_INT_ENCODE_ONLY").is_some() {
         return Ok(decode_only);
     }
     let e2e_n = if quick { 1_000_000 } else { 4_000_000 };
@@ -598,12 +634,8 @@ fn e2e_run(
         ..IntConfig::default()
     };
     cfg.parquet.dir = dir.path().join("data");
-    // STEL_INT_CODEC=lz4|zstd|none: the sink's codec (default: the sink's default).
-    match std::env::var("STEL_INT_CODEC").as_deref() {
-        Ok("lz4") => cfg.parquet.compression = stel_store::parquet::Codec::Lz4,
-        Ok("zstd") => cfg.parquet.compression = stel_store::parquet::Codec::Zstd,
-        Ok("none") => cfg.parquet.compression = stel_store::parquet::Codec::None,
-        _ => {}
+    if let Some(c) = codec_from_env() {
+        cfg.parquet.compression = c;
     }
     cfg.evc.kytos_evcs = Some(evc_file);
     let (socks, _) = bind(&cfg).map_err(|e| e.to_string())?;
@@ -773,4 +805,78 @@ fn e2e_baseline(data: &[u8], offs: &[(usize, usize)], n: usize) -> Result<(f64, 
         parsed as f64 / end.as_secs_f64(),
         parsed as f64 / cpu.max(1e-3),
     ))
+}
+
+/// `STEL_INT_CODEC=lz4|zstd|none`: the INT sink's codec for the encode and end-to-end figures
+/// (default: the sink's default).
+fn codec_from_env() -> Option<stel_store::parquet::Codec> {
+    use stel_store::parquet::Codec;
+    match std::env::var("STEL_INT_CODEC").as_deref() {
+        Ok("lz4") => Some(Codec::Lz4),
+        Ok("zstd") => Some(Codec::Zstd),
+        Ok("none") => Some(Codec::None),
+        _ => None,
+    }
+}
+
+/// The INT sink's encoder against parquet's `ArrowWriter` on the same record batches (the
+/// decoder's, split per table and switch as the writer splits them), one core each.
+struct Encode {
+    /// Reports per CPU-second of the encoding thread (all three tables, footers included).
+    ours: f64,
+    arrow: f64,
+    /// Bytes of the encoded files per report.
+    ours_bytes: f64,
+    arrow_bytes: f64,
+}
+
+fn encode_bench(
+    pieces: &[(Table, u32, i64, arrow_array::RecordBatch)],
+    reports: usize,
+    runs: usize,
+) -> Result<Encode, String> {
+    use stel_store::int::{encode, IntSinkConfig};
+    let mut files: std::collections::BTreeMap<(Table, u32), Vec<arrow_array::RecordBatch>> =
+        std::collections::BTreeMap::new();
+    for (t, sw, _, rb) in pieces {
+        files.entry((*t, *sw)).or_default().push(rb.clone());
+    }
+    let mut cfg = IntSinkConfig::default();
+    if let Some(c) = codec_from_env() {
+        cfg.compression = c;
+    }
+    type Enc = fn(
+        Table,
+        &[arrow_array::RecordBatch],
+        &IntSinkConfig,
+    ) -> ::parquet::errors::Result<Vec<u8>>;
+    let measure = |f: Enc| -> Result<(f64, f64), String> {
+        let mut rates = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..runs {
+            let c = crate::parquet::thread_cpu_s();
+            bytes = 0;
+            for ((t, _), batches) in &files {
+                bytes += f(*t, batches, &cfg)
+                    .map_err(|e| format!("encode: {e}"))?
+                    .len();
+            }
+            rates.push(reports as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6));
+        }
+        Ok((median(rates), bytes as f64 / reports as f64))
+    };
+    let (ours, ours_bytes) = measure(encode::encode_in_memory)?;
+    let (arrow, arrow_bytes) = measure(encode::encode_with_arrow_writer)?;
+    eprintln!(
+        "int: encode (sink thread) {:.2} M reports per CPU-second, {ours_bytes:.1} B/report; ArrowWriter {:.2} M, {arrow_bytes:.1} B/report; ratio {:.1}",
+        ours / 1e6,
+        arrow / 1e6,
+        ours / arrow
+    );
+    Ok(Encode {
+        ours,
+        arrow,
+        ours_bytes,
+        arrow_bytes,
+    })
 }

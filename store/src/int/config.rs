@@ -47,9 +47,9 @@ pub struct IntSinkConfig {
     pub new_switches_per_s: f64,
     /// Rows per row group.
     pub row_group_rows: usize,
-    /// Compression codec. Default `lz4`: parquet's zstd sets up a fresh context per page
-    /// (clearing its tables: a fifth of the writer's page faults); LZ4 raised the collector's
-    /// reports per CPU-second by ~28 % for ~9 % more bytes (`stel-bench int`, 64 → 69 B/report).
+    /// Page codec, applied where it shrinks a page (`store/INT.md`). Default `lz4`: on the
+    /// encoder bench (`stel-bench int`) zstd level 3 gives 55 B/report at 1.6 M reports per
+    /// CPU-second, LZ4 60 B at 2.2 M.
     pub compression: Codec,
     /// zstd level (1..=22).
     pub compression_level: i32,
@@ -158,6 +158,8 @@ impl IntSinkConfig {
         }
     }
 
+    /// Properties for parquet's `ArrowWriter` on the INT tables (what the sink used before its
+    /// own encoder): the benchmark's baseline ([`super::encode::encode_with_arrow_writer`]).
     pub(crate) fn writer_properties(&self) -> WriterProperties {
         let compression = match self.compression {
             Codec::Zstd => {

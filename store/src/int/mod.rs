@@ -40,6 +40,7 @@ use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 pub mod config;
+pub mod encode;
 pub mod sink;
 mod stats;
 pub mod tree;

@@ -11,22 +11,25 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use ::parquet::{arrow::ArrowWriter, file::metadata::KeyValue};
+use ::parquet::file::metadata::KeyValue;
 use arrow_array::{cast::AsArray, types::TimestampNanosecondType, RecordBatch};
 
 use super::{
-    stats::Counters, tree::for_each_file, IntBatch, IntSinkConfig, Table, NS_PER_HOUR, TS_COLUMN,
+    encode::{file_properties, IntFile},
+    stats::Counters,
+    tree::for_each_file,
+    IntBatch, IntSinkConfig, Table, NS_PER_HOUR, TS_COLUMN,
 };
 use crate::{
     log_limit::LogLimiter,
-    parquet::keys,
+    parquet::{chunk::EncodeOptions, keys},
     paths::{PartName, PartPaths, TableDir, TableEntry},
     retention::{History, Limits},
 };
 
 struct OpenPart {
     paths: PartPaths,
-    writer: ArrowWriter<BufWriter<File>>,
+    writer: IntFile<BufWriter<File>>,
     opened: Instant,
     hour_start_ns: i64,
     first_ns: i64,
@@ -41,7 +44,7 @@ const WRITE_BUFFER: usize = 64 << 10;
 impl OpenPart {
     /// Bytes this open file holds in memory: its unfinished row group and its write buffer.
     fn memory(&self) -> u64 {
-        (self.writer.memory_size() + WRITE_BUFFER) as u64
+        (self.writer.memory() + WRITE_BUFFER) as u64
     }
 }
 
@@ -305,20 +308,16 @@ impl Writer {
             }
         };
         let kv = |k: &str, v: String| KeyValue::new(k.to_string(), v);
-        let props = self
-            .cfg
-            .writer_properties()
-            .into_builder()
-            .set_key_value_metadata(Some(vec![
-                kv(super::TABLE_KEY, table.name().to_string()),
-                kv(keys::SWITCH, switch.to_string()),
-                kv(keys::VERSION, env!("CARGO_PKG_VERSION").to_string()),
-            ]))
-            .build();
-        let writer = match ArrowWriter::try_new(
+        let props = file_properties(vec![
+            kv(super::TABLE_KEY, table.name().to_string()),
+            kv(keys::SWITCH, switch.to_string()),
+            kv(keys::VERSION, env!("CARGO_PKG_VERSION").to_string()),
+        ]);
+        let writer = match IntFile::try_new(
             BufWriter::with_capacity(WRITE_BUFFER, file),
-            table.schema(),
-            Some(props),
+            &table.schema(),
+            props,
+            EncodeOptions::from(&self.cfg),
         ) {
             Ok(w) => w,
             Err(e) => {

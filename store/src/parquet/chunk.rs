@@ -66,7 +66,7 @@ pub(crate) struct EncodeOptions {
 }
 
 impl EncodeOptions {
-    fn compression(&self) -> Compression {
+    pub(crate) fn compression(&self) -> Compression {
         match self.codec {
             Codec::Lz4 => Compression::LZ4_RAW,
             Codec::Zstd => Compression::ZSTD(ZstdLevel::try_new(self.level).unwrap_or_default()),
@@ -764,11 +764,16 @@ impl From<&super::ParquetSinkConfig> for EncodeOptions {
     }
 }
 
-/// One column's encoder state: the open page and the chunk's finished pages.
-struct ColumnState {
+/// One column's encoder state: the open page and the chunk's finished pages. Values are u64
+/// (INT64 columns; INT32 columns with [`ColumnState::int32`]: zero-extended u32, deltas in
+/// 32-bit wrapping arithmetic as readers of INT32 DELTA pages decode them).
+pub(crate) struct ColumnState {
     encoding: CounterEncoding,
     unsigned: bool,
     nullable: bool,
+    int32: bool,
+    /// Definition levels as runs ([`put_def_levels_runs`]) rather than the plain bitmap.
+    level_runs: bool,
     // The open page.
     page_rows: u32,
     page_nulls: u32,
@@ -799,11 +804,13 @@ struct ColumnState {
 }
 
 impl ColumnState {
-    fn new(encoding: CounterEncoding, unsigned: bool, nullable: bool) -> Self {
+    pub(crate) fn new(encoding: CounterEncoding, unsigned: bool, nullable: bool) -> Self {
         Self {
             encoding,
             unsigned,
             nullable,
+            int32: false,
+            level_runs: false,
             page_rows: 0,
             page_nulls: 0,
             validity: None,
@@ -828,9 +835,42 @@ impl ColumnState {
         }
     }
 
+    /// The same column with INT32 physical values (u8/u16/u32 columns): each value is a
+    /// zero-extended u32, deltas wrap at 32 bits (so a miniblock is at most 32 bits wide) and
+    /// the statistics are INT32.
+    pub(crate) fn int32(mut self) -> Self {
+        self.int32 = true;
+        self
+    }
+
+    /// Bytes of the chunk's finished pages so far: (as written, before compression).
+    pub(crate) fn chunk_sizes(&self) -> (u64, u64) {
+        (self.chunk_compressed, self.chunk_uncompressed)
+    }
+
+    /// The same column with its definition levels written as runs ([`put_def_levels_runs`]):
+    /// for columns that are null for long stretches.
+    pub(crate) fn level_runs(mut self) -> Self {
+        self.level_runs = true;
+        self
+    }
+
+    /// Appends `n` null rows.
+    pub(crate) fn push_nulls(&mut self, n: usize) {
+        let rows = self.page_rows as usize;
+        let bits = self.validity.get_or_insert_with(|| {
+            let mut b = Vec::new();
+            set_valid(&mut b, 0, rows);
+            b
+        });
+        bits.resize((rows + n).div_ceil(8).max(bits.len()), 0);
+        self.page_nulls += n as u32;
+        self.page_rows += n as u32;
+    }
+
     /// Encodes the open page and appends it to the chunk. Compressed only where that makes it
     /// smaller (a DATA_PAGE_V2 says per page whether its values are compressed).
-    fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
+    pub(crate) fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
         if self.page_rows == 0 {
             return Ok(());
         }
@@ -854,47 +894,19 @@ impl ColumnState {
         values.clear();
         let encoding = self.finish_values(values);
         let mut buf = Vec::with_capacity(values.len() / 2 + 64);
-        let def_len = self.write_def_levels(&mut buf);
-        let uncompressed = def_len + values.len();
-        let packed = match opts.codec {
-            Codec::None => None,
-            Codec::Lz4 => {
-                compressed.resize(lz4_flex::block::get_maximum_output_size(values.len()), 0);
-                let k = lz4_flex::block::compress_into(values, compressed)
-                    .map_err(|e| ParquetError::External(Box::new(e)))?;
-                Some(&compressed[..k])
-            }
-            Codec::Zstd => {
-                compressed.clear();
-                let z = zstd::bulk::compress(values, opts.level)
-                    .map_err(|e| ParquetError::External(Box::new(e)))?;
-                compressed.extend_from_slice(&z);
-                Some(&compressed[..])
-            }
-        };
-        let is_compressed = match packed {
-            Some(c) if c.len() < values.len() => {
-                buf.extend_from_slice(c);
-                true
-            }
-            _ => {
-                buf.extend_from_slice(values);
-                false
-            }
-        };
-        let page = Page::DataPageV2 {
-            buf: Bytes::from(buf),
-            num_values: self.page_rows,
-            encoding,
-            num_nulls: self.page_nulls,
-            num_rows: self.page_rows,
-            def_levels_byte_len: def_len as u32,
-            rep_levels_byte_len: 0,
-            is_compressed,
-            statistics: None,
-        };
-        let spec = SerializedPageWriter::new(&mut self.chunk)
-            .write_page(CompressedPage::new(page, uncompressed))?;
+        self.write_def_levels(&mut buf);
+        let spec = write_page_v2(
+            &mut self.chunk,
+            opts,
+            PageV2 {
+                levels: buf,
+                values,
+                encoding,
+                rows: self.page_rows,
+                nulls: self.page_nulls,
+            },
+            compressed,
+        )?;
         if self.chunk_pages == 0 {
             self.first_page_offset = spec.offset;
         }
@@ -907,7 +919,7 @@ impl ColumnState {
         Ok(())
     }
 
-    fn memory(&self) -> usize {
+    pub(crate) fn memory(&self) -> usize {
         self.packed.capacity()
             + self.raw.capacity() * 8
             + self.chunk.inner().capacity()
@@ -925,7 +937,7 @@ impl ColumnState {
     }
 
     /// Appends rows (`valid[i] == false`: row `i` is null and `vals[i]` is ignored).
-    fn push(&mut self, vals: &[u64], valid: Option<&[bool]>) {
+    pub(crate) fn push(&mut self, vals: &[u64], valid: Option<&[bool]>) {
         let rows = self.page_rows as usize;
         match valid {
             None => {
@@ -967,6 +979,24 @@ impl ColumnState {
         if vals.is_empty() {
             return;
         }
+        // A run of the page's last value (constant columns): zero deltas, min/max unchanged.
+        if self.encoding == CounterEncoding::DeltaBinaryPacked
+            && self.n > 0
+            && vals.iter().all(|&v| v == self.prev)
+        {
+            self.n += vals.len() as u32;
+            let mut rest = vals.len();
+            while rest > 0 {
+                let take = (BLOCK - self.in_block).min(rest);
+                self.block[self.in_block..self.in_block + take].fill(0);
+                self.in_block += take;
+                if self.in_block == BLOCK {
+                    self.flush_block();
+                }
+                rest -= take;
+            }
+            return;
+        }
         let (mut lo, mut hi) = if self.any {
             (self.min, self.max)
         } else {
@@ -1004,9 +1034,18 @@ impl ColumnState {
             let take = (BLOCK - self.in_block).min(rest.len());
             let (run, tail) = rest.split_at(take);
             let dst = &mut self.block[self.in_block..self.in_block + take];
-            dst[0] = (run[0] as i64).wrapping_sub(self.prev as i64);
-            for (d, w) in dst[1..].iter_mut().zip(run.windows(2)) {
-                *d = (w[1] as i64).wrapping_sub(w[0] as i64);
+            if self.int32 {
+                let d32 =
+                    |a: u64, b: u64| i64::from((a as u32 as i32).wrapping_sub(b as u32 as i32));
+                dst[0] = d32(run[0], self.prev);
+                for (d, w) in dst[1..].iter_mut().zip(run.windows(2)) {
+                    *d = d32(w[1], w[0]);
+                }
+            } else {
+                dst[0] = (run[0] as i64).wrapping_sub(self.prev as i64);
+                for (d, w) in dst[1..].iter_mut().zip(run.windows(2)) {
+                    *d = (w[1] as i64).wrapping_sub(w[0] as i64);
+                }
             }
             self.prev = run[take - 1];
             self.in_block += take;
@@ -1024,13 +1063,21 @@ impl ColumnState {
             return;
         }
         let deltas = &mut self.block[..];
-        let min = deltas[..n].iter().copied().min().unwrap_or(0);
+        // One pass for both ends (a fold vectorises; `Iterator::min` did not, measured).
+        let (min, max) = deltas[..n]
+            .iter()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), &d| (lo.min(d), hi.max(d)));
         for d in &mut deltas[n..] {
             *d = min;
         }
         put_zigzag_vlq(&mut self.packed, min);
         let widths_at = self.packed.len();
         self.packed.extend_from_slice(&[0u8; MINIBLOCKS]);
+        if min == max {
+            // Every delta the same (a constant or evenly stepping column): all widths 0.
+            self.in_block = 0;
+            return;
+        }
         let mut mini = [0u64; MINI];
         for m in 0..MINIBLOCKS {
             let lo = m * MINI;
@@ -1057,7 +1104,12 @@ impl ColumnState {
                 put_vlq(out, BLOCK as u64);
                 put_vlq(out, MINIBLOCKS as u64);
                 put_vlq(out, u64::from(self.n));
-                put_zigzag_vlq(out, self.first as i64);
+                let first = if self.int32 {
+                    i64::from(self.first as u32 as i32)
+                } else {
+                    self.first as i64
+                };
+                put_zigzag_vlq(out, first);
                 out.extend_from_slice(&self.packed);
                 Encoding::DELTA_BINARY_PACKED
             }
@@ -1088,26 +1140,16 @@ impl ColumnState {
             return 0;
         }
         let start = buf.len();
-        match &self.validity {
-            // One RLE run of 1s.
-            None => {
-                put_vlq(buf, u64::from(self.page_rows) << 1);
-                buf.push(1);
-            }
-            // One bit-packed run of width 1: groups of 8 levels, LSB first — the bitmap itself.
-            Some(bits) => {
-                let groups = (self.page_rows as usize).div_ceil(8);
-                put_vlq(buf, ((groups as u64) << 1) | 1);
-                let have = groups.min(bits.len());
-                buf.extend_from_slice(&bits[..have]);
-                buf.resize(buf.len() + (groups - have), 0);
-            }
+        if self.level_runs {
+            put_def_levels_runs(buf, self.page_rows, self.validity.as_deref());
+        } else {
+            put_def_levels(buf, self.page_rows, self.validity.as_deref());
         }
         buf.len() - start
     }
 
     /// The finished chunk's bytes and what `append_column` needs to know about them.
-    fn take_chunk(
+    pub(crate) fn take_chunk(
         &mut self,
         descr: &ColumnDescPtr,
         compression: Compression,
@@ -1120,16 +1162,23 @@ impl ColumnState {
         if self.nullable {
             encodings.push(Encoding::RLE);
         }
-        let stats = if self.any {
-            Statistics::int64(
+        let stats = match (self.any, self.int32) {
+            (true, false) => Statistics::int64(
                 Some(self.min as i64),
                 Some(self.max as i64),
                 None,
                 Some(self.chunk_nulls),
                 false,
-            )
-        } else {
-            Statistics::int64(None, None, None, Some(self.chunk_nulls), false)
+            ),
+            (true, true) => Statistics::int32(
+                Some(self.min as u32 as i32),
+                Some(self.max as u32 as i32),
+                None,
+                Some(self.chunk_nulls),
+                false,
+            ),
+            (false, false) => Statistics::int64(None, None, None, Some(self.chunk_nulls), false),
+            (false, true) => Statistics::int32(None, None, None, Some(self.chunk_nulls), false),
         };
         let metadata = ColumnChunkMetaData::builder(Arc::clone(descr))
             .set_encodings(encodings)
@@ -1158,6 +1207,165 @@ impl ColumnState {
     }
 }
 
+/// One DATA_PAGE_V2 to write: definition levels (already encoded), values and counts.
+pub(crate) struct PageV2<'a> {
+    /// The page buffer so far: the definition levels (values are appended).
+    pub(crate) levels: Vec<u8>,
+    pub(crate) values: &'a [u8],
+    pub(crate) encoding: Encoding,
+    pub(crate) rows: u32,
+    pub(crate) nulls: u32,
+}
+
+/// Writes `page` into `chunk`, its values compressed with the configured codec where that
+/// makes them smaller (a DATA_PAGE_V2 says per page whether its values are compressed).
+pub(crate) fn write_page_v2(
+    chunk: &mut TrackedWrite<Vec<u8>>,
+    opts: &EncodeOptions,
+    page: PageV2<'_>,
+    compressed: &mut Vec<u8>,
+) -> Result<::parquet::column::page::PageWriteSpec> {
+    let PageV2 {
+        levels: mut buf,
+        values,
+        encoding,
+        rows,
+        nulls,
+    } = page;
+    let def_len = buf.len();
+    let uncompressed = def_len + values.len();
+    let is_compressed = match compress(opts, values, compressed)? {
+        Some(c) if c.len() < values.len() => {
+            buf.extend_from_slice(c);
+            true
+        }
+        _ => {
+            buf.extend_from_slice(values);
+            false
+        }
+    };
+    let page = Page::DataPageV2 {
+        buf: Bytes::from(buf),
+        num_values: rows,
+        encoding,
+        num_nulls: nulls,
+        num_rows: rows,
+        def_levels_byte_len: def_len as u32,
+        rep_levels_byte_len: 0,
+        is_compressed,
+        statistics: None,
+    };
+    SerializedPageWriter::new(chunk).write_page(CompressedPage::new(page, uncompressed))
+}
+
+/// `data` compressed with the configured codec into `out` (`None`: no codec).
+pub(crate) fn compress<'o>(
+    opts: &EncodeOptions,
+    data: &[u8],
+    out: &'o mut Vec<u8>,
+) -> Result<Option<&'o [u8]>> {
+    Ok(match opts.codec {
+        Codec::None => None,
+        Codec::Lz4 => {
+            out.resize(lz4_flex::block::get_maximum_output_size(data.len()), 0);
+            let k = lz4_flex::block::compress_into(data, out)
+                .map_err(|e| ParquetError::External(Box::new(e)))?;
+            Some(&out[..k])
+        }
+        Codec::Zstd => {
+            out.clear();
+            let z = zstd::bulk::compress(data, opts.level)
+                .map_err(|e| ParquetError::External(Box::new(e)))?;
+            out.extend_from_slice(&z);
+            Some(&out[..])
+        }
+    })
+}
+
+/// Definition levels of a page of `rows` rows (RLE/bit-packed hybrid, no length prefix:
+/// DATA_PAGE_V2) into `buf`: one RLE run of 1s when every row is valid (`validity` `None`),
+/// else the validity bitmap as one bit-packed run of width 1.
+pub(crate) fn put_def_levels(buf: &mut Vec<u8>, rows: u32, validity: Option<&[u8]>) {
+    match validity {
+        None => {
+            put_vlq(buf, u64::from(rows) << 1);
+            buf.push(1);
+        }
+        // Groups of 8 levels, LSB first: the bitmap itself.
+        Some(bits) => {
+            let groups = (rows as usize).div_ceil(8);
+            put_vlq(buf, ((groups as u64) << 1) | 1);
+            let have = groups.min(bits.len());
+            buf.extend_from_slice(&bits[..have]);
+            buf.resize(buf.len() + (groups - have), 0);
+        }
+    }
+}
+
+/// Definition levels as [`put_def_levels`] writes them, with runs of whole bytes of the bitmap
+/// that are all valid or all null (16 rows or more) as RLE runs: an all-null page is 3 bytes,
+/// not a bit per row.
+pub(crate) fn put_def_levels_runs(buf: &mut Vec<u8>, rows: u32, validity: Option<&[u8]>) {
+    let Some(bits) = validity else {
+        put_def_levels(buf, rows, None);
+        return;
+    };
+    let rows = rows as usize;
+    let byte = |i: usize| bits.get(i).copied().unwrap_or(0);
+    let (full, tail) = (rows / 8, rows % 8);
+    // A run waits (value, rows) until it is known whether the last partial byte extends it.
+    let mut run: Option<(u8, usize)> = None;
+    let put_run = |buf: &mut Vec<u8>, (v, n): (u8, usize)| {
+        put_vlq(buf, (n as u64) << 1);
+        buf.push(v);
+    };
+    let put_lit = |buf: &mut Vec<u8>, bytes: &[u8]| {
+        put_vlq(buf, ((bytes.len() as u64) << 1) | 1);
+        buf.extend_from_slice(bytes);
+    };
+    let (mut lit, mut i) = (0, 0);
+    while i < full {
+        let b = byte(i);
+        let mut j = i + 1;
+        if b == 0 || b == 0xff {
+            while j < full && byte(j) == b {
+                j += 1;
+            }
+            if j - i >= 2 {
+                if let Some(r) = run.take() {
+                    put_run(buf, r);
+                }
+                if lit < i {
+                    put_lit(buf, &bits[lit..i]);
+                }
+                run = Some((b & 1, (j - i) * 8));
+                lit = j;
+            }
+        }
+        i = j;
+    }
+    let last = byte(full) & ((1u8 << tail) - 1);
+    match run {
+        // The partial byte continues the run: one run to the end.
+        Some((v, n))
+            if lit == full && (tail == 0 || last == if v == 1 { (1u8 << tail) - 1 } else { 0 }) =>
+        {
+            put_run(buf, (v, n + tail));
+            return;
+        }
+        Some(r) => put_run(buf, r),
+        None => {}
+    }
+    let mut rest: Vec<u8> = bits.get(lit..full.min(bits.len())).unwrap_or(&[]).to_vec();
+    rest.resize(full - lit, 0);
+    if tail > 0 {
+        rest.push(last);
+    }
+    if !rest.is_empty() {
+        put_lit(buf, &rest);
+    }
+}
+
 /// Marks rows `from..from + n` valid in an LSB-first bitmap, growing it as needed.
 fn set_valid(bits: &mut Vec<u8>, from: usize, n: usize) {
     let end = from + n;
@@ -1167,7 +1375,7 @@ fn set_valid(bits: &mut Vec<u8>, from: usize, n: usize) {
     }
 }
 
-fn put_vlq(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_vlq(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -1180,7 +1388,7 @@ fn put_zigzag_vlq(out: &mut Vec<u8>, v: i64) {
 }
 
 /// Packs 32 values of `w` bits each, LSB first, into exactly `4 * w` bytes.
-fn pack32(vals: &[u64; MINI], w: u32, out: &mut Vec<u8>) {
+pub(crate) fn pack32(vals: &[u64; MINI], w: u32, out: &mut Vec<u8>) {
     // One monomorphised packer per width: constant shifts, fully unrolled (the generic loop
     // with a runtime width took twice as long in `perf`).
     macro_rules! widths {

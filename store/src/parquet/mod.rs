@@ -21,7 +21,7 @@
 
 use std::path::PathBuf;
 
-mod chunk;
+pub(crate) mod chunk;
 pub mod config;
 #[allow(unsafe_code)]
 mod simd;

@@ -1,0 +1,1570 @@
+//! The INT tables' column-chunk encoder: record batches of one table straight into Parquet
+//! pages, on the same page machinery as the counter history ([`crate::parquet::chunk`]).
+//!
+//! Why not `ArrowWriter`: per value it runs a generic level/statistics/encoder stack, and per
+//! file it keeps a column writer with its own page buffers for each of the ~50 columns; it was
+//! the INT collector's largest cost (4× receive + decode). Here each column has one small
+//! state, chosen by what measures best on INT data (`stel-bench int`, AmLight 5-hop reports;
+//! bits per row with LZ4 in brackets, pyarrow's encoders on the same rows):
+//!
+//! * DELTA_BINARY_PACKED for what rises or repeats in order: `ts`, `seq`, device timestamps,
+//!   latency sums, small codes (`hop_index`, versions, flags words). Device timestamps step by a
+//!   hop latency inside a report and by the report interval between reports (ingress/egress ts
+//!   19.5 bits; a dictionary would be 57).
+//! * RLE_DICTIONARY (a dictionary page per row group, indices RLE/bit-packed) for ids, ports,
+//!   hashes, addresses, EVC names, queue ids and the per-hop latency and occupancy, which take
+//!   few distinct values (flow_key 1.4 vs 2.7 DELTA, node_id 0.5 vs 2.6, ports 1.0 vs 3.4,
+//!   latency_ns 12.5 vs 16.6, occupancy 13.3 vs 15.0). The dictionary lives for one row group,
+//!   so it is at most `row_group_rows` entries; its memory counts in the sink's budget.
+//! * PLAIN bit-packed booleans (mostly constant: the codec takes them to almost nothing).
+//!
+//! Pages are DATA_PAGE_V2, values compressed with the configured codec where that makes them
+//! smaller; finished column chunks are spliced into the file with `append_column`, so the
+//! footer, schema and `ARROW:schema` are parquet's and any reader (pyarrow, DuckDB, DataFusion,
+//! Spark) reads them. Chunk statistics: min/max of integer columns (`ts` prunes time ranges),
+//! null counts everywhere.
+
+use std::{io::Write, sync::Arc};
+
+use ::parquet::{
+    arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter},
+    basic::{Compression, Encoding, Type as PhysicalType},
+    column::{
+        page::{CompressedPage, Page, PageWriter},
+        writer::ColumnCloseResult,
+    },
+    data_type::{ByteArray, FixedLenByteArray},
+    errors::{ParquetError, Result},
+    file::{
+        metadata::{ColumnChunkMetaData, KeyValue},
+        properties::{WriterProperties, WriterVersion},
+        statistics::Statistics,
+        writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite},
+    },
+    schema::types::ColumnDescPtr,
+};
+use arrow_array::{
+    cast::AsArray,
+    types::{UInt16Type, UInt32Type, UInt64Type, UInt8Type},
+    Array, ArrayRef, RecordBatch,
+};
+use arrow_buffer::NullBuffer;
+use arrow_schema::DataType;
+use bytes::Bytes;
+
+use super::{IntSinkConfig, Table};
+use crate::parquet::{
+    chunk::{
+        compress, pack32, put_def_levels_runs, put_vlq, write_page_v2, ColumnState, EncodeOptions,
+        PageV2,
+    },
+    CounterEncoding,
+};
+
+/// Columns written with a dictionary (any table that has them): ids, ports, hashes, addresses,
+/// names, and the per-hop values with few distinct values.
+const DICTIONARY_COLUMNS: &[&str] = &[
+    "flow_key",
+    "path_id",
+    "vlan",
+    "node_id",
+    "ingress_port",
+    "egress_port",
+    "l2_ingress_port",
+    "l2_egress_port",
+    "queue_id",
+    "queue_occupancy",
+    "hop_latency",
+    "latency_ns",
+    "buffer_id",
+    "reporter_addr",
+    "src_addr",
+    "dst_addr",
+    "evc_id",
+    "evc_name",
+];
+
+/// Rows per page: a page holds 16 Ki values of each column (a few KiB encoded), enough for the
+/// codec to find what repeats and few enough page headers not to count.
+pub const PAGE_ROWS: usize = 16_384;
+
+impl From<&IntSinkConfig> for EncodeOptions {
+    fn from(cfg: &IntSinkConfig) -> Self {
+        Self {
+            encoding: CounterEncoding::DeltaBinaryPacked,
+            codec: cfg.compression,
+            level: cfg.compression_level,
+            page_rows: PAGE_ROWS,
+            row_group_rows: cfg.row_group_rows,
+        }
+    }
+}
+
+/// File properties of an INT table part: the footer's key-value metadata (the page encodings
+/// are the encoder's, not these properties').
+pub(crate) fn file_properties(kv: Vec<KeyValue>) -> WriterProperties {
+    WriterProperties::builder()
+        .set_writer_version(WriterVersion::PARQUET_2_0)
+        .set_key_value_metadata(Some(kv))
+        .build()
+}
+
+/// `batches` (rows of `table`, in order) as one Parquet file in memory, exactly as the sink
+/// writes a part (same encoder, pages and row groups; no footer key-values besides
+/// `ARROW:schema`): for benchmarks and read-back tests.
+///
+/// # Errors
+/// A batch that does not have the table's columns.
+pub fn encode_in_memory(
+    table: Table,
+    batches: &[RecordBatch],
+    cfg: &IntSinkConfig,
+) -> Result<Vec<u8>> {
+    let mut f = IntFile::try_new(
+        Vec::new(),
+        &table.schema(),
+        file_properties(Vec::new()),
+        EncodeOptions::from(cfg),
+    )?;
+    for b in batches {
+        f.write(b)?;
+    }
+    f.into_inner()
+}
+
+/// The same as [`encode_in_memory`] through parquet's `ArrowWriter` with the properties the
+/// INT sink used before this encoder (DELTA integers, dictionaries for the EVC strings, the
+/// configured codec): the benchmark's same-run baseline.
+///
+/// # Errors
+/// As [`encode_in_memory`].
+pub fn encode_with_arrow_writer(
+    table: Table,
+    batches: &[RecordBatch],
+    cfg: &IntSinkConfig,
+) -> Result<Vec<u8>> {
+    let mut w = ::parquet::arrow::ArrowWriter::try_new(
+        Vec::new(),
+        table.schema(),
+        Some(cfg.writer_properties()),
+    )?;
+    for b in batches {
+        w.write(b)?;
+    }
+    w.into_inner()
+}
+
+/// One open Parquet file of one INT table.
+pub(crate) struct IntFile<W: Write + Send> {
+    file: SerializedFileWriter<W>,
+    cols: Vec<Column>,
+    descrs: Vec<ColumnDescPtr>,
+    opts: EncodeOptions,
+    compression: Compression,
+    rows_in_group: usize,
+    rows_in_page: usize,
+    /// Scratch: one column's values widened to u64, and its validity.
+    wide: Vec<u64>,
+    valid: Vec<bool>,
+}
+
+impl<W: Write + Send> std::fmt::Debug for IntFile<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntFile")
+            .field("columns", &self.cols.len())
+            .field("rows_in_group", &self.rows_in_group)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W: Write + Send> IntFile<W> {
+    /// Opens a file for `schema` (an INT table's) with `props` (their key-value metadata is
+    /// kept; `ARROW:schema` is added).
+    pub(crate) fn try_new(
+        file: W,
+        schema: &arrow_schema::Schema,
+        props: WriterProperties,
+        opts: EncodeOptions,
+    ) -> Result<Self> {
+        let descr = ArrowSchemaConverter::new().convert(schema)?;
+        let mut props = props;
+        add_encoded_arrow_schema_to_metadata(schema, &mut props);
+        let descrs: Vec<ColumnDescPtr> = descr.columns().to_vec();
+        let file = SerializedFileWriter::new(file, descr.root_schema_ptr(), Arc::new(props))?;
+        let cols = schema
+            .fields()
+            .iter()
+            .zip(&descrs)
+            .map(|(f, d)| Column::new(f.name(), f.data_type(), d))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            file,
+            cols,
+            descrs,
+            compression: opts.compression(),
+            opts,
+            rows_in_group: 0,
+            rows_in_page: 0,
+            wide: Vec::new(),
+            valid: Vec::new(),
+        })
+    }
+
+    /// Appends the rows of `rb` (whose schema is this file's).
+    pub(crate) fn write(&mut self, rb: &RecordBatch) -> Result<()> {
+        if rb.num_columns() != self.cols.len() {
+            return Err(ParquetError::General(format!(
+                "batch has {} columns, the file {}",
+                rb.num_columns(),
+                self.cols.len()
+            )));
+        }
+        let end = rb.num_rows();
+        let mut r = 0;
+        while r < end {
+            let room_group = self.opts.row_group_rows - self.rows_in_group;
+            let room_page = self.opts.page_rows.saturating_sub(self.rows_in_page).max(1);
+            let n = (end - r).min(room_group).min(room_page);
+            let whole = r == 0 && n == end;
+            for (col, arr) in self.cols.iter_mut().zip(rb.columns()) {
+                let part = if whole {
+                    Arc::clone(arr)
+                } else {
+                    arr.slice(r, n)
+                };
+                col.push(&part, &mut self.wide, &mut self.valid)?;
+            }
+            r += n;
+            self.rows_in_group += n;
+            self.rows_in_page += n;
+            if self.rows_in_page >= self.opts.page_rows {
+                self.finish_pages()?;
+            }
+            if self.rows_in_group >= self.opts.row_group_rows {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_pages(&mut self) -> Result<()> {
+        if self.rows_in_page == 0 {
+            return Ok(());
+        }
+        let opts = self.opts;
+        for c in &mut self.cols {
+            c.finish_page(&opts)?;
+        }
+        self.rows_in_page = 0;
+        Ok(())
+    }
+
+    /// Closes the row group in progress (if it has rows) and writes it to the file.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        if self.rows_in_group == 0 {
+            return Ok(());
+        }
+        self.finish_pages()?;
+        let mut rg = self.file.next_row_group()?;
+        for (col, descr) in self.cols.iter_mut().zip(&self.descrs) {
+            let (bytes, close) = col.take_chunk(descr, self.compression, &self.opts)?;
+            rg.append_column(&bytes, close)?;
+        }
+        rg.close()?;
+        self.rows_in_group = 0;
+        Ok(())
+    }
+
+    /// Bytes held for the row group in progress: encoded pages, open pages and dictionaries.
+    pub(crate) fn memory(&self) -> usize {
+        self.cols.iter().map(Column::memory).sum::<usize>()
+            + self.wide.capacity() * 8
+            + self.valid.capacity()
+    }
+
+    /// Bytes written to the file so far (row groups flushed).
+    pub(crate) fn bytes_written(&self) -> usize {
+        self.file.bytes_written()
+    }
+
+    /// Bytes of the row group in progress once encoded (its pages so far).
+    pub(crate) fn in_progress_size(&self) -> usize {
+        self.cols.iter().map(Column::encoded).sum()
+    }
+
+    pub(crate) fn append_key_value_metadata(&mut self, kv: KeyValue) {
+        self.file.append_key_value_metadata(kv);
+    }
+
+    /// Flushes, writes the footer and returns the file.
+    pub(crate) fn into_inner(mut self) -> Result<W> {
+        self.flush()?;
+        self.file.into_inner()
+    }
+}
+
+/// Whether a column's next page is worth compressing: after a page the codec shrank by less
+/// than 1/16, the next [`Squeeze::SKIP`] pages are written as they are (random-looking columns
+/// such as device timestamps and latencies, where the codec's pass cost CPU for nothing), then
+/// it tries again.
+#[derive(Debug, Default)]
+struct Squeeze {
+    skip: u8,
+}
+
+impl Squeeze {
+    const SKIP: u8 = 16;
+
+    /// The options for the next page (the codec off while skipping).
+    fn opts(&self, opts: &EncodeOptions) -> EncodeOptions {
+        let mut o = *opts;
+        if self.skip > 0 {
+            o.codec = crate::parquet::Codec::None;
+        }
+        o
+    }
+
+    /// Learns from a page that grew the chunk by `written` bytes, `raw` before compression.
+    fn learn(&mut self, written: u64, raw: u64) {
+        if self.skip > 0 {
+            self.skip -= 1;
+        } else if written * 16 > raw * 15 {
+            self.skip = Self::SKIP;
+        }
+    }
+}
+
+/// One column's encoder.
+enum Column {
+    /// DELTA_BINARY_PACKED integers (INT64, or INT32 with `ColumnState::int32`).
+    Delta {
+        state: Box<ColumnState>,
+        kind: IntKind,
+        squeeze: Squeeze,
+    },
+    Dict(Box<DictColumn>),
+    Bool(BoolColumn),
+}
+
+/// The Arrow type of an integer column, as read from its array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IntKind {
+    Ts,
+    U8,
+    U16,
+    U32,
+    U64,
+}
+
+impl IntKind {
+    fn of(dt: &DataType) -> Option<Self> {
+        Some(match dt {
+            DataType::Timestamp(..) | DataType::Int64 => Self::Ts,
+            DataType::UInt8 => Self::U8,
+            DataType::UInt16 => Self::U16,
+            DataType::UInt32 => Self::U32,
+            DataType::UInt64 => Self::U64,
+            _ => return None,
+        })
+    }
+
+    /// The array's values as u64: borrowed when they are 64-bit, else zero-extended into `out`.
+    fn values<'a>(self, arr: &'a dyn Array, out: &'a mut Vec<u64>) -> Result<&'a [u64]> {
+        let bad = || ParquetError::General(format!("unexpected {} array", arr.data_type()));
+        match self {
+            Self::Ts => {
+                if let Some(a) =
+                    arr.as_primitive_opt::<arrow_array::types::TimestampNanosecondType>()
+                {
+                    return Ok(a.values().inner().typed_data::<u64>());
+                }
+                let a = arr
+                    .as_primitive_opt::<arrow_array::types::Int64Type>()
+                    .ok_or_else(bad)?;
+                Ok(a.values().inner().typed_data::<u64>())
+            }
+            Self::U64 => Ok(arr
+                .as_primitive_opt::<UInt64Type>()
+                .ok_or_else(bad)?
+                .values()
+                .as_ref()),
+            _ => {
+                self.widen(arr, out)?;
+                Ok(out.as_slice())
+            }
+        }
+    }
+
+    /// The array's values as u64 (zero-extended; timestamps as their bits) into `out`.
+    fn widen(self, arr: &dyn Array, out: &mut Vec<u64>) -> Result<()> {
+        out.clear();
+        let bad = || ParquetError::General(format!("unexpected {} array", arr.data_type()));
+        match self {
+            Self::Ts => {
+                let a = arr
+                    .as_primitive_opt::<arrow_array::types::TimestampNanosecondType>()
+                    .map(|a| a.values().as_ref())
+                    .or_else(|| {
+                        arr.as_primitive_opt::<arrow_array::types::Int64Type>()
+                            .map(|a| a.values().as_ref())
+                    })
+                    .ok_or_else(bad)?;
+                out.extend(a.iter().map(|&v| v as u64));
+            }
+            Self::U8 => out.extend(
+                arr.as_primitive_opt::<UInt8Type>()
+                    .ok_or_else(bad)?
+                    .values()
+                    .iter()
+                    .map(|&v| u64::from(v)),
+            ),
+            Self::U16 => out.extend(
+                arr.as_primitive_opt::<UInt16Type>()
+                    .ok_or_else(bad)?
+                    .values()
+                    .iter()
+                    .map(|&v| u64::from(v)),
+            ),
+            Self::U32 => out.extend(
+                arr.as_primitive_opt::<UInt32Type>()
+                    .ok_or_else(bad)?
+                    .values()
+                    .iter()
+                    .map(|&v| u64::from(v)),
+            ),
+            Self::U64 => out.extend_from_slice(
+                arr.as_primitive_opt::<UInt64Type>()
+                    .ok_or_else(bad)?
+                    .values(),
+            ),
+        }
+        Ok(())
+    }
+}
+
+impl Column {
+    fn new(name: &str, dt: &DataType, descr: &ColumnDescPtr) -> Result<Self> {
+        let nullable = descr.max_def_level() > 0;
+        if *dt == DataType::Boolean {
+            return Ok(Self::Bool(BoolColumn::new(nullable)));
+        }
+        let dict_kind = match dt {
+            DataType::FixedSizeBinary(16) => Some(DictKind::Flba16),
+            DataType::Utf8 | DataType::Dictionary(..) => Some(DictKind::Str),
+            _ if DICTIONARY_COLUMNS.contains(&name) => match descr.physical_type() {
+                PhysicalType::INT32 => Some(DictKind::Int32),
+                PhysicalType::INT64 => Some(DictKind::Int64),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(kind) = dict_kind {
+            return Ok(Self::Dict(Box::new(DictColumn::new(
+                kind,
+                IntKind::of(dt),
+                nullable,
+            ))));
+        }
+        let kind = IntKind::of(dt).ok_or_else(|| {
+            ParquetError::General(format!("INT column {name}: no encoder for {dt}"))
+        })?;
+        let state = ColumnState::new(
+            CounterEncoding::DeltaBinaryPacked,
+            kind != IntKind::Ts,
+            nullable,
+        )
+        .level_runs();
+        let state = if descr.physical_type() == PhysicalType::INT32 {
+            state.int32()
+        } else {
+            state
+        };
+        Ok(Self::Delta {
+            state: Box::new(state),
+            kind,
+            squeeze: Squeeze::default(),
+        })
+    }
+
+    /// Appends the rows of `arr`.
+    fn push(&mut self, arr: &ArrayRef, wide: &mut Vec<u64>, valid: &mut Vec<bool>) -> Result<()> {
+        let n = arr.len();
+        let nulls = arr.logical_nulls();
+        let nulls = nulls.as_ref().filter(|b| b.null_count() > 0);
+        match self {
+            Self::Delta { state, kind, .. } => {
+                if nulls.is_some_and(|b| b.null_count() == n) {
+                    state.push_nulls(n);
+                    return Ok(());
+                }
+                let vals = kind.values(arr.as_ref(), wide)?;
+                match nulls {
+                    None => state.push(vals, None),
+                    Some(b) => {
+                        valid.clear();
+                        valid.extend(b.iter());
+                        state.push(vals, Some(valid));
+                    }
+                }
+            }
+            Self::Dict(d) => d.push(arr.as_ref(), nulls, wide)?,
+            Self::Bool(b) => b.push(arr.as_ref(), nulls)?,
+        }
+        Ok(())
+    }
+
+    fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
+        match self {
+            Self::Delta { state, squeeze, .. } => {
+                let (c0, u0) = state.chunk_sizes();
+                state.finish_page(&squeeze.opts(opts))?;
+                let (c1, u1) = state.chunk_sizes();
+                squeeze.learn(c1 - c0, u1 - u0);
+                Ok(())
+            }
+            Self::Dict(d) => d.finish_page(opts),
+            Self::Bool(b) => b.finish_page(opts),
+        }
+    }
+
+    fn take_chunk(
+        &mut self,
+        descr: &ColumnDescPtr,
+        compression: Compression,
+        opts: &EncodeOptions,
+    ) -> Result<(Bytes, ColumnCloseResult)> {
+        match self {
+            Self::Delta { state, .. } => state.take_chunk(descr, compression),
+            Self::Dict(d) => d.take_chunk(descr, compression, opts),
+            Self::Bool(b) => b.pages.take_chunk(descr, compression, None, Stats::None),
+        }
+    }
+
+    fn memory(&self) -> usize {
+        match self {
+            Self::Delta { state, .. } => state.memory() + std::mem::size_of::<ColumnState>(),
+            Self::Dict(d) => d.memory(),
+            Self::Bool(b) => b.bits.capacity() + b.pages.memory(),
+        }
+    }
+
+    /// Encoded bytes of the row group in progress (finished pages).
+    fn encoded(&self) -> usize {
+        match self {
+            Self::Delta { state, .. } => state.memory(),
+            Self::Dict(d) => d.pages.chunk.bytes_written() + d.dict_bytes(),
+            Self::Bool(b) => b.pages.chunk.bytes_written(),
+        }
+    }
+}
+
+/// Statistics a chunk carries besides its null count.
+enum Stats {
+    None,
+    Int32(Option<(u32, u32)>),
+    Int64(Option<(u64, u64)>),
+}
+
+/// A column's finished pages of the row group in progress, and the open page's validity.
+struct Pages {
+    nullable: bool,
+    page_rows: u32,
+    page_nulls: u32,
+    /// Validity of the open page's rows (LSB first), only once a null was seen.
+    validity: Option<Vec<u8>>,
+    chunk: TrackedWrite<Vec<u8>>,
+    chunk_compressed: u64,
+    chunk_uncompressed: u64,
+    chunk_rows: u64,
+    chunk_nulls: u64,
+    encodings: Vec<Encoding>,
+    squeeze: Squeeze,
+}
+
+impl Pages {
+    fn new(nullable: bool) -> Self {
+        Self {
+            nullable,
+            page_rows: 0,
+            page_nulls: 0,
+            validity: None,
+            chunk: TrackedWrite::new(Vec::new()),
+            chunk_compressed: 0,
+            chunk_uncompressed: 0,
+            chunk_rows: 0,
+            chunk_nulls: 0,
+            encodings: Vec::new(),
+            squeeze: Squeeze::default(),
+        }
+    }
+
+    /// Records the validity of `n` more rows; `nulls` `None` = all valid.
+    fn rows(&mut self, n: usize, nulls: Option<&NullBuffer>) {
+        let rows = self.page_rows as usize;
+        match nulls {
+            None => {
+                if let Some(bits) = &mut self.validity {
+                    set_bits(bits, rows, n);
+                }
+            }
+            Some(b) => {
+                let bits = self.validity.get_or_insert_with(|| {
+                    let mut v = Vec::new();
+                    set_bits(&mut v, 0, rows);
+                    v
+                });
+                bits.resize((rows + n).div_ceil(8).max(bits.len()), 0);
+                for i in b.valid_indices() {
+                    bits[(rows + i) / 8] |= 1 << ((rows + i) % 8);
+                }
+                self.page_nulls += b.null_count() as u32;
+            }
+        }
+        self.page_rows += n as u32;
+    }
+
+    /// Writes the open page with `values` (encoded) as a DATA_PAGE_V2.
+    fn finish(&mut self, opts: &EncodeOptions, values: &[u8], encoding: Encoding) -> Result<()> {
+        if self.page_rows == 0 {
+            return Ok(());
+        }
+        let mut levels = Vec::new();
+        if self.nullable {
+            put_def_levels_runs(&mut levels, self.page_rows, self.validity.as_deref());
+        }
+        let page_opts = self.squeeze.opts(opts);
+        let spec = SCRATCH.with(|s| {
+            write_page_v2(
+                &mut self.chunk,
+                &page_opts,
+                PageV2 {
+                    levels,
+                    values,
+                    encoding,
+                    rows: self.page_rows,
+                    nulls: self.page_nulls,
+                },
+                &mut s.borrow_mut(),
+            )
+        })?;
+        self.squeeze
+            .learn(spec.compressed_size as u64, spec.uncompressed_size as u64);
+        self.chunk_compressed += spec.compressed_size as u64;
+        self.chunk_uncompressed += spec.uncompressed_size as u64;
+        self.chunk_rows += u64::from(self.page_rows);
+        self.chunk_nulls += u64::from(self.page_nulls);
+        if !self.encodings.contains(&encoding) {
+            self.encodings.push(encoding);
+        }
+        self.page_rows = 0;
+        self.page_nulls = 0;
+        self.validity = None;
+        Ok(())
+    }
+
+    /// The chunk's bytes (a dictionary page first when given) and its metadata.
+    fn take_chunk(
+        &mut self,
+        descr: &ColumnDescPtr,
+        compression: Compression,
+        dictionary: Option<(Vec<u8>, u64, u64)>,
+        stats: Stats,
+    ) -> Result<(Bytes, ColumnCloseResult)> {
+        self.chunk.flush()?;
+        let data = std::mem::take(self.chunk.inner_mut());
+        self.chunk = TrackedWrite::new(Vec::new());
+        let (mut bytes, dict_len, dict_compressed, dict_uncompressed) = match dictionary {
+            Some((d, c, u)) => {
+                let n = d.len();
+                (d, Some(n), c, u)
+            }
+            None => (Vec::new(), None, 0, 0),
+        };
+        let data_offset = bytes.len() as i64;
+        bytes.extend_from_slice(&data);
+        let mut encodings = Vec::new();
+        if dict_len.is_some() {
+            encodings.push(Encoding::PLAIN);
+        }
+        for e in self.encodings.drain(..) {
+            if !encodings.contains(&e) {
+                encodings.push(e);
+            }
+        }
+        if self.nullable {
+            encodings.push(Encoding::RLE);
+        }
+        let nulls = Some(self.chunk_nulls);
+        let statistics = match (stats, descr.physical_type()) {
+            (Stats::Int32(mm), _) => Statistics::int32(
+                mm.map(|m| m.0 as i32),
+                mm.map(|m| m.1 as i32),
+                None,
+                nulls,
+                false,
+            ),
+            (Stats::Int64(mm), _) => Statistics::int64(
+                mm.map(|m| m.0 as i64),
+                mm.map(|m| m.1 as i64),
+                None,
+                nulls,
+                false,
+            ),
+            (Stats::None, PhysicalType::BOOLEAN) => {
+                Statistics::boolean(None, None, None, nulls, false)
+            }
+            (Stats::None, PhysicalType::FIXED_LEN_BYTE_ARRAY) => Statistics::fixed_len_byte_array(
+                None::<FixedLenByteArray>,
+                None,
+                None,
+                nulls,
+                false,
+            ),
+            (Stats::None, _) => Statistics::byte_array(None::<ByteArray>, None, None, nulls, false),
+        };
+        let compressed = self.chunk_compressed + dict_compressed;
+        let metadata = ColumnChunkMetaData::builder(Arc::clone(descr))
+            .set_encodings(encodings)
+            .set_compression(compression)
+            .set_num_values(self.chunk_rows as i64)
+            .set_total_compressed_size(compressed as i64)
+            .set_total_uncompressed_size((self.chunk_uncompressed + dict_uncompressed) as i64)
+            .set_data_page_offset(data_offset)
+            .set_dictionary_page_offset(dict_len.map(|_| 0))
+            .set_statistics(statistics)
+            .build()?;
+        let close = ColumnCloseResult {
+            bytes_written: compressed,
+            rows_written: self.chunk_rows,
+            metadata,
+            bloom_filter: None,
+            column_index: None,
+            offset_index: None,
+        };
+        self.chunk_compressed = 0;
+        self.chunk_uncompressed = 0;
+        self.chunk_rows = 0;
+        self.chunk_nulls = 0;
+        Ok((Bytes::from(bytes), close))
+    }
+
+    fn memory(&self) -> usize {
+        self.chunk.inner().capacity() + self.validity.as_ref().map_or(0, Vec::capacity)
+    }
+}
+
+thread_local! {
+    /// Page scratch (compressed values), one per encoding thread.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Encoded values of a page, one per encoding thread.
+    static VALUES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Marks rows `from..from + n` valid in an LSB-first bitmap, growing it as needed.
+fn set_bits(bits: &mut Vec<u8>, from: usize, n: usize) {
+    let end = from + n;
+    bits.resize(end.div_ceil(8).max(bits.len()), 0);
+    for r in from..end {
+        bits[r / 8] |= 1 << (r % 8);
+    }
+}
+
+/// PLAIN booleans: the non-null values bit-packed, LSB first.
+struct BoolColumn {
+    pages: Pages,
+    bits: Vec<u8>,
+    n: usize,
+}
+
+impl BoolColumn {
+    fn new(nullable: bool) -> Self {
+        Self {
+            pages: Pages::new(nullable),
+            bits: Vec::new(),
+            n: 0,
+        }
+    }
+
+    fn push(&mut self, arr: &dyn Array, nulls: Option<&NullBuffer>) -> Result<()> {
+        let a = arr
+            .as_boolean_opt()
+            .ok_or_else(|| ParquetError::General("boolean column expected".into()))?;
+        self.pages.rows(a.len(), nulls);
+        let mut put = |v: bool| {
+            if self.n.is_multiple_of(8) {
+                self.bits.push(0);
+            }
+            if v {
+                *self.bits.last_mut().expect("pushed above") |= 1 << (self.n % 8);
+            }
+            self.n += 1;
+        };
+        match nulls {
+            None => a.values().iter().for_each(&mut put),
+            Some(b) => b.valid_indices().for_each(|i| put(a.value(i))),
+        }
+        Ok(())
+    }
+
+    fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
+        self.pages.finish(opts, &self.bits, Encoding::PLAIN)?;
+        self.bits.clear();
+        self.n = 0;
+        Ok(())
+    }
+}
+
+/// Physical type of a dictionary column's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DictKind {
+    Int32,
+    Int64,
+    Flba16,
+    Str,
+}
+
+/// RLE_DICTIONARY: one dictionary per row group (an open-addressing map from value to index),
+/// the pages hold indices.
+struct DictColumn {
+    kind: DictKind,
+    int: Option<IntKind>,
+    pages: Pages,
+    /// Dictionary values in index order (integers zero-extended, addresses as their bytes).
+    keys: Vec<u128>,
+    /// Strings: their bytes end to end and where each ends.
+    str_bytes: Vec<u8>,
+    str_ends: Vec<u32>,
+    /// Index + 1 per slot (0 = empty); a power of two, at most half full.
+    slots: Vec<u32>,
+    /// Indices of the open page's non-null rows.
+    idx: Vec<u32>,
+    /// Integer dictionaries: index + 1 of the values `near_base..near_base + NEAR` (0 = not
+    /// looked up yet), set up at the first value of a row group.
+    near: Vec<u32>,
+    near_base: u64,
+}
+
+/// Values an integer dictionary looks up directly (4 KiB of table per column).
+const NEAR: usize = 1024;
+
+impl DictColumn {
+    fn new(kind: DictKind, int: Option<IntKind>, nullable: bool) -> Self {
+        Self {
+            kind,
+            int,
+            pages: Pages::new(nullable),
+            keys: Vec::new(),
+            str_bytes: Vec::new(),
+            str_ends: Vec::new(),
+            slots: vec![0; 64],
+            idx: Vec::new(),
+            near: Vec::new(),
+            near_base: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self.kind {
+            DictKind::Str => self.str_ends.len(),
+            _ => self.keys.len(),
+        }
+    }
+
+    #[inline]
+    fn hash(k: u128) -> usize {
+        let x = (k as u64) ^ ((k >> 64) as u64).rotate_left(29);
+        (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize
+    }
+
+    #[inline]
+    fn hash_bytes(b: &[u8]) -> usize {
+        let mut h = 0xCBF2_9CE4_8422_2325u64 ^ b.len() as u64;
+        for c in b.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x1000_0000_01B3);
+            h ^= h >> 29;
+        }
+        Self::hash(u128::from(h))
+    }
+
+    fn str_at(&self, i: usize) -> &[u8] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.str_ends[i - 1] as usize
+        };
+        &self.str_bytes[start..self.str_ends[i] as usize]
+    }
+
+    /// Doubles the slots when half full.
+    fn grow(&mut self) {
+        if self.len() * 2 < self.slots.len() {
+            return;
+        }
+        let cap = self.slots.len() * 2;
+        let mask = cap - 1;
+        let mut slots = vec![0u32; cap];
+        for i in 0..self.len() {
+            let mut h = match self.kind {
+                DictKind::Str => Self::hash_bytes(self.str_at(i)),
+                DictKind::Int32 | DictKind::Int64 => {
+                    let bits = cap.trailing_zeros();
+                    ((self.keys[i] as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits))
+                        as usize
+                }
+                DictKind::Flba16 => Self::hash(self.keys[i]),
+            } & mask;
+            while slots[h] != 0 {
+                h = (h + 1) & mask;
+            }
+            slots[h] = i as u32 + 1;
+        }
+        self.slots = slots;
+    }
+
+    /// The index of value `k`, added when new.
+    #[inline]
+    fn index(&mut self, k: u128) -> u32 {
+        let mask = self.slots.len() - 1;
+        let mut h = Self::hash(k) & mask;
+        loop {
+            let s = self.slots[h];
+            if s == 0 {
+                let i = self.keys.len() as u32;
+                self.keys.push(k);
+                self.slots[h] = i + 1;
+                self.grow();
+                return i;
+            }
+            if self.keys[s as usize - 1] == k {
+                return s - 1;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    fn index_str(&mut self, b: &[u8]) -> u32 {
+        let mask = self.slots.len() - 1;
+        let mut h = Self::hash_bytes(b) & mask;
+        loop {
+            let s = self.slots[h];
+            if s == 0 {
+                let i = self.str_ends.len() as u32;
+                self.str_bytes.extend_from_slice(b);
+                self.str_ends.push(self.str_bytes.len() as u32);
+                self.slots[h] = i + 1;
+                self.grow();
+                return i;
+            }
+            if self.str_at(s as usize - 1) == b {
+                return s - 1;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    /// The index of integer `k`, added when new (the keys of an integer dictionary are its
+    /// values zero-extended; the hash is the multiplicative one of the high bits).
+    #[inline]
+    fn index_int(&mut self, k: u64) -> u32 {
+        // Values near the first one (ports, queue ids, node ids of one network, occupancies and
+        // latencies in their usual range) through a direct table; the rest through the map.
+        let near = k.wrapping_sub(self.near_base);
+        if near < NEAR as u64 {
+            let e = self.near[near as usize];
+            if e != 0 {
+                return e - 1;
+            }
+            let i = self.index_int_map(k);
+            self.near[near as usize] = i + 1;
+            return i;
+        }
+        self.index_int_map(k)
+    }
+
+    #[inline]
+    fn index_int_map(&mut self, k: u64) -> u32 {
+        let bits = self.slots.len().trailing_zeros();
+        let mask = self.slots.len() - 1;
+        let mut h = (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize;
+        loop {
+            let s = self.slots[h];
+            if s == 0 {
+                let i = self.keys.len() as u32;
+                self.keys.push(u128::from(k));
+                self.slots[h] = i + 1;
+                self.grow();
+                return i;
+            }
+            if self.keys[s as usize - 1] as u64 == k {
+                return s - 1;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    /// Indices of `n` integer values into `self.idx`, one map lookup per run of equal values.
+    fn index_ints(&mut self, vals: impl Iterator<Item = u64>, n: usize) {
+        self.idx.reserve(n);
+        let mut vals = vals.peekable();
+        if self.near.is_empty() {
+            if let Some(&first) = vals.peek() {
+                self.near = vec![0; NEAR];
+                self.near_base = first.saturating_sub(NEAR as u64 / 8);
+            }
+        }
+        let mut last: Option<(u64, u32)> = None;
+        for k in vals {
+            let i = match last {
+                Some((lk, li)) if lk == k => li,
+                _ => {
+                    let i = self.index_int(k);
+                    last = Some((k, i));
+                    i
+                }
+            };
+            self.idx.push(i);
+        }
+    }
+
+    /// Indices of `keys` (one per row; `valid` = which rows count) into `self.idx`, one map
+    /// lookup per run of equal values.
+    fn index_all(&mut self, keys: impl Iterator<Item = u128>) {
+        let mut last: Option<(u128, u32)> = None;
+        for k in keys {
+            let i = match last {
+                Some((lk, li)) if lk == k => li,
+                _ => {
+                    let i = self.index(k);
+                    last = Some((k, i));
+                    i
+                }
+            };
+            self.idx.push(i);
+        }
+    }
+
+    fn push(
+        &mut self,
+        arr: &dyn Array,
+        nulls: Option<&NullBuffer>,
+        wide: &mut Vec<u64>,
+    ) -> Result<()> {
+        self.pages.rows(arr.len(), nulls);
+        if nulls.is_some_and(|b| b.null_count() == arr.len()) {
+            return Ok(());
+        }
+        match self.kind {
+            DictKind::Int32 | DictKind::Int64 => {
+                let kind = self
+                    .int
+                    .ok_or_else(|| ParquetError::General("dictionary of integers".into()))?;
+                let vals = kind.values(arr, wide)?;
+                match nulls {
+                    None => self.index_ints(vals.iter().copied(), vals.len()),
+                    Some(b) => self.index_ints(
+                        b.valid_indices().map(|i| vals[i]),
+                        arr.len() - b.null_count(),
+                    ),
+                }
+            }
+            DictKind::Flba16 => {
+                let a = arr
+                    .as_fixed_size_binary_opt()
+                    .filter(|a| a.value_length() == 16)
+                    .ok_or_else(|| ParquetError::General("16-byte address expected".into()))?;
+                let key = |i: usize| {
+                    let v: [u8; 16] = a.value(i).try_into().unwrap_or([0; 16]);
+                    u128::from_le_bytes(v)
+                };
+                match nulls {
+                    None => self.index_all((0..a.len()).map(key)),
+                    Some(b) => self.index_all(b.valid_indices().map(key)),
+                }
+            }
+            DictKind::Str => self.push_strings(arr, nulls)?,
+        }
+        Ok(())
+    }
+
+    fn push_strings(&mut self, arr: &dyn Array, nulls: Option<&NullBuffer>) -> Result<()> {
+        let rows: Vec<usize> = match nulls {
+            None => (0..arr.len()).collect(),
+            Some(b) => b.valid_indices().collect(),
+        };
+        if let Some(a) = arr.as_string_opt::<i32>() {
+            let mut last: Option<(&[u8], u32)> = None;
+            for i in rows {
+                let v = a.value(i).as_bytes();
+                let k = match last {
+                    Some((lv, li)) if lv == v => li,
+                    _ => {
+                        let k = self.index_str(v);
+                        last = Some((v, k));
+                        k
+                    }
+                };
+                self.idx.push(k);
+            }
+            return Ok(());
+        }
+        if let Some(a) = arr.as_any_dictionary_opt() {
+            // Dictionary-encoded input: one lookup per distinct input key.
+            let values = a
+                .values()
+                .as_string_opt::<i32>()
+                .ok_or_else(|| ParquetError::General("string dictionary expected".into()))?;
+            let mut map = vec![u32::MAX; values.len()];
+            let keys = a.normalized_keys();
+            for i in rows {
+                let k = keys[i];
+                if map[k] == u32::MAX {
+                    map[k] = self.index_str(values.value(k).as_bytes());
+                }
+                self.idx.push(map[k]);
+            }
+            return Ok(());
+        }
+        Err(ParquetError::General(format!(
+            "no string encoder for {}",
+            arr.data_type()
+        )))
+    }
+
+    fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
+        if self.pages.page_rows == 0 {
+            return Ok(());
+        }
+        let width = bit_width(self.len().saturating_sub(1) as u64).max(1);
+        VALUES.with(|v| {
+            let mut v = v.borrow_mut();
+            v.clear();
+            v.push(width as u8);
+            rle_hybrid(&self.idx, width, &mut v);
+            self.pages.finish(opts, &v, Encoding::RLE_DICTIONARY)
+        })?;
+        self.idx.clear();
+        Ok(())
+    }
+
+    /// Bytes of the dictionary page once written (PLAIN values).
+    fn dict_bytes(&self) -> usize {
+        match self.kind {
+            DictKind::Int32 => self.keys.len() * 4,
+            DictKind::Int64 => self.keys.len() * 8,
+            DictKind::Flba16 => self.keys.len() * 16,
+            DictKind::Str => self.str_bytes.len() + 4 * self.str_ends.len(),
+        }
+    }
+
+    fn take_chunk(
+        &mut self,
+        descr: &ColumnDescPtr,
+        compression: Compression,
+        opts: &EncodeOptions,
+    ) -> Result<(Bytes, ColumnCloseResult)> {
+        // The dictionary page: PLAIN values, compressed with the column's codec (a dictionary
+        // page has no flag saying it is not).
+        let mut plain = Vec::with_capacity(self.dict_bytes());
+        match self.kind {
+            DictKind::Int32 => {
+                for k in &self.keys {
+                    plain.extend_from_slice(&(*k as u32).to_le_bytes());
+                }
+            }
+            DictKind::Int64 => {
+                for k in &self.keys {
+                    plain.extend_from_slice(&(*k as u64).to_le_bytes());
+                }
+            }
+            DictKind::Flba16 => {
+                for k in &self.keys {
+                    plain.extend_from_slice(&k.to_le_bytes());
+                }
+            }
+            DictKind::Str => {
+                for i in 0..self.str_ends.len() {
+                    let s = self.str_at(i);
+                    plain.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                    plain.extend_from_slice(s);
+                }
+            }
+        }
+        let n = self.len() as u32;
+        let mut compressed = Vec::new();
+        let buf = match compress(opts, &plain, &mut compressed)? {
+            Some(c) => c.to_vec(),
+            None => plain.clone(),
+        };
+        let page = Page::DictionaryPage {
+            buf: Bytes::from(buf),
+            num_values: n,
+            encoding: Encoding::PLAIN,
+            is_sorted: false,
+        };
+        let mut w = TrackedWrite::new(Vec::new());
+        let spec =
+            SerializedPageWriter::new(&mut w).write_page(CompressedPage::new(page, plain.len()))?;
+        let dictionary = (
+            w.into_inner()
+                .map_err(|e| ParquetError::General(e.to_string()))?,
+            spec.compressed_size as u64,
+            spec.uncompressed_size as u64,
+        );
+        let stats = match self.kind {
+            DictKind::Int32 => {
+                Stats::Int32(self.keys.iter().map(|&k| k as u32).fold(None, |m, v| {
+                    Some(m.map_or((v, v), |(a, b)| (v.min(a), v.max(b))))
+                }))
+            }
+            DictKind::Int64 => {
+                Stats::Int64(self.keys.iter().map(|&k| k as u64).fold(None, |m, v| {
+                    Some(m.map_or((v, v), |(a, b)| (v.min(a), v.max(b))))
+                }))
+            }
+            _ => Stats::None,
+        };
+        let out = self
+            .pages
+            .take_chunk(descr, compression, Some(dictionary), stats);
+        // The next row group starts a new dictionary.
+        self.keys.clear();
+        self.str_bytes.clear();
+        self.str_ends.clear();
+        self.slots.clear();
+        self.slots.resize(64, 0);
+        self.slots.shrink_to(64);
+        self.near.clear();
+        out
+    }
+
+    fn memory(&self) -> usize {
+        self.pages.memory()
+            + self.keys.capacity() * 16
+            + self.str_bytes.capacity()
+            + self.str_ends.capacity() * 4
+            + self.slots.capacity() * 4
+            + self.idx.capacity() * 4
+            + self.near.capacity() * 4
+    }
+}
+
+/// Bits needed for `v`.
+fn bit_width(v: u64) -> u32 {
+    64 - v.leading_zeros()
+}
+
+/// `idx` as an RLE/bit-packed hybrid of width `width` (no length prefix): runs of 8 or more
+/// equal values as RLE runs, the rest bit-packed in groups of 8 (the last group padded).
+fn rle_hybrid(idx: &[u32], width: u32, out: &mut Vec<u8>) {
+    let n = idx.len();
+    // Start of the literals not yet written (always a multiple of 8 rows behind a run).
+    let mut lit = 0;
+    let mut i = 0;
+    while i + 8 <= n {
+        let v = idx[i];
+        // Most values start no run: one compare decides.
+        if idx[i + 1] != v {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 2;
+        while j < n && idx[j] == v {
+            j += 1;
+        }
+        // Literals before the run must fill whole groups of 8: the run lends them values.
+        let pad = (8 - (i - lit) % 8) % 8;
+        if j - i >= pad + 8 {
+            let start = i + pad;
+            if start > lit {
+                bit_pack(&idx[lit..start], width, out);
+            }
+            put_vlq(out, ((j - start) as u64) << 1);
+            let bytes = width.div_ceil(8) as usize;
+            out.extend_from_slice(&v.to_le_bytes()[..bytes]);
+            lit = j;
+        }
+        i = j;
+    }
+    if lit < n {
+        bit_pack(&idx[lit..], width, out);
+    }
+}
+
+/// One bit-packed run of `vals` (padded with zeros to a multiple of 8), header included.
+/// Packed 32 values at a time by the DELTA packer (LSB first, contiguous: the same layout as
+/// four groups of 8).
+fn bit_pack(vals: &[u32], width: u32, out: &mut Vec<u8>) {
+    let groups = vals.len().div_ceil(8);
+    put_vlq(out, ((groups as u64) << 1) | 1);
+    let end = out.len() + groups * width as usize;
+    let mut block = [0u64; 32];
+    for c in vals.chunks(32) {
+        for (b, &v) in block.iter_mut().zip(c) {
+            *b = u64::from(v);
+        }
+        block[c.len()..].fill(0);
+        pack32(&block, width, out);
+    }
+    // The last chunk's padding beyond its last group of 8 is not part of the run.
+    out.truncate(end);
+}
+
+#[cfg(test)]
+mod tests {
+    use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use arrow_array::RecordBatch;
+
+    use super::*;
+    use crate::{
+        int::{EvcName, IntBatch},
+        parquet::Codec,
+    };
+
+    /// Deterministic noise.
+    fn mix(x: u64) -> u64 {
+        let x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (x ^ (x >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ (x >> 32)
+    }
+
+    /// `n` reports with 5 hops each: every column type, runs and noise, values at the top of
+    /// their range (u32 sequence numbers wrapping, u64 hashes), nulls here and there, and
+    /// columns that are null throughout; a drop row every 13 reports.
+    fn rows(n: u64) -> IntBatch {
+        let mut b = IntBatch::with_capacity(n as usize, 5 * n as usize);
+        b.evcs = Arc::new([
+            EvcName {
+                id: "evc-a".into(),
+                name: "first".into(),
+            },
+            EvcName {
+                id: "evc-b".into(),
+                name: "second one".into(),
+            },
+        ]);
+        for i in 0..n {
+            let ts = 1_700_000_000_000_000_000 + (i as i64 / 3) * 977;
+            let flow = mix(i % 300);
+            let switch = 0xFB65_D600 + (i % 3) as u32;
+            let seq = (u32::MAX - 100).wrapping_add(i as u32);
+            let vlan = 100 + (i % 300) as u16;
+            b.reports
+                .row(ts, switch)
+                .report_version(Some(1))
+                .hw_id(Some((i % 4) as u8))
+                .seq(Some(seq))
+                .seq_gap(Some(u32::from(i % 97 == 0)))
+                .dropped(Some(i % 13 == 0))
+                .congested((i % 7 != 0).then_some(i % 5 == 0))
+                .report_ingress_ts(Some(mix(i) >> 20))
+                .reporter_addr((i % 11 != 0).then(|| {
+                    let mut a = [0u8; 16];
+                    a[10..12].copy_from_slice(&[0xff, 0xff]);
+                    a[12..].copy_from_slice(&((i % 5) as u32).to_be_bytes());
+                    a
+                }))
+                .vlan(Some(vlan))
+                .src_addr(Some((flow as u128).to_le_bytes()))
+                .src_port(Some((flow >> 48) as u16))
+                .flow_key(Some(flow))
+                .path_id((i % 17 != 0).then(|| mix(i % 40)))
+                .latency_sum_ns(Some(5000 + mix(i) % 3000))
+                // Long runs of nulls and values, ending mid-byte of the validity bitmap.
+                .latency_e2e_ns((3001..7013).contains(&i).then_some(i))
+                .tracked((i < 21).then_some(true))
+                .evc_id((i % 9 != 0).then_some((i % 2) as u32))
+                .evc_name((i % 9 != 0).then_some((i % 2) as u32))
+                .done();
+            if i % 13 == 0 {
+                b.drops
+                    .row(ts, switch)
+                    .report_version(Some(1))
+                    .seq(Some(seq))
+                    .ingress_port(Some((mix(i) % 48) as u32))
+                    .egress_port((i % 39 != 0).then_some((mix(i + 1) % 48) as u32))
+                    .queue_id(Some((i % 8) as u8))
+                    .drop_reason((i % 26 != 0).then_some((mix(i) % 90) as u8))
+                    .vlan(Some(vlan))
+                    .src_addr(Some((flow as u128).to_le_bytes()))
+                    .src_port(Some((flow >> 48) as u16))
+                    .flow_key(Some(flow))
+                    .evc_id((i % 9 != 0).then_some((i % 2) as u32))
+                    .done();
+            }
+            for h in 0..5u64 {
+                b.hops
+                    .row(ts, switch)
+                    .seq(Some(seq))
+                    .flow_key(Some(flow))
+                    .vlan(Some(vlan))
+                    .hop_index(Some(h as u8))
+                    .node_id(Some(0xFB65_D600 + (mix(i + h) % 12) as u32))
+                    .ingress_port(Some((mix(h + i % 300) % 48) as u32))
+                    .queue_id((mix(i * 5 + h) % 9 != 8).then_some((mix(i + h) % 8) as u8))
+                    .queue_occupancy(Some((mix(i * 5 + h) % 200) as u32))
+                    .ingress_ts(Some(u64::from(u32::MAX - 5000) + i * 10_000 + h * 1500))
+                    .egress_ts(Some(u64::from(u32::MAX - 4000) + i * 10_000 + h * 1500))
+                    .latency_ns(Some(800 + mix(i ^ h) % 1200))
+                    .done();
+            }
+        }
+        b
+    }
+
+    fn read(bytes: Vec<u8>) -> Vec<RecordBatch> {
+        ParquetRecordBatchReaderBuilder::try_new(Bytes::from(bytes))
+            .unwrap()
+            .with_batch_size(1 << 20)
+            .build()
+            .unwrap()
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .unwrap()
+    }
+
+    /// Every table round-trips exactly through the encoder (and parquet's own reader), with
+    /// pages and row groups cut mid-batch, for every codec.
+    #[test]
+    fn every_table_round_trips_exactly() {
+        let n = 9_000;
+        for codec in [Codec::Lz4, Codec::Zstd, Codec::None] {
+            let cfg = IntSinkConfig {
+                compression: codec,
+                row_group_rows: 20_000,
+                ..IntSinkConfig::for_test("/nonexistent")
+            };
+            let mut b = rows(n);
+            let tables = b.finish().unwrap();
+            for (table, rb) in tables {
+                // Two writes: a page and a row group end inside each.
+                let (a, z) = (
+                    rb.slice(0, rb.num_rows() / 3),
+                    rb.slice(rb.num_rows() / 3, rb.num_rows() - rb.num_rows() / 3),
+                );
+                let bytes = encode_in_memory(table, &[a, z], &cfg).unwrap();
+                let back = read(bytes);
+                let back = arrow_select::concat::concat_batches(&table.schema(), &back).unwrap();
+                assert_eq!(back.num_rows(), rb.num_rows(), "{table:?} {codec:?}");
+                for (i, f) in table.schema().fields().iter().enumerate() {
+                    assert_eq!(
+                        back.column(i).as_ref(),
+                        rb.column(i).as_ref(),
+                        "{table:?} column {} ({codec:?})",
+                        f.name()
+                    );
+                }
+            }
+        }
+    }
+
+    /// pyarrow and DuckDB read every table exactly as they read parquet's `ArrowWriter` output of
+    /// the same rows (values, nulls, types), and the encodings are the ones chosen.
+    #[test]
+    fn pyarrow_and_duckdb_read_what_arrow_writer_would_have_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = IntSinkConfig {
+            row_group_rows: 20_000,
+            ..IntSinkConfig::for_test(dir.path())
+        };
+        let mut b = rows(6_000);
+        for (table, rb) in b.finish().unwrap() {
+            let ours = encode_in_memory(table, std::slice::from_ref(&rb), &cfg).unwrap();
+            let theirs = encode_with_arrow_writer(table, &[rb], &cfg).unwrap();
+            std::fs::write(
+                dir.path().join(format!("{}.ours.parquet", table.name())),
+                ours,
+            )
+            .unwrap();
+            std::fs::write(
+                dir.path().join(format!("{}.arrow.parquet", table.name())),
+                theirs,
+            )
+            .unwrap();
+        }
+        let got = stel_testkit::python3_json(&format!(
+            r#"
+import json, duckdb, pyarrow.parquet as pq
+d = {dir:?}
+out = {{}}
+for t in ["int_reports", "int_hops", "int_drops"]:
+    ours, theirs = f"{{d}}/{{t}}.ours.parquet", f"{{d}}/{{t}}.arrow.parquet"
+    a, b = pq.read_table(ours), pq.read_table(theirs)
+    md = pq.ParquetFile(ours).metadata
+    encs = sorted({{e for rg in range(md.num_row_groups) for c in range(md.num_columns) for e in md.row_group(rg).column(c).encodings}})
+    con = duckdb.connect()
+    diff = sum(con.sql(f"SELECT count(*) FROM (SELECT * FROM '{{x}}' EXCEPT ALL SELECT * FROM '{{y}}')").fetchall()[0][0]
+               for x, y in [(ours, theirs), (theirs, ours)])
+    out[t] = {{"rows": a.num_rows, "pyarrow_equal": a.equals(b), "schema_equal": a.schema.equals(b.schema),
+              "duckdb_rows": con.sql(f"SELECT count(*) FROM '{{ours}}'").fetchall()[0][0], "duckdb_diff": diff,
+              "encodings": encs}}
+print(json.dumps(out))
+"#,
+            dir = dir.path().to_str().unwrap()
+        ));
+        for t in ["int_reports", "int_hops", "int_drops"] {
+            let g = &got[t];
+            assert!(g["rows"].as_u64().unwrap() > 0, "{got}");
+            assert_eq!(g["pyarrow_equal"], true, "{t}: {got}");
+            assert_eq!(g["schema_equal"], true, "{t}: {got}");
+            assert_eq!(g["duckdb_rows"], g["rows"], "{t}: {got}");
+            assert_eq!(g["duckdb_diff"], 0, "{t}: {got}");
+            let encs = g["encodings"].to_string();
+            for e in ["DELTA_BINARY_PACKED", "RLE_DICTIONARY"] {
+                assert!(encs.contains(e), "{t}: {encs}");
+            }
+        }
+    }
+
+    #[test]
+    fn rle_hybrid_round_trips() {
+        // Runs shorter and longer than 8, at every alignment, and a tail.
+        let mut idx = Vec::new();
+        for k in 0..400u32 {
+            let run = (mix(u64::from(k)) % 20) as usize + 1;
+            idx.extend(std::iter::repeat_n(k % 37, run));
+        }
+        for width in [6u32, 8, 13] {
+            let mut out = Vec::new();
+            rle_hybrid(&idx, width, &mut out);
+            // Decode: ULEB header, RLE or bit-packed runs.
+            let mut got = Vec::new();
+            let mut p = 0;
+            while got.len() < idx.len() {
+                let (mut h, mut shift) = (0u64, 0);
+                loop {
+                    let b = out[p];
+                    p += 1;
+                    h |= u64::from(b & 0x7f) << shift;
+                    shift += 7;
+                    if b < 0x80 {
+                        break;
+                    }
+                }
+                if h & 1 == 0 {
+                    let bytes = width.div_ceil(8) as usize;
+                    let mut v = [0u8; 4];
+                    v[..bytes].copy_from_slice(&out[p..p + bytes]);
+                    p += bytes;
+                    got.extend(std::iter::repeat_n(
+                        u32::from_le_bytes(v),
+                        (h >> 1) as usize,
+                    ));
+                } else {
+                    let n = (h >> 1) as usize * 8;
+                    for k in 0..n {
+                        let mut v = 0u32;
+                        for bit in 0..width as usize {
+                            let at = k * width as usize + bit;
+                            v |= u32::from(out[p + at / 8] >> (at % 8) & 1) << bit;
+                        }
+                        got.push(v);
+                    }
+                    p += n * width as usize / 8;
+                }
+            }
+            got.truncate(idx.len());
+            assert_eq!(got, idx, "width {width}");
+            assert_eq!(p, out.len());
+        }
+    }
+}
