@@ -199,6 +199,45 @@ impl StatKey {
     }
 }
 
+/// Natural order of names: runs of digits compare as numbers, so `Ethernet4` < `Ethernet12` <
+/// `Ethernet100` and `Ethernet0|3` < `Ethernet0|10` (ties, like `Ethernet01` vs `Ethernet1`,
+/// fall back to the plain byte order).
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < x.len() && j < y.len() {
+        if x[i].is_ascii_digit() && y[j].is_ascii_digit() {
+            let (si, sj) = (i, j);
+            while i < x.len() && x[i].is_ascii_digit() {
+                i += 1;
+            }
+            while j < y.len() && y[j].is_ascii_digit() {
+                j += 1;
+            }
+            // Compare the numbers without parsing them (any length): fewer significant digits
+            // is smaller, then digit by digit.
+            let (p, q) = (trim_zeros(&x[si..i]), trim_zeros(&y[sj..j]));
+            let o = p.len().cmp(&q.len()).then_with(|| p.cmp(q));
+            if o != Ordering::Equal {
+                return o;
+            }
+        } else {
+            if x[i] != y[j] {
+                return x[i].cmp(&y[j]);
+            }
+            i += 1;
+            j += 1;
+        }
+    }
+    (x.len() - i).cmp(&(y.len() - j)).then_with(|| a.cmp(b))
+}
+
+fn trim_zeros(d: &[u8]) -> &[u8] {
+    let k = d.iter().position(|c| *c != b'0').unwrap_or(d.len());
+    &d[k..]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

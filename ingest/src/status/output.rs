@@ -29,8 +29,8 @@ use crate::{
 #[derive(Debug, Default)]
 pub struct Rates {
     prev: Option<(i64, Vec<u64>)>,
-    /// Column names of the schema they were made for (once per schema, not per tick).
-    names: Option<(Arc<stel_store::SessionSchema>, Vec<String>)>,
+    /// Column names of the schema last seen, and their indices in natural order.
+    names: Option<(Arc<stel_store::SessionSchema>, Vec<String>, Vec<usize>)>,
     unit: RateUnit,
 }
 
@@ -51,19 +51,22 @@ impl Rates {
         if !self
             .names
             .as_ref()
-            .is_some_and(|(s, _)| Arc::ptr_eq(s, &schema))
+            .is_some_and(|(s, _, _)| Arc::ptr_eq(s, &schema))
         {
-            let n = schema.columns.iter().map(|c| c.wide_name()).collect();
-            self.names = Some((Arc::clone(&schema), n));
+            let n: Vec<String> = schema.columns.iter().map(|c| c.wide_name()).collect();
+            // The ports shown, in natural order (Ethernet0, Ethernet4, …, not Ethernet100).
+            let mut order: Vec<usize> = (0..n.len()).collect();
+            order.sort_by(|&a, &b| stel_store::sai::natural_cmp(&n[a], &n[b]));
+            self.names = Some((Arc::clone(&schema), n, order));
         }
-        let names = &self.names.as_ref().expect("just set").1;
+        let (_, names, order) = self.names.as_ref().expect("just set");
         let mut s = String::new();
         if let Some((pts, prow)) = &self.prev {
             let dt = (ts - *pts) as f64 / 1e9;
             if dt > 0.0 && prow.len() == row.len() {
                 let bytes_per_s = |i: usize| row[i].wrapping_sub(prow[i]) as f64 / dt;
-                for (i, n) in names.iter().enumerate() {
-                    if let Some(port) = n.strip_suffix(".IF_IN_OCTETS") {
+                for &i in order {
+                    if let Some(port) = names[i].strip_suffix(".IF_IN_OCTETS") {
                         let tx = names
                             .iter()
                             .position(|m| m == &format!("{port}.IF_OUT_OCTETS"))
