@@ -2,8 +2,8 @@
 //! is scraped by `prometheus` (Debian's package, started here with a one-job config), and the
 //! server's HTTP API returns our series with the values the daemon counted. The status file,
 //! `/metrics`, the final status file and `stel-ingestd status` list the same series (one
-//! registry), every metric that needs no option is registered by the demo, and the README's
-//! counter table is the registry's. Also: `/health`.
+//! registry), every metric that needs no option is registered by the demo, and the metrics
+//! table in docs/metrics.md is the registry's. Also: `/health`.
 
 use std::{
     collections::BTreeSet,
@@ -258,16 +258,16 @@ fn prometheus_series(s: &Sample) -> String {
     }
 }
 
-/// The README's counter table is the registry's (name, type, labels, when registered, help).
+/// docs/metrics.md's table is the registry's (name, type, labels, when registered, help).
 #[test]
-fn the_readme_counter_table_lists_every_metric() {
-    let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+fn the_metrics_doc_table_lists_every_metric() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md"),
     )
     .unwrap();
     let table = Metric::markdown_table();
     assert!(
-        readme.contains(&table),
-        "README's counter table differs from the registry's; replace it with:\n{table}"
+        doc.contains(&table),
+        "docs/metrics.md's table differs from the registry's; replace it with:\n{table}"
     );
 }

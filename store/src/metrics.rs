@@ -181,8 +181,9 @@ impl Metric {
         }
     }
 
-    /// The README's counter table (Markdown): name, type, labels, when it is registered, help
-    /// — one row per metric, in definition order. A test keeps the README's copy equal to this.
+    /// The metrics table of docs/metrics.md (Markdown): name, type, labels, when it is
+    /// registered, help — one row per metric, in definition order. A test
+    /// (`ingest/tests/prometheus.rs`) keeps the document's copy equal to this.
     pub fn markdown_table() -> String {
         let mut s = String::from(
             "| name | type | labels | registered with | what it counts |\n|---|---|---|---|---|\n",
