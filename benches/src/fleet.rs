@@ -644,7 +644,7 @@ pub fn bench(quick: bool, switches: usize) -> Result<Value, String> {
     cfg.switches = switches;
     // The daemons in release (as deployed); stel-query's debug build is the one `cargo test`
     // builds: its Spark side is a gRPC client, and a release DataFusion build would add ~18 min
-    // to a cold CI run (README).
+    // to a cold CI run (docs/fleet.md).
     let daemon = workspace_binary("stel-ingest", "stel-ingestd", true, true)?;
     let stel_query = workspace_binary("stel-query", "stel-query", false, true)?;
     let moto = stel_testkit::MotoS3::start("lake");

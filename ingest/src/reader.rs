@@ -55,7 +55,7 @@ pub struct ReaderConfig {
     /// io_uring's multishot receive cannot re-read a truncated datagram, so the slot must hold
     /// the largest. Only the bytes the kernel writes are touched (the region is reserved, not
     /// faulted in), so the cache working set is that of the datagrams, not of the slots
-    /// (measured: README design notes).
+    /// (measured: docs/design.md, design notes).
     pub slot_bytes: usize,
     /// How long one wait for data may block, so shutdown and housekeeping stay responsive.
     pub poll_timeout_ms: u64,
