@@ -230,6 +230,63 @@ impl CounterBatch {
     }
 }
 
+impl CounterBatch {
+    /// The inverse of [`CounterBatch::to_wide`]: a wide batch (`ts`, then `schema`'s counters in
+    /// order, as a history file holds them) back in the row-major layout, transposed in tiles.
+    /// `None` when a counter is null (the row-major layout only knows whole missing parts, and
+    /// a file does not say where its parts start).
+    ///
+    /// # Errors
+    /// Columns that do not match `schema` (count or types).
+    pub fn from_wide(
+        schema: Arc<SessionSchema>,
+        b: &RecordBatch,
+    ) -> Result<Option<CounterBatch>, ArrowError> {
+        use arrow_array::{cast::AsArray, types::TimestampNanosecondType};
+        const TILE_ROWS: usize = 64;
+        const TILE_COLS: usize = 64;
+        let width = schema.width();
+        if b.num_columns() != width + 1 {
+            return Err(ArrowError::SchemaError(format!(
+                "{} columns for a session of {width} counters",
+                b.num_columns()
+            )));
+        }
+        let ts = b
+            .column(0)
+            .as_primitive_opt::<TimestampNanosecondType>()
+            .ok_or_else(|| ArrowError::SchemaError("ts is not a nanosecond timestamp".into()))?;
+        let mut cols = Vec::with_capacity(width);
+        for c in 1..=width {
+            let a = b
+                .column(c)
+                .as_primitive_opt::<UInt64Type>()
+                .ok_or_else(|| ArrowError::SchemaError(format!("column {c} is not UInt64")))?;
+            if a.null_count() > 0 {
+                return Ok(None);
+            }
+            cols.push(a.values());
+        }
+        let rows = b.num_rows();
+        let mut values = vec![0u64; rows * width];
+        for r0 in (0..rows).step_by(TILE_ROWS) {
+            let r1 = (r0 + TILE_ROWS).min(rows);
+            for c0 in (0..width).step_by(TILE_COLS) {
+                let c1 = (c0 + TILE_COLS).min(width);
+                for r in r0..r1 {
+                    let dst = &mut values[r * width + c0..r * width + c1];
+                    for (k, v) in dst.iter_mut().enumerate() {
+                        *v = cols[c0 + k][r];
+                    }
+                }
+            }
+        }
+        CounterBatch::new(schema, ts.values().to_vec(), values, Vec::new())
+            .map(Some)
+            .map_err(|e| ArrowError::SchemaError(e.to_string()))
+    }
+}
+
 /// Fills one session's batch in place. Owned by one decoder; never shared.
 #[derive(Debug)]
 pub struct BatchBuilder {
@@ -483,6 +540,26 @@ mod tests {
             columns,
             generation: 1,
         })
+    }
+
+    #[test]
+    fn from_wide_inverts_to_wide() {
+        let s = schema(&[70]);
+        let rows = 130;
+        let values: Vec<u64> = (0..rows * 70).map(|k| k as u64 * 7 + 3).collect();
+        let ts: Vec<i64> = (0..rows as i64).map(|i| 1000 + i).collect();
+        let b = CounterBatch::new(Arc::clone(&s), ts.clone(), values.clone(), vec![]).unwrap();
+        let back = CounterBatch::from_wide(Arc::clone(&s), &b.to_wide().unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!((back.ts, back.values), (ts, values));
+        // A null counter cannot be carried row-major.
+        let split = schema(&[2, 2]);
+        let holes =
+            CounterBatch::new(Arc::clone(&split), vec![1, 2], vec![0; 8], vec![3, 1]).unwrap();
+        assert!(CounterBatch::from_wide(split, &holes.to_wide().unwrap())
+            .unwrap()
+            .is_none());
     }
 
     #[test]

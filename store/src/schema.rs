@@ -136,6 +136,64 @@ impl SessionSchema {
         ))
     }
 
+    /// The session schema a raw history file was written with, from its wide Arrow fields (the
+    /// `stel.*` field metadata) and its footer keys ([`crate::parquet::keys`]). Where each
+    /// template part starts is not in the file: every part starts at column 0 (the file's nulls
+    /// say which values are missing).
+    ///
+    /// # Errors
+    /// A key or field metadata the daemon always writes is missing or malformed: not a stel
+    /// raw file.
+    pub fn from_stel_file(
+        fields: &arrow_schema::Fields,
+        kv: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        use crate::{
+            parquet::keys,
+            sai::{ObjectType, StatKey},
+        };
+        let key = |k: &str| {
+            kv.get(k)
+                .cloned()
+                .ok_or(format!("no {k} footer key: not a stel raw file"))
+        };
+        let template_ids: Vec<u16> = key(keys::TEMPLATE_IDS)?
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| x.parse::<u16>().map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        let mut columns = Vec::new();
+        for f in fields.iter().skip(1) {
+            let md = f.metadata();
+            let get = |k: &str| md.get(k).ok_or(format!("column {}: no {k}", f.name()));
+            let ot = get("stel.object_type")?;
+            let object_type = match ObjectType::from_name(ot) {
+                Some(t) => t as u32,
+                None => ot
+                    .strip_prefix("OBJECT_TYPE_")
+                    .and_then(|n| n.parse().ok())
+                    .ok_or(format!("column {}: object type {ot}", f.name()))?,
+            };
+            columns.push(CounterColumn {
+                label: get("stel.label")?.parse().map_err(|e| format!("{e}"))?,
+                object: get("stel.object")?.clone(),
+                key: StatKey {
+                    object_type,
+                    stat_id: get("stel.stat_id")?.parse().map_err(|e| format!("{e}"))?,
+                },
+            });
+        }
+        Ok(SessionSchema {
+            profile: key(keys::PROFILE)?,
+            group: key(keys::GROUP)?,
+            domain: key(keys::DOMAIN)?.parse().map_err(|e| format!("{e}"))?,
+            part_offsets: vec![0; template_ids.len().max(1)],
+            template_ids,
+            columns,
+            generation: key(keys::GENERATION)?.parse().map_err(|e| format!("{e}"))?,
+        })
+    }
+
     /// The wide Arrow schema: `ts` then one nullable UInt64 column per counter.
     pub fn wide_arrow_schema(&self) -> SchemaRef {
         let mut fields = Vec::with_capacity(self.width() + 1);

@@ -3,22 +3,37 @@
 //! Hive-partitioned Parquet (DuckDB, Spark, Athena, stel-query itself) can query it there.
 //!
 //! Files entirely inside the window are copied byte for byte; files that straddle an edge are
-//! rewritten with only the rows inside (same schema, metadata and codec); the rest are skipped
-//! without being read (partition directories outside the window are not even listed into).
+//! rewritten with only the rows inside, through the history's own column-chunk encoder (the
+//! same encoding, codec, row groups and pages, so a copy costs per row what the original did),
+//! with the original's footer keys and the kept rows' counts (`stel.rows`, `stel.first_ns`,
+//! `stel.last_ns`, samples); the rest are skipped without being read (partition directories
+//! outside the window are not even listed into).
 
 use std::{process::ExitCode, sync::Arc, time::Instant};
 
-use arrow_array::{Scalar, TimestampNanosecondArray};
+use std::collections::BTreeMap;
+
+use arrow_array::{
+    cast::AsArray, types::TimestampNanosecondType, RecordBatch, Scalar, TimestampNanosecondArray,
+};
 use datafusion::{
     arrow::compute::{and, filter_record_batch, kernels::cmp},
     parquet::{
         arrow::{arrow_reader::ParquetRecordBatchReaderBuilder, ArrowWriter},
-        file::{metadata::KeyValue, properties::WriterProperties, statistics::Statistics},
+        basic::{Compression, Encoding},
+        file::{
+            metadata::{KeyValue, ParquetMetaData},
+            statistics::Statistics,
+        },
     },
 };
 use futures::TryStreamExt;
 use object_store::{ObjectMeta, ObjectStoreExt, PutPayload};
 use serde_json::json;
+use stel_store::{
+    parquet::{keys, Codec, CounterEncoding, FileEncoder, ParquetSinkConfig},
+    CounterBatch, SessionSchema,
+};
 
 use crate::{
     catalog::{Catalog, Location},
@@ -112,46 +127,138 @@ async fn export_file(
         dst.store.put(&dest, PutPayload::from(bytes)).await?;
         return Ok(Some((Action::Copied, rows, n)));
     }
-    // Straddles an edge: keep the rows inside, same schema, metadata and codec.
-    let schema = Arc::clone(builder.schema());
-    let codec = md
-        .row_groups()
-        .first()
-        .and_then(|rg| rg.columns().get(1).or(rg.columns().first()))
-        .map(|c| c.compression());
-    let kv: Vec<KeyValue> = md
+    // Straddles an edge: the rows inside, re-encoded the way the history writes them.
+    let (bytes, kept) = trim(builder, &md, r)
+        .map_err(|e| Error::BadFile(format!("{rel}: cannot rewrite the rows inside {r}: {e}")))?;
+    let n = bytes.len() as u64;
+    dst.store.put(&dest, PutPayload::from(bytes)).await?;
+    Ok(Some((Action::Trimmed, kept, n)))
+}
+
+/// The footer keys a trimmed copy recomputes (the rest are the original's).
+const COUNT_KEYS: [&str; 5] = [
+    keys::FIRST_NS,
+    keys::LAST_NS,
+    keys::ROWS,
+    keys::SAMPLES,
+    keys::MISSING_SAMPLES,
+];
+
+/// The rows of a history file inside `r`, as a new file: through the history's own column-chunk
+/// encoder ([`FileEncoder`]: the same encoding, codec, row groups and pages as the daemon's
+/// files) with the original's footer keys and the counts (rows, first/last timestamp, samples)
+/// of what was kept. A file whose counters have nulls (a split snapshot with a missing part,
+/// which the row-major encoder cannot carry) goes through Arrow's writer with the history's
+/// writer properties (encoding, codec, row groups) and the same corrected keys. Returns the file and its rows.
+fn trim(
+    builder: ParquetRecordBatchReaderBuilder<bytes::Bytes>,
+    md: &ParquetMetaData,
+    r: &TimeRange,
+) -> std::result::Result<(Vec<u8>, u64), String> {
+    let kv: BTreeMap<String, String> = md
         .file_metadata()
         .key_value_metadata()
         .map(|v| {
             v.iter()
-                .filter(|k| k.key != "ARROW:schema")
-                .cloned()
+                .filter_map(|k| Some((k.key.clone(), k.value.clone()?)))
                 .collect()
         })
         .unwrap_or_default();
-    let mut props = WriterProperties::builder().set_key_value_metadata(Some(kv));
-    if let Some(c) = codec {
-        props = props.set_compression(c);
-    }
-    let mut w = ArrowWriter::try_new(Vec::new(), Arc::clone(&schema), Some(props.build()))?;
-    let lo_s = Scalar::new(TimestampNanosecondArray::from(vec![r.from_ns]).with_timezone("UTC"));
-    let hi_s = Scalar::new(TimestampNanosecondArray::from(vec![r.to_ns]).with_timezone("UTC"));
-    let reader = builder.build()?;
-    let mut kept = 0u64;
-    for b in reader {
-        let b = b?;
-        let ts = b.column(0);
-        let mask = and(&cmp::gt_eq(ts, &lo_s)?, &cmp::lt(ts, &hi_s)?)?;
-        let f = filter_record_batch(&b, &mask)?;
-        kept += f.num_rows() as u64;
-        if f.num_rows() > 0 {
-            w.write(&f)?;
+    let keep: Vec<KeyValue> = kv
+        .iter()
+        .filter(|(k, _)| *k != "ARROW:schema" && !COUNT_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+        .collect();
+    let arrow = Arc::clone(builder.schema());
+    let chunk = md.row_groups().first().and_then(|rg| rg.columns().get(1));
+    let mut cfg = ParquetSinkConfig::default();
+    match chunk.map(|c| c.compression()) {
+        Some(Compression::ZSTD(l)) => {
+            cfg.compression = Codec::Zstd;
+            cfg.compression_level = l.compression_level();
         }
+        Some(Compression::UNCOMPRESSED) => cfg.compression = Codec::None,
+        _ => cfg.compression = Codec::Lz4,
     }
-    let bytes = w.into_inner()?;
-    let n = bytes.len() as u64;
-    dst.store.put(&dest, PutPayload::from(bytes)).await?;
-    Ok(Some((Action::Trimmed, kept, n)))
+    let encodings: Vec<Encoding> = chunk.map(|c| c.encodings().collect()).unwrap_or_default();
+    cfg.encoding = if encodings.contains(&Encoding::BYTE_STREAM_SPLIT) {
+        CounterEncoding::ByteStreamSplit
+    } else if encodings.contains(&Encoding::DELTA_BINARY_PACKED) {
+        CounterEncoding::DeltaBinaryPacked
+    } else {
+        CounterEncoding::Plain
+    };
+    if let Some(n) = md.row_groups().iter().map(|rg| rg.num_rows()).max() {
+        cfg.row_group_rows = usize::try_from(n).unwrap_or(cfg.row_group_rows).max(1);
+    }
+    let schema = SessionSchema::from_stel_file(arrow.fields(), &kv).map(Arc::new);
+    let lo = Scalar::new(TimestampNanosecondArray::from(vec![r.from_ns]).with_timezone("UTC"));
+    let hi = Scalar::new(TimestampNanosecondArray::from(vec![r.to_ns]).with_timezone("UTC"));
+    let inside = |b: &RecordBatch| -> std::result::Result<RecordBatch, String> {
+        let ts = b.column(0);
+        let mask = and(
+            &cmp::gt_eq(ts, &lo).map_err(|e| e.to_string())?,
+            &cmp::lt(ts, &hi).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| e.to_string())?;
+        filter_record_batch(b, &mask).map_err(|e| e.to_string())
+    };
+    let batches: Vec<RecordBatch> = builder
+        .with_batch_size(4096)
+        .build()
+        .map_err(|e| e.to_string())?
+        .map(|b| b.map_err(|e| e.to_string()).and_then(|b| inside(&b)))
+        .filter(|b| b.as_ref().map_or(true, |b| b.num_rows() > 0))
+        .collect::<std::result::Result<_, _>>()?;
+    // What was kept, for the footer.
+    let (mut rows, mut first, mut last, mut missing) = (0u64, i64::MAX, i64::MIN, 0u64);
+    for b in &batches {
+        rows += b.num_rows() as u64;
+        let ts = b
+            .column(0)
+            .as_primitive::<TimestampNanosecondType>()
+            .values();
+        first = first.min(ts.iter().copied().min().unwrap_or(i64::MAX));
+        last = last.max(ts.iter().copied().max().unwrap_or(i64::MIN));
+        missing += b.columns()[1..]
+            .iter()
+            .map(|c| c.null_count() as u64)
+            .sum::<u64>();
+    }
+    let width = arrow.fields().len().saturating_sub(1) as u64;
+    let counts: Vec<KeyValue> = [
+        (keys::FIRST_NS, first.to_string()),
+        (keys::LAST_NS, last.to_string()),
+        (keys::ROWS, rows.to_string()),
+        (keys::SAMPLES, (rows * width).to_string()),
+        (keys::MISSING_SAMPLES, missing.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| KeyValue::new(k.to_string(), v))
+    .collect();
+    if let (Ok(schema), 0) = (&schema, missing) {
+        let mut enc =
+            FileEncoder::new(Vec::new(), schema, &cfg, keep).map_err(|e| e.to_string())?;
+        for b in &batches {
+            let cb = CounterBatch::from_wide(Arc::clone(schema), b)
+                .map_err(|e| e.to_string())?
+                .ok_or("a null counter in a batch without nulls")?;
+            enc.write(&Arc::new(cb)).map_err(|e| e.to_string())?;
+        }
+        return Ok((enc.finish(counts).map_err(|e| e.to_string())?, rows));
+    }
+    let mut all = keep;
+    all.extend(counts);
+    let props = cfg
+        .writer_properties()
+        .into_builder()
+        .set_key_value_metadata(Some(all))
+        .build();
+    let mut w = ArrowWriter::try_new(Vec::new(), arrow, Some(props)).map_err(|e| e.to_string())?;
+    for b in &batches {
+        w.write(b).map_err(|e| e.to_string())?;
+    }
+    Ok((w.into_inner().map_err(|e| e.to_string())?, rows))
 }
 
 /// # Errors

@@ -705,6 +705,67 @@ pub fn encode_in_memory(
     encode_with(batches, cfg, Arc::new(pool), None)
 }
 
+/// Writes one session's batches into a Parquet file exactly as the history does (the same
+/// column-chunk encoder, writer properties, layout and `ARROW:schema`), for copies made from
+/// the history: `stel-query export` re-encodes the files it trims through it. `kv` is the
+/// footer's key-value metadata (a copy keeps its original's static keys); keys only known at
+/// the end (first/last timestamp, rows) go to [`FileEncoder::finish`].
+pub struct FileEncoder<W: Write + Send> {
+    part: PartFile<W>,
+}
+
+impl<W: Write + Send> std::fmt::Debug for FileEncoder<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileEncoder")
+            .field("part", &self.part)
+            .finish()
+    }
+}
+
+impl<W: Write + Send> FileEncoder<W> {
+    /// A file of `schema`'s session into `out`, encoded per `cfg` (encoding, codec, row-group
+    /// and page sizes, encode threads).
+    ///
+    /// # Errors
+    /// The encode threads could not be started, or the schema cannot be written.
+    pub fn new(
+        out: W,
+        schema: &SessionSchema,
+        cfg: &super::ParquetSinkConfig,
+        kv: Vec<KeyValue>,
+    ) -> Result<Self> {
+        let pool =
+            EncodePool::new(cfg.encode_threads()).map_err(|e| ParquetError::External(e.into()))?;
+        let props = cfg
+            .writer_properties()
+            .into_builder()
+            .set_key_value_metadata(Some(kv))
+            .build();
+        Ok(Self {
+            part: PartFile::try_new(out, schema, props, EncodeOptions::from(cfg), Arc::new(pool))?,
+        })
+    }
+
+    /// Appends the rows of `b` (the file's session).
+    ///
+    /// # Errors
+    /// A batch of another width, or an encoder error.
+    pub fn write(&mut self, b: &Arc<CounterBatch>) -> Result<()> {
+        self.part.write(b, 0, b.rows())
+    }
+
+    /// Adds `kv` to the footer, writes it and returns the output.
+    ///
+    /// # Errors
+    /// An encoder or I/O error.
+    pub fn finish(mut self, kv: Vec<KeyValue>) -> Result<W> {
+        for k in kv {
+            self.part.append_key_value_metadata(k);
+        }
+        self.part.into_inner()
+    }
+}
+
 /// How [`encode_with`] encodes DELTA blocks: the detected kernel, a given one, or (the
 /// reference) the general path only.
 #[derive(Debug, Clone, Copy)]

@@ -28,7 +28,7 @@ mod simd;
 pub mod sink;
 pub mod writer;
 
-pub use chunk::{encode_in_memory, kernel_name};
+pub use chunk::{encode_in_memory, kernel_name, FileEncoder};
 pub(crate) use chunk::{EncodeOptions, PagedChunk, SeriesPage};
 pub use config::{Codec, CounterEncoding, ParquetSinkConfig, WhenFull};
 pub use sink::{accounting, ParquetSink, Shed, ShedReason};

@@ -23,8 +23,7 @@ use super::{
 };
 use crate::{
     paths::{classify, published_parts, LayoutEntry},
-    sai::{ObjectType, StatKey},
-    schema::{CounterColumn, SessionSchema},
+    schema::SessionSchema,
     BudgetHandle,
 };
 
@@ -67,52 +66,7 @@ fn file_schema(
                 .collect()
         })
         .unwrap_or_default();
-    let key = |k: &str| {
-        kv.get(k)
-            .cloned()
-            .ok_or(format!("no {k} footer key: not a stel raw file"))
-    };
-    let template_ids: Vec<u16> = key(crate::parquet::keys::TEMPLATE_IDS)?
-        .split(',')
-        .filter(|x| !x.is_empty())
-        .map(|x| x.parse::<u16>().map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
-    let mut columns = Vec::new();
-    for f in b.schema().fields().iter().skip(1) {
-        let md = f.metadata();
-        let get = |k: &str| md.get(k).ok_or(format!("column {}: no {k}", f.name()));
-        let ot = get("stel.object_type")?;
-        let object_type = match ObjectType::from_name(ot) {
-            Some(t) => t as u32,
-            None => ot
-                .strip_prefix("OBJECT_TYPE_")
-                .and_then(|n| n.parse().ok())
-                .ok_or(format!("column {}: object type {ot}", f.name()))?,
-        };
-        columns.push(CounterColumn {
-            label: get("stel.label")?.parse().map_err(|e| format!("{e}"))?,
-            object: get("stel.object")?.clone(),
-            key: StatKey {
-                object_type,
-                stat_id: get("stel.stat_id")?.parse().map_err(|e| format!("{e}"))?,
-            },
-        });
-    }
-    let schema = SessionSchema {
-        profile: key(crate::parquet::keys::PROFILE)?,
-        group: key(crate::parquet::keys::GROUP)?,
-        domain: key(crate::parquet::keys::DOMAIN)?
-            .parse()
-            .map_err(|e| format!("{e}"))?,
-        // Where each template part starts is not in the file; its nulls say which values are
-        // missing, which is all the accumulator needs.
-        part_offsets: vec![0; template_ids.len().max(1)],
-        template_ids,
-        columns,
-        generation: key(crate::parquet::keys::GENERATION)?
-            .parse()
-            .map_err(|e| format!("{e}"))?,
-    };
+    let schema = SessionSchema::from_stel_file(b.schema().fields(), &kv)?;
     Ok((Arc::new(schema), b))
 }
 
