@@ -706,18 +706,7 @@ fn the_cli_speaks_stel_ingestd() {
     );
     let o = daemon().arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&o.stdout).into_owned();
-    let options = help.split("Options:").nth(1).expect("an Options section");
-    let lines: Vec<&str> = options.lines().collect();
-    for (i, l) in lines.iter().enumerate() {
-        let flag = l.trim_start();
-        // Flags are indented 2 (with a short form) or 6 spaces; possible values further.
-        let indent = l.len() - flag.len();
-        if flag.starts_with('-') && (indent == 2 || indent == 6) {
-            // The description follows on the next line(s) in long help.
-            let next = lines.get(i + 1).map_or("", |n| n.trim());
-            assert!(!next.is_empty(), "{flag} has no description:\n{help}");
-        }
-    }
+    every_flag_described(&help);
     assert!(help.contains("per_message"), "{help}");
     assert!(help.contains("Exit status"), "{help}");
     let t = tempfile::tempdir().unwrap();
@@ -738,6 +727,84 @@ fn the_cli_speaks_stel_ingestd() {
         let (_, err) = text(&o);
         assert!(!err.contains("seq-mode"), "{spelling}: {err}");
     }
+}
+
+/// Every flag of a clap long help (`--help`) has a description.
+fn every_flag_described(help: &str) {
+    let options = help.split("Options:").nth(1).expect("an Options section");
+    let lines: Vec<&str> = options.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        let flag = l.trim_start();
+        // Flags are indented 2 (with a short form) or 6 spaces; possible values further.
+        let indent = l.len() - flag.len();
+        if flag.starts_with('-') && (indent == 2 || indent == 6) {
+            // The description follows on the next line(s) in long help.
+            let next = lines.get(i + 1).map_or("", |n| n.trim());
+            assert!(!next.is_empty(), "{flag} has no description:\n{help}");
+        }
+    }
+}
+
+/// stel-emu: `--version` names it; `stel-emu help` and `stel-emu help int` print the long help
+/// (`stel-emu int --help` too), every flag described, with examples; the port speed is
+/// `--speed` in stel-query's form (100G, 25G, Mb/s) and the sequence mode is spelled as
+/// stel-ingestd spells it (`per_message`, `per-message` accepted).
+#[test]
+fn the_cli_speaks_stel_emu() {
+    let emu = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_stel-emu"))
+            .args(args)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        (o.status.code(), out, err)
+    };
+    let (code, out, err) = emu(&["--version"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("stel-emu "), "{out}");
+    for args in [&["help"][..], &["--help"][..]] {
+        let (code, help, err) = emu(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        every_flag_described(&help);
+        assert!(help.contains("Examples:"), "{help}");
+        assert!(help.contains("--speed <SPEED>"), "{help}");
+        assert!(!help.contains("speed-gbps"), "{help}");
+        assert!(help.contains("per_message"), "{help}");
+    }
+    for args in [&["help", "int"][..], &["int", "--help"][..]] {
+        let (code, help, err) = emu(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        every_flag_described(&help);
+        assert!(help.contains("Examples:"), "{help}");
+        assert!(help.contains("--drops"), "{help}");
+    }
+    let (code, _, err) = emu(&["help", "nothing"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("stel-emu help int"), "{err}");
+    // The flags as documented: a file of 1 ms of switch time at 25G, per-message sequences.
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("e.ipfix");
+    for (speed, seq) in [("25G", "per-message"), ("25000", "per_message")] {
+        let (code, _, err) = emu(&[
+            "--ports",
+            "2",
+            "--interval",
+            "100us",
+            "--duration",
+            "1ms",
+            "--speed",
+            speed,
+            "--seq-mode",
+            seq,
+            "--file",
+            f.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(0), "{speed} {seq}: {err}");
+        assert!(std::fs::metadata(&f).unwrap().len() > 0);
+    }
+    let (code, _, err) = emu(&["--speed", "fast", "--file", f.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a port speed"), "{err}");
 }
 
 /// Starts the daemon on NETLINK_USERSOCK `group` (learn policy: in-band templates) with its

@@ -240,26 +240,7 @@ pub fn fmt_ok(v: u64) -> String {
     thousands(v)
 }
 
-/// Parses a port speed: `100G`, `400g`, `25000` (Mb/s, as SONiC's `speed` field), `10000M`.
-///
-/// # Errors
-/// Anything else.
-pub fn parse_speed_mbps(s: &str) -> Result<f64, String> {
-    let t = s.trim().to_ascii_uppercase();
-    let (num, mul) = if let Some(n) = t.strip_suffix('G') {
-        (n, 1000.0)
-    } else if let Some(n) = t.strip_suffix('M') {
-        (n, 1.0)
-    } else {
-        (t.as_str(), 1.0)
-    };
-    num.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|v| *v > 0.0)
-        .map(|v| v * mul)
-        .ok_or_else(|| format!("`{s}` is not a port speed (examples: 100G, 25G, 400000)"))
-}
+pub use stel_store::units::parse_speed_mbps;
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// Example: cargo run --release -p stel-benches --bin stel-bench -- decode --quick
 #[derive(Debug, Parser)]
-#[command(version, verbatim_doc_comment)]
+#[command(name = "stel-bench", version, verbatim_doc_comment)]
 struct Args {
     #[command(subcommand)]
     bench: Bench,

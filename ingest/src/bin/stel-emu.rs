@@ -32,7 +32,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   stel-emu --netlink-group 1 --duration 1s --record sent.nl  # what was sent, datagram by datagram
 ///   stel-emu int --to 127.0.0.1:5900 --rate 100000    # INT reports (stel-emu int --help)
 #[derive(Debug, Parser)]
-#[command(version, verbatim_doc_comment)]
+#[command(name = "stel-emu", version, verbatim_doc_comment)]
 struct Args {
     /// Object type of the group: PORT, QUEUE, INGRESS_PRIORITY_GROUP, BUFFER_POOL.
     #[arg(long, default_value = "PORT", value_parser = parse_group)]
@@ -58,9 +58,9 @@ struct Args {
     /// Load pattern driving the counters.
     #[arg(long, value_enum, default_value_t = Pattern::Steady)]
     pattern: Pattern,
-    /// Port speed used by the load model, Gbit/s.
-    #[arg(long, default_value_t = 100.0)]
-    speed_gbps: f64,
+    /// Port speed of the load model (and of --redis's PORT tables): 100G, 25G, 400000 (Mb/s).
+    #[arg(long, default_value = "100G", value_parser = stel_store::units::parse_speed_mbps, value_name = "SPEED")]
+    speed: f64,
     /// How long to stream (e.g. 10s, 2m). Default: until Ctrl-C (netlink) or 1s (file).
     #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
     duration: Option<u64>,
@@ -119,14 +119,20 @@ struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Pace {
+    /// Pace netlink output, write files flat out.
     Auto,
+    /// Always pace to ports × stats per interval.
     On,
+    /// Never pace: as fast as possible.
     Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum SeqArg {
+    /// +1 per IPFIX message (the HFT HLD's); spelled as stel-ingestd and its config file do.
+    #[value(name = "per_message", alias = "per-message")]
     PerMessage,
+    /// +records per message (RFC 7011's).
     Rfc7011,
 }
 
@@ -163,7 +169,7 @@ fn config(a: &Args) -> Result<EmuConfig, String> {
     c.interval_ns = a.interval;
     c.snapshots_per_message = a.snapshots_per_message;
     c.pattern = a.pattern;
-    c.speed_gbps = a.speed_gbps;
+    c.speed_gbps = a.speed / 1000.0;
     c.domain = a.domain;
     c.template_id = a.template_id;
     c.seq_mode = match a.seq_mode {
@@ -336,7 +342,7 @@ fn run(a: Args) -> Result<(), String> {
     }
     if let Some(url) = &a.redis {
         let opts = stel_ingest::sources::fixture::FixtureOptions {
-            speed_mbps: (a.speed_gbps * 1000.0).round() as u32,
+            speed_mbps: a.speed.round() as u32,
             ..Default::default()
         };
         let r = stel_ingest::sources::fixture::publish(url, &emu, &opts)
@@ -457,8 +463,26 @@ fn run(a: Args) -> Result<(), String> {
 
 fn main() -> ExitCode {
     // `stel-emu int …`: INT telemetry reports (stel_ingest::int::gen).
-    if std::env::args_os().nth(1).is_some_and(|a| a == "int") {
-        return stel_ingest::int::gen::cli_main(std::env::args_os().skip(1));
+    let mut args = std::env::args_os().skip(1);
+    match args.next().as_ref().and_then(|a| a.to_str()) {
+        Some("int") => return stel_ingest::int::gen::cli_main(std::env::args_os().skip(1)),
+        // `stel-emu help [int]`.
+        Some("help") => {
+            use clap::CommandFactory;
+            let mut c = match args.next().as_ref().and_then(|a| a.to_str()) {
+                Some("int") => stel_ingest::int::gen::IntArgs::command(),
+                None => Args::command(),
+                Some(other) => {
+                    eprintln!("stel-emu: no help for `{other}` (stel-emu help, stel-emu help int)");
+                    return ExitCode::from(2);
+                }
+            };
+            return match c.print_long_help() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(2),
+            };
+        }
+        _ => {}
     }
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,

@@ -34,9 +34,13 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
+    /// AmLight/NoviFlow's layout: Telemetry Report v1.0, one VLAN (the EVC), INT v1.0, 6 words a hop.
     Amlight,
+    /// Telemetry Report v1.0 with every metadata word, QinQ, IPv6, TCP options, INT v1.0.
     V1,
+    /// Telemetry Report v0.5 with the switch-local (or drop) header, INT v0.5.
     V05,
+    /// Telemetry Report v2.0: --coalesce individual reports per packet, INT v2.1 INT-MD.
     V2,
 }
 
@@ -860,7 +864,6 @@ pub fn outer_frame(out: &mut Vec<u8>, switch_id: u32, dst_port: u16, payload: &[
     out.extend_from_slice(payload);
 }
 
-/// `stel-emu int` arguments.
 #[derive(Debug, clap::Parser)]
 #[command(name = "stel-emu int", verbatim_doc_comment)]
 /// Sends INT telemetry reports like P4/INT switches (AmLight/NoviFlow by default) to a UDP
