@@ -603,8 +603,7 @@ pub fn workspace_binary(
     let path = target
         .join(if release { "release" } else { "debug" })
         .join(bin);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut c = Command::new(cargo);
+    let mut c = stel_testkit::nested_cargo();
     c.args(["build", "-q", "-p", package, "--bin", bin])
         .arg("--target-dir")
         .arg(&target)

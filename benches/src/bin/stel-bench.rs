@@ -195,10 +195,10 @@ fn decode(quick: bool) -> Result<serde_json::Value, String> {
 /// (`stel-query-bench`, a binary of the stel-query crate), which this spawns through cargo so that stel-bench itself never
 /// links DataFusion.
 fn query(quick: bool) -> Result<serde_json::Value, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // The bench runs the `stel-query` binary too (the CLI and `stel-query serve`): build both
-    // binaries of the crate in the one profile.
-    let st = std::process::Command::new(&cargo)
+    // binaries of the crate in the one profile, `release-query`, the one `deploy/demo.sh` and
+    // the README build stel-query in, so after theirs this build only adds stel-query-bench.
+    let st = stel_testkit::nested_cargo()
         .args([
             "build",
             "--profile",
@@ -227,7 +227,7 @@ fn query(quick: bool) -> Result<serde_json::Value, String> {
     if quick {
         args.push("--quick");
     }
-    let out = std::process::Command::new(cargo)
+    let out = stel_testkit::nested_cargo()
         .args(&args)
         .stderr(std::process::Stdio::inherit())
         .output()

@@ -84,8 +84,7 @@ pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
         if release { " --release" } else { "" },
         target.display()
     );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut c = Command::new(cargo);
+    let mut c = nested_cargo();
     c.args(["build", "-p", package, "--bin", name])
         .arg("--target-dir")
         .arg(&target)
@@ -101,6 +100,34 @@ pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
         bin.display()
     );
     bin
+}
+
+/// Cargo (`$CARGO`, else `cargo` on the PATH) for a build started from a process that cargo
+/// itself ran (`cargo run`, `cargo test`), without the environment cargo gives such a process:
+/// the package's `CARGO_PKG_*`, `CARGO_MANIFEST_*`, `CARGO_CRATE_NAME`, `OUT_DIR`, … . Build
+/// scripts that declare `rerun-if-env-changed` on those names (ring's does) would see them set
+/// here and unset in a `cargo build` from a shell, and rerun: ring, rustls, object_store and all
+/// of DataFusion rebuilt after a plain `cargo build` had built the very same thing.
+pub fn nested_cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                k,
+                "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            )
+        {
+            c.env_remove(k);
+        }
+    }
+    c
 }
 
 /// A TCP port that was free a moment ago (for a server started later on purpose).
