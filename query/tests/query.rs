@@ -995,6 +995,34 @@ fn a_restart_in_the_window_is_counted_and_said() {
 /// leads with a per-port summary, `int --engine spark` refuses, `--version` names the tool.
 #[test]
 fn the_cli_speaks_operator() {
+    // An example on every subcommand's help, and every flag described.
+    for c in [
+        "rates",
+        "history",
+        "top",
+        "bursts",
+        "inspect",
+        "sql",
+        "export",
+        "int",
+        "stat",
+        "serve",
+        "completions",
+    ] {
+        let o = query(&[c, "--help"], &[]);
+        assert_eq!(o.code, 0, "{c}: {}", o.stderr);
+        assert!(o.stdout.contains("Example"), "{c} --help:\n{}", o.stdout);
+        let options = o.stdout.split("Options:").nth(1).expect("an Options section");
+        let lines: Vec<&str> = options.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let flag = l.trim_start();
+            let indent = l.len() - flag.len();
+            if flag.starts_with('-') && (indent == 2 || indent == 6) {
+                let next = lines.get(i + 1).map_or("", |n| n.trim());
+                assert!(!next.is_empty(), "{c}: {flag} has no description");
+            }
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
     write_emulated(dir.path(), cfg(Pattern::Steady, 8), 3_000, 3000);
     let d = dir.path().to_str().unwrap();

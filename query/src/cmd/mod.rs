@@ -64,7 +64,6 @@ pub enum Cmd {
     Inspect(inspect::Args),
     Sql(sql::Args),
     Export(export::Args),
-    /// INT telemetry: flows, per-hop latency, drops, per-EVC latency.
     Int(int::Args),
     Stat(stat::Args),
     Serve(crate::serve::Args),
