@@ -1012,7 +1012,11 @@ fn the_cli_speaks_operator() {
         let o = query(&[c, "--help"], &[]);
         assert_eq!(o.code, 0, "{c}: {}", o.stderr);
         assert!(o.stdout.contains("Example"), "{c} --help:\n{}", o.stdout);
-        let options = o.stdout.split("Options:").nth(1).expect("an Options section");
+        let options = o
+            .stdout
+            .split("Options:")
+            .nth(1)
+            .expect("an Options section");
         let lines: Vec<&str> = options.lines().collect();
         for (i, l) in lines.iter().enumerate() {
             let flag = l.trim_start();

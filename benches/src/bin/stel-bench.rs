@@ -25,6 +25,8 @@ struct Args {
 enum Bench {
     /// IPFIX decode on one core: our decoder vs netflow_parser on the same design-rate messages
     /// (64 ports × 30 stats, 4 snapshots per message).
+    ///
+    /// Example: stel-bench decode --quick
     Decode {
         /// Fewer, shorter runs.
         #[arg(long)]
@@ -33,6 +35,8 @@ enum Bench {
     /// Through the kernel: emulator → NETLINK_USERSOCK multicast → eBPF filter → io_uring
     /// reader → decoders, paced at `--rate` × the design rate, and the plain recv loop as the
     /// baseline in the same run; plus each reader's drain rate. Needs root.
+    ///
+    /// Example: sudo stel-bench netlink --quick --rate 2
     Netlink {
         /// Fewer, shorter runs.
         #[arg(long)]
@@ -43,6 +47,8 @@ enum Bench {
     },
     /// The whole daemon: emulator → kernel → eBPF filter → io_uring → decoder → Parquet and
     /// COUNTERS_DB (a private redis-server), paced at `--rate` × the design rate. Needs root.
+    ///
+    /// Example: sudo stel-bench e2e --quick --rate 1
     E2e {
         /// A shorter run.
         #[arg(long)]
@@ -53,6 +59,8 @@ enum Bench {
     },
     /// stel-query's `rates` scan vs DuckDB over the same Parquet files (64 ports × 30 stats at
     /// 10 µs). Runs `stel-query-bench` through cargo, so this binary never links DataFusion.
+    ///
+    /// Example: stel-bench query --quick
     Query {
         /// A short window (0.5 s of snapshots).
         #[arg(long)]
@@ -62,6 +70,8 @@ enum Bench {
     /// stel-ingestd each uploading to a local S3 (moto), then the fleet questions (top ports by
     /// microburst time, per-switch drops) on Sail in local-cluster mode through stel-query
     /// --engine spark, checked against stel-query's local engine on the same lake. Needs root.
+    ///
+    /// Example: sudo stel-bench fleet --quick --switches 20
     Fleet {
         /// Less data per switch (the whole run under a minute once built).
         #[arg(long)]
@@ -73,6 +83,8 @@ enum Bench {
     /// OTLP sink: the design session's counters exported over OTLP/gRPC to a real local
     /// receiver (HTTP/2, every request's protobuf walked to its points), every point accounted
     /// for; plus the encoder alone on one core.
+    ///
+    /// Example: stel-bench otlp --quick --points-per-request 10000 --in-flight 2
     Otlp {
         /// Fewer, shorter runs.
         #[arg(long)]
@@ -86,6 +98,8 @@ enum Bench {
     },
     /// Parquet sink end to end (queue → writer thread → wide transpose → encode → fsync →
     /// rename) on the emulator's design-rate counters, vs a raw 8 B/sample write in the same run.
+    ///
+    /// Example: stel-bench parquet --quick --sweep
     Parquet {
         /// Fewer, shorter runs.
         #[arg(long)]
@@ -98,6 +112,8 @@ enum Bench {
     /// Rollup tiers: the daemon's CPU with and without them (e2e, same run), what they shed,
     /// bytes per switch-day per tier on the emulator's steady, ramp and microburst loads, and
     /// queries on a day / week of tiers (stel-query vs DuckDB on the same files). Needs root.
+    ///
+    /// Example: sudo stel-bench rollup --quick
     Rollup {
         /// Shorter runs.
         #[arg(long)]
@@ -108,6 +124,8 @@ enum Bench {
     },
     /// INT report decode on one core (AmLight 5-hop reports) vs a plain per-report parse in
     /// the same run; the end-to-end figures come with the daemon's INT source.
+    ///
+    /// Example: stel-bench int --quick
     Int {
         /// Fewer, shorter runs.
         #[arg(long)]
