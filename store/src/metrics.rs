@@ -1206,6 +1206,10 @@ metrics! {
     RollupTierBytes: Gauge "stel_rollup_tier_bytes" [];
     /// Temporary tier files of a killed writer removed at start.
     RollupStaleTempFiles: Counter "stel_rollup_stale_temp_files_total" [];
+    /// Sessions whose tier files were closed to make room for a new one (`max_sessions`).
+    RollupEvictedSessions: Counter "stel_rollup_evicted_sessions_total" [];
+    /// Tier files published early because the open ones held more than `memory_budget_bytes`.
+    RollupMemoryFlushes: Counter "stel_rollup_memory_flushes_total" [];
 
     // ── counters_db: COUNTERS_DB + RATES in SONiC's Redis (with [counters_db]) ───────────────
     /// Write rounds acknowledged by Redis.

@@ -23,6 +23,10 @@ const T0: i64 = 1_699_999_978_000_000_000;
 const STEP: i64 = 1_000_000;
 
 fn schema() -> Arc<SessionSchema> {
+    schema_in("PORT")
+}
+
+fn schema_in(group: &str) -> Arc<SessionSchema> {
     let mut columns = Vec::new();
     for p in 0..PORTS {
         for s in STATS {
@@ -38,7 +42,7 @@ fn schema() -> Arc<SessionSchema> {
     }
     Arc::new(SessionSchema {
         profile: "lab 1".into(),
-        group: "PORT".into(),
+        group: group.into(),
         domain: 0,
         template_ids: vec![256],
         part_offsets: vec![0],
@@ -172,4 +176,90 @@ print(json.dumps({{"rows": rows, "types": {{c.name: str(c.type) for c in one_m.s
             ["1s", 125 * PORTS, n * PORTS as i64, PORTS, "lab 1"]
         ])
     );
+}
+
+/// Pushes snapshots `from..to` of every schema in turn, `per` snapshots a batch.
+fn push_in_turn(w: &mut RollupWriter, schemas: &[Arc<SessionSchema>], to: i64, per: i64) {
+    let mut i = 0;
+    while i < to {
+        for s in schemas {
+            let ts: Vec<i64> = (i..i + per).map(|k| T0 + k * STEP).collect();
+            let vals: Vec<u64> = (i..i + per).flat_map(values).collect();
+            w.push(&CounterBatch::new(Arc::clone(s), ts, vals, Vec::new()).unwrap());
+        }
+        i += per;
+    }
+    w.finish();
+}
+
+/// More sessions than `max_sessions` and open files over `memory_budget_bytes`: files are
+/// closed early (counted) and every sample is still in the tiers.
+#[test]
+fn memory_bounds_publish_early_and_lose_no_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n, per) = (3_000i64, 100i64);
+    // Three sessions in turn, room for two: every batch's session evicts the least recent.
+    let sessions = dir.path().join("sessions");
+    let mut w = RollupWriter::new(
+        &RollupConfig {
+            max_sessions: 2,
+            ..RollupConfig::for_test()
+        },
+        sessions.clone(),
+        "sw1".into(),
+        BudgetHandle::default(),
+    )
+    .unwrap();
+    let schemas: Vec<_> = ["PORT", "PORT_B", "PORT_C"]
+        .iter()
+        .map(|g| schema_in(g))
+        .collect();
+    push_in_turn(&mut w, &schemas, n, per);
+    let t = w.totals();
+    assert_eq!(t.write_errors, 0);
+    assert_eq!(t.evicted_sessions, 3 * (n / per) as u64 - 2);
+    assert_eq!(t.memory_flushes, 0);
+    // One session, a budget smaller than any open file: published as soon as a row is in.
+    let budget = dir.path().join("budget");
+    let mut w = RollupWriter::new(
+        &RollupConfig {
+            memory_budget_bytes: 1,
+            ..RollupConfig::for_test()
+        },
+        budget.clone(),
+        "sw1".into(),
+        BudgetHandle::default(),
+    )
+    .unwrap();
+    push_in_turn(&mut w, &[schema()], n, per);
+    let t = w.totals();
+    assert_eq!(t.write_errors, 0);
+    assert_eq!(t.evicted_sessions, 0);
+    assert!(t.memory_flushes >= 2, "{t:?}");
+    let got = stel_testkit::python3_json(&format!(
+        r#"
+import json, duckdb
+con = duckdb.connect()
+out = {{}}
+for name, root in [("sessions", {sessions:?}), ("budget", {budget:?})]:
+    out[name] = [list(x) for x in con.execute(f"select tier, \"group\", sum(samples)::BIGINT, count(distinct filename) from read_parquet('{{root}}/tier=*/*/*/*/*.parquet', hive_partitioning=1, filename=1) group by all order by all").fetchall()]
+print(json.dumps(out))
+"#,
+        sessions = sessions.display().to_string(),
+        budget = budget.display().to_string()
+    ));
+    let all = n * PORTS as i64;
+    let rows = |k: &str| got[k].as_array().unwrap().clone();
+    let sessions = rows("sessions");
+    assert_eq!(sessions.len(), 6, "{got}");
+    for r in &sessions {
+        assert_eq!(r[2], all, "every sample of every session: {r}");
+    }
+    let budget = rows("budget");
+    assert_eq!(budget.len(), 2, "{got}");
+    for r in &budget {
+        assert_eq!(r[2], all, "every sample: {r}");
+    }
+    // The 1 s tier published per closed second rather than per hour.
+    assert!(budget[1][3].as_i64().unwrap() >= 3, "{got}");
 }

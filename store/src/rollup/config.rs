@@ -57,12 +57,19 @@ pub struct RollupConfig {
     pub when_full: WhenFull,
     /// Longest `submit` waits for room with `when_full = "block"`, ms.
     pub block_timeout_ms: u64,
+    /// Sessions rolled up at once; a new session past it closes the least recently active
+    /// one's files (counted: `stel_rollup_evicted_sessions_total`). Bounds memory against a
+    /// flood of sessions.
+    pub max_sessions: usize,
+    /// Bytes the open tier files may hold (encoded pages of every session and tier); past it
+    /// the oldest open files are published early (counted: `stel_rollup_memory_flushes_total`).
+    pub memory_budget_bytes: u64,
 }
 
 impl Default for RollupConfig {
     fn default() -> Self {
         Self {
-            enabled: false,
+            enabled: true,
             tiers: vec![
                 TierConfig {
                     retention_max_bytes: 8 << 30,
@@ -80,6 +87,8 @@ impl Default for RollupConfig {
             queue_batches: 64,
             when_full: WhenFull::DropNewest,
             block_timeout_ms: 50,
+            max_sessions: 64,
+            memory_budget_bytes: 256 << 20,
         }
     }
 }
@@ -242,6 +251,9 @@ impl RollupConfig {
         }
         if self.queue_batches == 0 {
             problems.push("queue_batches must be at least 1".into());
+        }
+        if self.max_sessions == 0 {
+            problems.push("max_sessions must be at least 1".into());
         }
         if problems.is_empty() {
             Ok((

@@ -79,6 +79,8 @@ pub(crate) struct Counters {
     retention_bytes: Counter,
     tier_bytes: Gauge,
     stale_temp_files: Counter,
+    evicted_sessions: Counter,
+    memory_flushes: Counter,
 }
 
 impl Counters {
@@ -110,6 +112,8 @@ impl Counters {
             retention_bytes: r.counter(Metric::RollupRetentionBytes, labels!()),
             tier_bytes: r.gauge(Metric::RollupTierBytes, labels!()),
             stale_temp_files: r.counter(Metric::RollupStaleTempFiles, labels!()),
+            evicted_sessions: r.counter(Metric::RollupEvictedSessions, labels!()),
+            memory_flushes: r.counter(Metric::RollupMemoryFlushes, labels!()),
             registry: r,
         }
     }
@@ -187,6 +191,8 @@ pub struct WriterTotals {
     pub retention_files: u64,
     pub retention_bytes: u64,
     pub stale_temp_files: u64,
+    pub evicted_sessions: u64,
+    pub memory_flushes: u64,
 }
 
 /// The rollup thread's state: every session's accumulator and open tier files, the tiers'
@@ -202,6 +208,8 @@ pub struct RollupWriter {
     budget: BudgetHandle,
     /// Close a session's open interval after this long without a batch.
     idle: Duration,
+    max_sessions: usize,
+    memory_budget: usize,
     last_age_scan: Instant,
     totals: WriterTotals,
     c: Option<Arc<Counters>>,
@@ -264,6 +272,8 @@ impl RollupWriter {
             seq: 0,
             budget,
             idle: Duration::from_secs(5),
+            max_sessions: cfg.max_sessions.max(1),
+            memory_budget: usize::try_from(cfg.memory_budget_bytes).unwrap_or(usize::MAX),
             last_age_scan: Instant::now(),
             totals,
             c: None,
@@ -339,6 +349,20 @@ impl RollupWriter {
                 self.finish_session(s);
             }
         }
+        if !self.sessions.contains_key(&key) && self.sessions.len() >= self.max_sessions {
+            let lru = self
+                .sessions
+                .iter()
+                .min_by_key(|(_, s)| s.last_batch)
+                .map(|(k, _)| k.clone());
+            if let Some(s) = lru.and_then(|k| self.sessions.remove(&k)) {
+                self.totals.evicted_sessions += 1;
+                if let Some(c) = &self.c {
+                    c.evicted_sessions.add(1);
+                }
+                self.finish_session(s);
+            }
+        }
         let s = match self.sessions.get_mut(&key) {
             Some(s) => s,
             None => {
@@ -359,8 +383,37 @@ impl RollupWriter {
         s.last_batch = Instant::now();
         let mut closed = Vec::new();
         feed(&mut s.acc, &mut |r| closed.push(r));
+        let any = !closed.is_empty();
         for r in closed {
             self.take_row(&key, r);
+        }
+        if any {
+            self.keep_budget();
+        }
+    }
+
+    /// Publishes the open files that were opened first while they hold more than the memory
+    /// budget (early, smaller files; nothing is lost).
+    fn keep_budget(&mut self) {
+        while self.memory() > self.memory_budget {
+            let oldest =
+                self.sessions
+                    .iter()
+                    .flat_map(|(k, s)| {
+                        s.files.iter().enumerate().filter_map(move |(i, f)| {
+                            f.as_ref().map(|f| (f.first_ns, k.clone(), i))
+                        })
+                    })
+                    .min();
+            let Some((_, k, i)) = oldest else { return };
+            let Some(f) = self.sessions.get_mut(&k).and_then(|s| s.files[i].take()) else {
+                return;
+            };
+            self.totals.memory_flushes += 1;
+            if let Some(c) = &self.c {
+                c.memory_flushes.add(1);
+            }
+            self.publish(i, f);
         }
     }
 
