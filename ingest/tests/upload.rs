@@ -63,9 +63,10 @@ fn finish(child: Child, status: &str) -> Value {
 /// The lake's switch name the tests configure (`[upload] switch`).
 const SWITCH: &str = "leaf-01.lab";
 
-/// Compares every published file with its copy under `switch=<SWITCH>/` (bytes and pyarrow
-/// tables; nothing else in the lake); returns (files, rows).
-fn compare(data: &Path, dest: &str, env: &[(&str, &str)]) -> (u64, u64) {
+/// Compares every published file with its copy in the lake — under `switch=<SWITCH>/`, rollup
+/// tiers under `_tiers/tier=<t>/switch=<SWITCH>/` (bytes and pyarrow tables; nothing else in
+/// the lake; with `tiers_only`, the tiers alone); returns (files, rows).
+fn compare(data: &Path, dest: &str, env: &[(&str, &str)], tiers_only: bool) -> (u64, u64) {
     const SCRIPT: &str = r#"
 import io, os, sys
 import pyarrow.parquet as pq
@@ -79,6 +80,8 @@ def walk(root):
                 out[os.path.relpath(p, root)] = open(p, "rb").read()
     return out
 local = walk(data)
+if sys.argv[4] == "tiers":
+    local = {k: v for k, v in local.items() if k.startswith("tier=")}
 if dest.startswith("s3://"):
     import boto3
     bucket, _, prefix = dest[5:].partition("/")
@@ -90,10 +93,16 @@ if dest.startswith("s3://"):
 else:
     remote = walk(dest)
 assert local, "no local files"
-# Every uploaded key is switch=<name>/<the data dir's relative path>.
-prefix = "switch=" + switch + "/"
-assert all(k.startswith(prefix) for k in remote), sorted(remote)[:3]
-remote = {k[len(prefix):]: v for k, v in remote.items()}
+# Every uploaded key is switch=<name>/<the data dir's relative path>, or for a tier
+# _tiers/tier=<t>/switch=<name>/<the rest of it>.
+sw = "switch=" + switch + "/"
+def local_rel(k):
+    if k.startswith(sw):
+        return k[len(sw):]
+    parts = k.split("/")
+    assert parts[0] == "_tiers" and parts[1].startswith("tier=") and parts[2] + "/" == sw, k
+    return "/".join([parts[1]] + parts[3:])
+remote = {local_rel(k): v for k, v in remote.items()}
 assert sorted(local) == sorted(remote), (sorted(set(local) ^ set(remote)))
 rows = 0
 for k, b in local.items():
@@ -104,7 +113,12 @@ for k, b in local.items():
 print(len(local), rows)
 "#;
     let mut c = stel_testkit::python3(SCRIPT);
-    c.args([data.to_str().unwrap(), dest, SWITCH]);
+    c.args([
+        data.to_str().unwrap(),
+        dest,
+        SWITCH,
+        if tiers_only { "tiers" } else { "all" },
+    ]);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -149,7 +163,7 @@ fn daemon_uploads_every_published_file_to_a_directory() {
         "{up}\n{pq}"
     );
     assert!(metric(pq, "stel_rollup_published_bytes_total") > 0);
-    let (files, rows) = compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
+    let (files, rows) = compare(&dir.path().join("data"), lake.to_str().unwrap(), &[], false);
     assert_eq!(files, metric(pq, "stel_sink_published_files_total"));
     assert_eq!(
         rows,
@@ -164,7 +178,7 @@ fn daemon_uploads_every_published_file_to_a_directory() {
         metric(up, "stel_upload_files_total"),
         metric(&st, "stel_sink_published_files_total")
     );
-    compare(&dir.path().join("data"), lake.to_str().unwrap(), &[]);
+    compare(&dir.path().join("data"), lake.to_str().unwrap(), &[], false);
 }
 
 #[test]
@@ -206,7 +220,7 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
         metric(pq, "stel_sink_published_files_total"),
         "{up}\n{pq}"
     );
-    let (files, rows) = compare(&dir.path().join("data"), "s3://lake/stel", &env);
+    let (files, rows) = compare(&dir.path().join("data"), "s3://lake/stel", &env, false);
     assert_eq!(files, metric(pq, "stel_sink_published_files_total"));
     assert_eq!(
         rows,
@@ -215,34 +229,33 @@ fn daemon_uploads_to_s3_and_rides_out_an_outage() {
     );
 }
 
-/// `[upload] raw = false`: the tiers go to the lake (same `switch=` layout), the raw stream
-/// stays on the switch.
+/// `[upload] raw = false` to a real S3 server: the tiers go to the lake (same `switch=`
+/// partition, under `_tiers/`), byte for byte; the raw stream stays on the switch.
 #[test]
 fn raw_upload_off_sends_only_the_rollup_tiers() {
     let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
+    let moto = MotoS3::start("lake");
+    let url = moto.url();
+    let env = s3_client_env(&url);
     let extra = format!(
-        "[upload]\nto = {:?}\nscan_interval_ms = 200\nswitch = {SWITCH:?}\nraw = false\n",
-        lake.display()
+        "[upload]\nto = \"s3://lake/stel\"\nscan_interval_ms = 200\nswitch = {SWITCH:?}\nraw = false\n"
     );
-    let st = run_daemon(dir.path(), &extra, 3, &[]);
+    let st = run_daemon(dir.path(), &extra, 3, &env);
     assert_eq!(metric(&st, "stel_upload_failures_total"), 0, "{st}");
     assert_eq!(metric(&st, "stel_upload_pending_files"), 0, "{st}");
+    assert!(metric(&st, "stel_parquet_published_bytes_total") > 0, "{st}");
     assert_eq!(
         metric(&st, "stel_upload_bytes_total"),
         metric(&st, "stel_rollup_published_bytes_total"),
         "{st}"
     );
-    let mut keys: Vec<String> =
-        stel_store::paths::published_parts(&lake.join(format!("switch={SWITCH}")))
-            .into_iter()
-            .map(|(rel, ..)| rel)
-            .collect();
-    keys.sort();
-    assert!(!keys.is_empty());
-    assert!(keys.iter().all(|k| k.starts_with("tier=")), "{keys:?}");
-    assert!(keys.iter().any(|k| k.starts_with("tier=1s/")), "{keys:?}");
-    assert!(keys.iter().any(|k| k.starts_with("tier=1m/")), "{keys:?}");
+    // Every tier file and nothing else, under _tiers/tier=<t>/switch=<name>/.
+    let (files, rows) = compare(&dir.path().join("data"), "s3://lake/stel", &env, true);
+    assert_eq!(files, metric(&st, "stel_upload_files_total"), "{st}");
+    assert_eq!(rows, metric(&st, "stel_rollup_written_rows_total"), "{st}");
+    for t in ["1s", "1m"] {
+        assert!(dir.path().join(format!("data/tier={t}")).is_dir(), "{t}");
+    }
 }
 
 /// The sum of a metric's series in a status-file sink section (the registry's JSON form).

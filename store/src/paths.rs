@@ -109,8 +109,6 @@ pub fn switch_segment(name: &str) -> String {
     out
 }
 
-/// The lake key of a part, given its path relative to the data dir (`profile=…/…/part-….parquet`,
-/// as [`published_parts`] lists it): `switch=<escaped name>/<rel>`.
 /// A published file's path inside one switch's part of the lake: the counters' `rel` as it is;
 /// an INT table's `table=<t>/switch=<reporting switch>/…` becomes `table=<t>/reporter=<…>/…`,
 /// because the lake already has `switch=<collector>` above it and Hive partitioning cannot hold
@@ -124,13 +122,21 @@ pub fn lake_rel(rel: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The lake key of a published file, given its path relative to the data dir (as
+/// [`published_parts`] lists it): `switch=<escaped name>/<lake_rel(rel)>`; a rollup tier's
+/// `tier=<t>/…` goes to `_tiers/tier=<t>/switch=<escaped name>/…` — a hidden top-level tree, so
+/// engines that read the lake root as one table of raw files (Spark, Sail: they skip `_` names)
+/// never see the tiers, and each tier is one table of every switch (`store/ROLLUPS.md` §8).
 pub fn lake_key(switch: &str, rel: &str) -> String {
-    format!(
-        "{}/{}",
-        switch_segment(switch),
-        lake_rel(rel.trim_start_matches('/'))
-    )
+    let rel = rel.trim_start_matches('/');
+    if let Some((tier, rest)) = rel.split_once('/').filter(|(t, _)| t.starts_with("tier=")) {
+        return format!("{TIERS_DIR}/{tier}/{}/{rest}", switch_segment(switch));
+    }
+    format!("{}/{}", switch_segment(switch), lake_rel(rel))
 }
+
+/// The lake's top-level directory of the rollup tiers (hidden: see [`lake_key`]).
+pub const TIERS_DIR: &str = "_tiers";
 
 /// A UTC civil hour: the `date=`/`hour=` partition of a timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -902,7 +908,7 @@ mod tests {
         assert_eq!(listed.len(), 1);
         assert_eq!(
             lake_key("sw", &listed[0].0),
-            "switch=sw/tier=1m/profile=stel_demo/group=PORT/date=2023-11-14/\
+            "_tiers/tier=1m/switch=sw/profile=stel_demo/group=PORT/date=2023-11-14/\
              part-01700000000123456789-000004.parquet"
         );
     }

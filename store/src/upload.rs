@@ -535,12 +535,20 @@ fn backoff(initial_ms: u64, max_ms: u64, failures: u32) -> Duration {
     Duration::from_millis(initial_ms.saturating_mul(1 << shift).min(max_ms))
 }
 
-async fn upload_one(dest: Dest, src: PathBuf, rel: String, multipart: u64) -> Outcome {
+/// Uploads `src` (data-dir relative path `rel`) to `dest`, the lake root, at the lake key of
+/// switch `switch` (`paths::lake_key`).
+async fn upload_one(
+    dest: Dest,
+    switch: String,
+    src: PathBuf,
+    rel: String,
+    multipart: u64,
+) -> Outcome {
     let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     match dest {
         Dest::Local(root) => {
             // On the uploader's own thread: blocking file I/O stalls nothing else.
-            let dst = root.join(&*crate::paths::lake_rel(&rel));
+            let dst = root.join(crate::paths::lake_key(&switch, &rel));
             let Some(parent) = dst.parent() else {
                 return Outcome::Failed(format!("{}: no parent directory", dst.display()));
             };
@@ -575,7 +583,7 @@ async fn upload_one(dest: Dest, src: PathBuf, rel: String, multipart: u64) -> Ou
             }
         }
         Dest::Store(store, prefix) => {
-            let rel = crate::paths::lake_rel(&rel);
+            let rel = crate::paths::lake_key(&switch, &rel);
             let key = if prefix.is_empty() {
                 rel.to_string()
             } else {
@@ -831,8 +839,9 @@ impl Engine {
                     self.shared.c.retries.add(1);
                 }
                 let (dest, src, rel) = (self.dest.clone(), p.path.clone(), k.1.clone());
+                let switch = self.shared.switch.clone();
                 let mp = self.cfg.multipart_bytes;
-                set.spawn(async move { (k, upload_one(dest, src, rel, mp).await) });
+                set.spawn(async move { (k, upload_one(dest, switch, src, rel, mp).await) });
             }
             let joined = match deadline {
                 Some(d) => {
@@ -997,7 +1006,9 @@ impl Uploader {
         // Everything goes under `switch=<name>/`: that is the destination, for the files and for
         // the state file (another name is another destination).
         let root = lake_root(cfg.to.trim(), &switch);
-        let dest = Dest::parse(&root, data_dir)?;
+        // Keys are lake keys (`paths::lake_key`): `switch=<name>/…` for the history, and
+        // `_tiers/tier=<t>/switch=<name>/…` for rollup tiers, so the destination is the lake.
+        let dest = Dest::parse(cfg.to.trim(), data_dir)?;
         fs::create_dir_all(data_dir).map_err(|source| Error::State {
             path: data_dir.to_owned(),
             source,
