@@ -222,7 +222,10 @@ impl SwitchPlan {
 pub struct Generated {
     pub switches: usize,
     pub daemon_runs: usize,
+    /// Raw files and rollup tier files uploaded.
     pub files_uploaded: u64,
+    /// Of those, raw files (what the lake's raw view reads).
+    pub raw_files_uploaded: u64,
     pub bytes_uploaded: u64,
     pub samples: u64,
     pub lost: u64,
@@ -237,6 +240,11 @@ fn session_json(emu: &Emulator) -> Value {
 /// The registry's series of a status file (its `metrics` section).
 fn registry(st: &Value) -> Snapshot {
     Snapshot::from_json(&st["metrics"])
+}
+
+/// The registry's series of a `metrics` section itself.
+fn registry_of(metrics: &Value) -> Snapshot {
+    Snapshot::from_json(metrics)
 }
 
 /// A registry series from a status file's `metrics` section: unlabelled metrics are a number,
@@ -442,6 +450,8 @@ pub fn generate(
                                 o.samples += samples;
                                 o.lost += lost;
                                 o.files_uploaded += metric(&up, "stel_upload_files_total");
+                                o.raw_files_uploaded += metric(&up, "stel_upload_files_total")
+                                    - stel_store::rollup::accounting::files(&registry_of(&up));
                                 o.bytes_uploaded += metric(&up, "stel_upload_bytes_total");
                             }
                         }
@@ -493,6 +503,152 @@ pub fn local_lake(cfg: &FleetConfig, work: &Path, dir: &Path) -> Result<usize, S
         }
     }
     Ok(n)
+}
+
+/// The rollup lake: 100 switches × 24 h of the 1 min tier.
+pub const ROLLUP_LAKE: &str = "s3://lake/rollup";
+
+/// Per switch, 24 h (ending at [`T_RECENT`]) of synthetic counters of 8 ports every 5 s —
+/// loads differing per switch and port, each port at 95 % for one minute in 17 — through the
+/// real rollup writer (1 min tier) under `dir/switch=<name>/`, the last minute also as raw
+/// files (so the local engine has a session). Returns the files written.
+///
+/// # Errors
+/// A writer failing.
+pub fn rollup_lake(switches: usize, dir: &Path) -> Result<usize, String> {
+    use std::sync::Arc;
+    use stel_store::{
+        parquet::{ParquetSink, ParquetSinkConfig},
+        rollup::{RollupConfig, RollupWriter, TierConfig},
+        sai::StatKey,
+        schema::{CounterColumn, SessionSchema},
+        BudgetHandle, CounterBatch,
+    };
+    const STEP: i64 = 5_000_000_000;
+    let stats = [
+        "IF_IN_OCTETS",
+        "IF_IN_UCAST_PKTS",
+        "IF_OUT_OCTETS",
+        "IF_OUT_UCAST_PKTS",
+    ];
+    let end = T_RECENT as i64;
+    let start = end - 86_400_000_000_000;
+    let mut files = 0;
+    for i in 0..switches {
+        let name = format!("sw{i:03}");
+        let root = dir.join(stel_store::paths::switch_segment(&name));
+        let mut columns = Vec::new();
+        for p in 0..8u16 {
+            for st in stats {
+                columns.push(CounterColumn {
+                    label: p + 1,
+                    object: format!("Ethernet{}", 4 * p),
+                    key: StatKey {
+                        object_type: 1,
+                        stat_id: ObjectType::Port.stat_by_name(st).ok_or(st)?.id,
+                    },
+                });
+            }
+        }
+        let schema = Arc::new(SessionSchema {
+            profile: "fleet".into(),
+            group: "PORT".into(),
+            domain: 0,
+            template_ids: vec![256],
+            part_offsets: vec![0],
+            columns,
+            generation: 1,
+        });
+        let cfg = RollupConfig {
+            tiers: vec![TierConfig::new("1m")],
+            ..RollupConfig::for_test()
+        };
+        let mut w = RollupWriter::new(&cfg, root.clone(), name.clone(), BudgetHandle::default())
+            .map_err(|e| e.to_string())?;
+        let raw = ParquetSink::start(
+            ParquetSinkConfig {
+                switch_name: Some(name.clone()),
+                flush_interval_ms: 3_600_000,
+                ..ParquetSinkConfig::for_test(&root)
+            },
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        let line = 100e9 / 8.0 * STEP as f64 / 1e9;
+        let mut state = vec![0u64; 32];
+        let mut t = start;
+        while t < end {
+            let rows = 2048.min(((end - t) / STEP) as usize);
+            let mut ts = Vec::with_capacity(rows);
+            let mut values = Vec::with_capacity(rows * 32);
+            for r in 0..rows {
+                let tt = t + r as i64 * STEP;
+                ts.push(tt);
+                let minute = tt / 60_000_000_000;
+                for p in 0..8usize {
+                    let hot = (minute + (i * 3 + p * 5) as i64) % 17 == 0;
+                    let util = if hot {
+                        0.95
+                    } else {
+                        0.1 + 0.7 * ((i + p) % 9) as f64 / 8.0
+                    };
+                    let octets = (util * line) as u64 / 800 * 800;
+                    let tx = (util * 0.9 * line) as u64 / 800 * 800;
+                    for (k, v) in [octets, octets / 800, tx, tx / 800].into_iter().enumerate() {
+                        state[p * 4 + k] += v;
+                    }
+                }
+                values.extend_from_slice(&state);
+            }
+            let b = CounterBatch::new(Arc::clone(&schema), ts, values, Vec::new())
+                .map_err(|e| e.to_string())?;
+            w.push(&b);
+            if b.ts.last().is_some_and(|l| *l >= end - 60_000_000_000) {
+                raw.submit(Arc::new(b)).map_err(|e| format!("{e:?}"))?;
+            }
+            t += rows as i64 * STEP;
+        }
+        w.finish();
+        raw.shutdown().map_err(|e| e.to_string())?;
+        files += stel_store::paths::published_parts(&root).len();
+    }
+    Ok(files)
+}
+
+/// Copies the tree under `dir` to `s3://lake/rollup/` of the moto server at `url` (boto3).
+///
+/// # Errors
+/// The upload failing.
+pub fn upload_tree(dir: &Path, env: &[(String, String)]) -> Result<usize, String> {
+    let script = format!(
+        r#"
+import os, json, boto3
+from concurrent.futures import ThreadPoolExecutor
+root = {root:?}
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+files = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".parquet")]
+def put(p):
+    s3.upload_file(p, "lake", "rollup/" + os.path.relpath(p, root))
+with ThreadPoolExecutor(8) as ex:
+    list(ex.map(put, files))
+print(json.dumps({{"files": len(files)}}))
+"#,
+        root = dir.display().to_string()
+    );
+    let mut c = stel_testkit::python3(&script);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().map_err(|e| e.to_string())?;
+    if !o.status.success() {
+        return Err(format!(
+            "upload to moto: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let v: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())
+        .map_err(|e| e.to_string())?;
+    Ok(v["files"].as_u64().unwrap_or(0) as usize)
 }
 
 /// One `stel-query … --json` run: its rows, its summary and how long it took.
@@ -737,8 +893,72 @@ pub fn bench(quick: bool, switches: usize) -> Result<Value, String> {
             "files_in_lake": remote.summary["files_in_lake"], "answers_match": same}),
         );
     }
+    // The rollup question: top ports by burst time over the last day, 100 switches × 24 h of
+    // the 1 min tier, on Sail vs the local engine.
+    let rollup_dir = work.path().join("rollup-lake");
+    let t = Instant::now();
+    let written = rollup_lake(cfg.switches, &rollup_dir)?;
+    let uploaded = upload_tree(&rollup_dir, &env)?;
+    eprintln!(
+        "fleet: rollup lake: {} switches × 24 h of the 1 min tier: {written} files written, {uploaded} uploaded to {ROLLUP_LAKE} in {:.1} s",
+        cfg.switches,
+        t.elapsed().as_secs_f64()
+    );
+    let day = [
+        "top".to_string(),
+        "--by".into(),
+        "bursts".into(),
+        "-n".into(),
+        "10".into(),
+        "--threshold".into(),
+        "90".into(),
+        "--from".into(),
+        (T_RECENT - 86_400_000_000_000).to_string(),
+        "--to".into(),
+        T_RECENT.to_string(),
+    ];
+    let mut rq = day.to_vec();
+    rq.extend([
+        "--engine".to_string(),
+        "spark".into(),
+        "--remote".into(),
+        sail.remote(),
+        "-d".into(),
+        ROLLUP_LAKE.into(),
+    ]);
+    let mut rtimes = Vec::new();
+    let mut rremote = None;
+    for _ in 0..runs {
+        let r = ask(&stel_query, &rq, &env)?;
+        rtimes.push(r.secs);
+        rremote = Some(r);
+    }
+    let rremote = rremote.ok_or("no run")?;
+    let mut lq = day.to_vec();
+    lq.extend(["-d".to_string(), rollup_dir.display().to_string()]);
+    let rlocal = ask(&stel_query, &lq, &env)?;
+    let keys = ["switch", "object", "burst_time"];
+    let (ra, la) = (answer(&rremote.rows, &keys), answer(&rlocal.rows, &keys));
+    let rollup_match = !ra.is_empty()
+        && ra == la
+        && rremote.summary["tier"] == "1m"
+        && rlocal.summary["tier"] == "1m";
+    eprintln!(
+        "fleet: top 10 ports by burst time over the last day (1 min tier): spark {:.2} s (tier {}), local {:.2} s (tier {}), answers {}",
+        median(rtimes.clone()),
+        rremote.summary["tier"],
+        rlocal.secs,
+        rlocal.summary["tier"],
+        if rollup_match { "match" } else { "DIFFER" }
+    );
+    if !rollup_match {
+        eprintln!("fleet: spark: {ra:?}\nfleet: local: {la:?}");
+    }
     Ok(json!({
         "bench": "fleet",
+        "rollup_query_s": median(rtimes),
+        "rollup_answers_match": rollup_match,
+        "rollup_local_query_s": rlocal.secs,
         "switches": g.switches,
         "files_in_lake": results[0]["files_in_lake"],
         "files_read": results[0]["files_read"],

@@ -364,11 +364,27 @@ impl Catalog {
     ) -> Result<Option<SchemaRef>> {
         // In a URL a `%` of the directory name must be `%25`.
         let rel = rel.trim_matches('/');
-        let url = ListingTableUrl::parse(if rel.is_empty() {
+        let url = if rel.is_empty() {
             self.location.url.to_string()
         } else {
             format!("{}{}/", self.location.url, rel.replace('%', "%25"))
-        })?;
+        };
+        self.register_listing_url(name, &url, parts, shape).await
+    }
+
+    /// [`Catalog::register_listing`] of a directory given as a URL of this catalog's store (a
+    /// lake's `_tiers/…` tree, beside a switch's root).
+    ///
+    /// # Errors
+    /// As [`Catalog::register_listing`].
+    pub async fn register_listing_url(
+        &self,
+        name: &str,
+        url: &str,
+        parts: &[&str],
+        shape: Shape,
+    ) -> Result<Option<SchemaRef>> {
+        let url = ListingTableUrl::parse(url)?;
         let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
             .with_file_extension(".parquet")
             .with_table_partition_cols(

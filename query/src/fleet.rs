@@ -53,10 +53,34 @@ pub async fn open(data: &str, switches: &[String], strict: bool) -> Result<Vec<T
             continue;
         }
         match Catalog::open(&format!("{base}/switch={d}"), strict).await {
-            Ok(cat) => out.push(Target {
-                switch: Some(name),
-                cat,
-            }),
+            Ok(mut cat) => {
+                // The switch's rollup tiers sit in the lake's `_tiers/` tree.
+                let mut found = Vec::new();
+                for s in &cat.sessions {
+                    let (p, g) = (
+                        s.dir
+                            .trim_start_matches("profile=")
+                            .split('/')
+                            .next()
+                            .unwrap_or(""),
+                        s.dir
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or("")
+                            .trim_start_matches("group="),
+                    );
+                    found.push(crate::tiers::discover_lake(&cat, &loc, d, p, g, &s.table).await?);
+                }
+                for (s, t) in cat.sessions.iter_mut().zip(found) {
+                    if s.tiers.is_empty() {
+                        s.tiers = t;
+                    }
+                }
+                out.push(Target {
+                    switch: Some(name),
+                    cat,
+                })
+            }
             // A switch directory without a published file yet.
             Err(Error::NotFound(_)) => continue,
             Err(e) => return Err(e),

@@ -67,12 +67,13 @@ impl Tier {
     }
 }
 
-/// Reads the tier's footer keys (burst rule) from one of its files.
-async fn tier_rule(cat: &Catalog, dir: &str) -> (Option<f64>, Vec<f64>) {
+/// The burst rule (speed Mb/s, thresholds %) in the footer of the newest file under `dir` (a
+/// tier's directory, any depth) of `loc`.
+pub async fn tier_rule_at(loc: &crate::catalog::Location, dir: &str) -> (Option<f64>, Vec<f64>) {
     use datafusion::parquet::file::metadata::ParquetMetaDataReader;
     use object_store::ObjectStoreExt;
-    let store = std::sync::Arc::clone(&cat.location.store);
-    let prefix = cat.location.path(dir);
+    let store = std::sync::Arc::clone(&loc.store);
+    let prefix = loc.path(dir);
     let Ok(list) = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(Some(&prefix))).await
     else {
         return (None, Vec::new());
@@ -125,31 +126,76 @@ async fn tier_rule(cat: &Catalog, dir: &str) -> (Option<f64>, Vec<f64>) {
     (speed, thr)
 }
 
-/// Registers the tiers of session `pdir`/`gdir` (escaped directory values) whose tables are
-/// named after `table`.
+/// Registers the tiers of session `pdir`/`gdir` (escaped directory values) of a data dir
+/// (`tier=<t>/profile=…/group=…` under the catalog's root), tables named after `table`.
 ///
 /// # Errors
 /// Listing and engine failures; with --strict, a bad file.
 pub async fn discover(cat: &Catalog, pdir: &str, gdir: &str, table: &str) -> Result<Vec<Tier>> {
+    let loc = &cat.location;
+    let names = loc.subdirs_pub("", "tier").await?;
+    discover_in(cat, loc, "", &names, "", pdir, gdir, table).await
+}
+
+/// Registers the tiers of session `pdir`/`gdir` of switch `sw` (escaped) of the lake at `lake`
+/// (`_tiers/tier=<t>/switch=<sw>/profile=…/group=…`, `store/LAKE.md`), into `cat` (that switch's
+/// catalog, whose store is the lake's).
+///
+/// # Errors
+/// As [`discover`].
+pub async fn discover_lake(
+    cat: &Catalog,
+    lake: &crate::catalog::Location,
+    sw: &str,
+    pdir: &str,
+    gdir: &str,
+    table: &str,
+) -> Result<Vec<Tier>> {
+    let dir = stel_store::paths::TIERS_DIR;
+    let names = lake.subdirs_pub(dir, "tier").await?;
+    discover_in(
+        cat,
+        lake,
+        &format!("{dir}/"),
+        &names,
+        &format!("switch={sw}/"),
+        pdir,
+        gdir,
+        table,
+    )
+    .await
+}
+
+#[expect(clippy::too_many_arguments, reason = "both layouts, spelled out")]
+async fn discover_in(
+    cat: &Catalog,
+    loc: &crate::catalog::Location,
+    above: &str,
+    names: &[String],
+    below: &str,
+    pdir: &str,
+    gdir: &str,
+    table: &str,
+) -> Result<Vec<Tier>> {
     let mut out = Vec::new();
-    for t in cat.location.subdirs_pub("", "tier").await? {
-        let name = stel_store::paths::unescape_value(&t).unwrap_or_else(|| t.clone());
+    for t in names {
+        let name = stel_store::paths::unescape_value(t).unwrap_or_else(|| t.clone());
         let Ok(interval_ns) = crate::settings::parse_duration_ns(&name) else {
             continue;
         };
-        let groups = cat
-            .location
-            .subdirs_pub(&format!("tier={t}/profile={pdir}"), "group")
+        let groups = loc
+            .subdirs_pub(&format!("{above}tier={t}/{below}profile={pdir}"), "group")
             .await?;
         if !groups.iter().any(|g| g == gdir) {
             continue;
         }
-        let dir = format!("tier={t}/profile={pdir}/group={gdir}");
+        let dir = format!("{above}tier={t}/{below}profile={pdir}/group={gdir}");
         let tname = format!("{table}_{}", name.to_ascii_lowercase());
+        let url = format!("{}{}/", loc.url, dir.replace('%', "%25"));
         let Some(schema) = cat
-            .register_listing(
+            .register_listing_url(
                 &tname,
-                &dir,
+                &url,
                 &["date"],
                 crate::quarantine::Shape::Timestamped,
             )
@@ -157,7 +203,7 @@ pub async fn discover(cat: &Catalog, pdir: &str, gdir: &str, table: &str) -> Res
         else {
             continue;
         };
-        let (speed_mbps, thresholds) = tier_rule(cat, &dir).await;
+        let (speed_mbps, thresholds) = tier_rule_at(loc, &dir).await;
         let mut tier = Tier {
             name,
             interval_ns,
@@ -350,10 +396,14 @@ pub fn plan(s: &Session, raw: Option<(i64, i64)>, r: &TimeRange, need: &Need) ->
     let covers = |src: Source, t: i64| -> Option<i64> {
         match src {
             Source::Raw => raw_cov.filter(|(a, b)| *a <= t && t < *b).map(|c| c.1),
-            Source::Tier(i) => s.tiers[i]
-                .extent
-                .filter(|(a, b)| *a <= t && t < *b && t % s.tiers[i].interval_ns == 0)
-                .map(|c| c.1),
+            // A tier answers whole intervals inside the window only.
+            Source::Tier(i) => {
+                let iv = s.tiers[i].interval_ns;
+                s.tiers[i].extent.and_then(|(a, b)| {
+                    let e = b.min(floor_to(r.to_ns, iv));
+                    (a <= t && t < e && t % iv == 0).then_some(e)
+                })
+            }
         }
     };
     let mut sources: Vec<Source> = (0..s.tiers.len())
@@ -413,7 +463,7 @@ pub fn plan(s: &Session, raw: Option<(i64, i64)>, r: &TimeRange, need: &Need) ->
                     })
                     .filter(|c| *c > t)
                     .collect();
-                // Something holds t but cannot answer it: say what exists.
+                // A tier holds snapshots at t but cannot answer it: say what exists.
                 let held = s
                     .tiers
                     .iter()

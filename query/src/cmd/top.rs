@@ -279,14 +279,28 @@ async fn local_entries(
                     )))
                 };
             }
-            // The tiers hold burst figures at their rule; they answer when the rule is theirs
-            // and no burst can be shorter than --min-duration (every run is at least one
-            // snapshot interval long).
+            // The tiers hold burst figures at their rule (one speed for every port); they
+            // answer when the rule is theirs — every port measured at that speed — and no
+            // burst can be shorter than --min-duration (every run is at least one snapshot
+            // interval long). Ports of different speeds: raw answers.
+            let speeds = a.speed.resolve(cat, s).await?;
+            let mut each = series.iter().map(|c| speeds.of(&c.object));
+            let first = each.next().unwrap_or(speed);
+            let one_speed = each.all(|v| v == first).then_some(first);
             let need = Need {
-                bursts: Some((speed, rule.threshold, rule.min_ns)),
+                bursts: one_speed.map(|v| (v, rule.threshold, rule.min_ns)),
                 ..Need::default()
             };
-            let plan = tiers::plan(s, raw, r, &need)?;
+            let plan = match one_speed {
+                Some(_) => tiers::plan(s, raw, r, &need)?,
+                None => tiers::Planned {
+                    segments: vec![tiers::Segment {
+                        source: Source::Raw,
+                        range: *r,
+                    }],
+                    range: *r,
+                },
+            };
             let raw_seg = plan
                 .segments
                 .iter()
@@ -323,7 +337,7 @@ async fn local_entries(
                         s,
                         &plan,
                         &keys,
-                        speed,
+                        one_speed.unwrap_or(speed),
                         rule.threshold,
                         stream,
                         progress,
@@ -338,7 +352,15 @@ async fn local_entries(
                     }
                     return Ok((m.into_values().collect(), scanned, Some(plan)));
                 }
-                if raw.is_none_or(|(a, _)| a > r.from_ns) {
+                // Raw answers alone when it holds every snapshot the tiers hold here.
+                let tier_from = s
+                    .tiers
+                    .iter()
+                    .filter_map(|t| t.samples)
+                    .filter(|(a, b)| *b > r.from_ns && *a < r.to_ns)
+                    .map(|(a, _)| a.max(r.from_ns))
+                    .min();
+                if raw.is_none_or(|(a, _)| tier_from.is_some_and(|tf| a > tf)) {
                     return Err(Error::NotFound(format!(
                         "{}/{}: --min-duration {} is longer than the tiers' shortest snapshot interval ({}), so only raw history answers, and raw does not cover {r}",
                         s.profile,
@@ -353,7 +375,6 @@ async fn local_entries(
                 Err(Error::NotFound(_)) if fleet => return Ok((Vec::new(), 0, None)),
                 Err(e) => return Err(e),
             };
-            let speeds = a.speed.resolve(cat, s).await?;
             let (bursts, scanned, _) =
                 crate::burst::detect(cat, s, &series, r, width, rule, &speeds, progress).await?;
             let mut m = BTreeMap::new();
@@ -414,6 +435,7 @@ async fn spark_entries(
     let mut out = Vec::new();
     let mut scanned = 0;
     let files;
+    let mut tier_source: Option<String> = None;
     match a.by {
         By::Rate if is_rate_group(&group) => {
             let objects = s.objects();
@@ -444,8 +466,35 @@ async fn spark_entries(
             if series.is_empty() {
                 return Err(missing(&s, By::Rate));
             }
-            let (per, f) = lake.burst_totals(scope, &series, &rule.params()).await?;
+            // A rollup tier of the lake answers when it holds the rule, the window is on its
+            // intervals and no burst can be shorter than --min-duration; else the raw view.
+            let speed = a.speed.mbps()?;
+            let label = stel_store::rollup::config::threshold_label(rule.threshold);
+            let r = scope.range;
+            let tier = lake.tiers.iter().find(|t| {
+                t.speed_mbps == Some(speed)
+                    && t.thresholds
+                        .iter()
+                        .any(|x| stel_store::rollup::config::threshold_label(*x) == label)
+                    && r.from_ns % t.interval_ns == 0
+                    && r.to_ns % t.interval_ns == 0
+            });
+            let mut answered = None;
+            if let Some(t) = tier {
+                let (per, min_dt, f) = lake.tier_burst_totals(scope, t, &label).await?;
+                if rule.min_ns <= min_dt {
+                    answered = Some((per, f, t.name.clone()));
+                }
+            }
+            let (per, f, source) = match answered {
+                Some(x) => x,
+                None => {
+                    let (per, f) = lake.burst_totals(scope, &series, &rule.params()).await?;
+                    (per, f, "raw".to_string())
+                }
+            };
             files = f;
+            tier_source = Some(source);
             let mut m = BTreeMap::new();
             for t in per {
                 let v = t.value;
@@ -485,7 +534,12 @@ async fn spark_entries(
             }
         }
     }
-    Ok((out, scanned, lake.about(files)))
+    let mut about = lake.about(files);
+    merge(
+        &mut about,
+        json!({"tier": tier_source.unwrap_or_else(|| "raw".into())}),
+    );
+    Ok((out, scanned, about))
 }
 
 /// Sums (max for occupancy) a switch's entries into one.

@@ -209,6 +209,58 @@ pub fn burst_totals_sql(s: &Scope, series: &[Series], p: &BurstParams) -> String
     )
 }
 
+/// Per switch, object and direction: bursts and their total time over a rollup tier's view
+/// (`store/ROLLUPS.md` §4): the window's rows in time order, each row's inner figures plus its
+/// entry delta (but the window's first row's), a burst counted once where the entry joins the
+/// previous row's tail or the row's head run. Equal to the local engine's segment fold when
+/// every row has inner deltas (the stream is faster than the tier). `min_dt` is the smallest
+/// snapshot interval seen: no burst is shorter.
+pub fn tier_burst_totals_sql(s: &Scope, view: &str, label: &str) -> String {
+    let mut filt = vec![format!("{} = {}", ident("group"), string_lit(&s.group))];
+    if let Some(p) = &s.profile {
+        filt.push(format!("profile IN ({})", both_forms(p)));
+    }
+    if !s.switches.is_empty() {
+        let v: Vec<String> = s.switches.iter().map(|x| both_forms(x)).collect();
+        filt.push(format!("switch IN ({})", v.join(", ")));
+    }
+    let d0 = stel_store::paths::UtcHour::of_ns(s.range.from_ns).date_value();
+    let d1 = stel_store::paths::UtcHour::of_ns(s.range.to_ns - 1).date_value();
+    filt.push(format!(
+        "date >= {} AND date <= {}",
+        string_lit(&d0),
+        string_lit(&d1)
+    ));
+    let mut cols = Vec::new();
+    for (k, d) in ["rx", "tx"].iter().enumerate() {
+        for (name, c) in [
+            (format!("{d}_above{label}_ns"), "a"),
+            (format!("{d}_bursts{label}"), "r"),
+            (format!("{d}_head{label}_ns"), "h"),
+            (format!("{d}_tail{label}_ns"), "l"),
+            (format!("{d}_entry{label}_ns"), "e"),
+        ] {
+            cols.push(format!("CAST({} AS BIGINT) AS {c}{k}", ident(&name)));
+        }
+    }
+    let per_dir = |k: usize, dir: &str| {
+        format!(
+            "SELECT switch, profile, object, '{dir}' AS dir,              SUM(a{k} + CASE WHEN rn > 1 THEN e{k} ELSE 0 END) AS burst_ns,              SUM(r{k} + CASE WHEN rn > 1 AND e{k} > 0 THEN 1 - CASE WHEN pl{k} > 0 THEN 1 ELSE 0 END - CASE WHEN h{k} > 0 THEN 1 ELSE 0 END ELSE 0 END) AS bursts,              MIN(mdt) AS min_dt, CAST(0.0 AS DOUBLE) AS peak              FROM u WHERE a{k} IS NOT NULL GROUP BY switch, profile, object"
+        )
+    };
+    format!(
+        "WITH t AS (SELECT switch, profile, object, {ts} AS t, CAST(min_dt_ns AS BIGINT) AS mdt, {cols} FROM {view} WHERE {filt}),          w AS (SELECT * FROM t WHERE t >= {from} AND t < {to}),          u AS (SELECT *, ROW_NUMBER() OVER x AS rn, LAG(l0) OVER x AS pl0, LAG(l1) OVER x AS pl1 FROM w WINDOW x AS (PARTITION BY switch, profile, object ORDER BY t))          SELECT * FROM ({rx} UNION ALL {tx}) ORDER BY switch, profile, object, dir",
+        ts = s.ts,
+        cols = cols.join(", "),
+        view = view,
+        filt = filt.join(" AND "),
+        from = s.range.from_ns,
+        to = s.range.to_ns,
+        rx = per_dir(0, "RX"),
+        tx = per_dir(1, "TX"),
+    )
+}
+
 /// Newest sample time of the scope's group in the partition `date`/`hour` (the engine reads
 /// only that hour's files).
 pub fn newest_sql(ts: &str, group: &str, date: &str, hour: &str) -> String {

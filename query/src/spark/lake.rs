@@ -40,6 +40,54 @@ pub struct Lake {
     pub files: Vec<String>,
     /// The server's Spark version.
     pub version: String,
+    /// The lake's rollup tiers, each a view (`lake_<tier>`), coarsest first.
+    pub tiers: Vec<LakeTier>,
+}
+
+/// One rollup tier of a lake, as a view of every switch's files of it.
+#[derive(Debug, Clone)]
+pub struct LakeTier {
+    pub name: String,
+    pub interval_ns: i64,
+    pub view: String,
+    /// Its burst rule (a file's footer).
+    pub speed_mbps: Option<f64>,
+    pub thresholds: Vec<f64>,
+}
+
+/// The rollup tiers under the lake root `root` (`data` as given): every `_tiers/tier=<t>/`,
+/// registered as a view of every switch's files of it (`switch=`, `profile=`, `group=`,
+/// `date=` partitions); a tier the engine cannot read is left out (the raw view still answers).
+async fn lake_tiers(client: &SparkClient, root: &str, data: &str) -> Vec<LakeTier> {
+    let Ok(loc) = crate::catalog::Location::parse(data, false) else {
+        return Vec::new();
+    };
+    let dir = stel_store::paths::TIERS_DIR;
+    let mut out = Vec::new();
+    for t in loc.subdirs_pub(dir, "tier").await.unwrap_or_default() {
+        let Ok(interval_ns) = crate::settings::parse_duration_ns(&t) else {
+            continue;
+        };
+        let view = format!("{VIEW}_{}", t.to_ascii_lowercase());
+        let sql = format!(
+            "CREATE OR REPLACE TEMPORARY VIEW {view} USING parquet OPTIONS (path {}, mergeSchema 'true')",
+            string_lit(&format!("{root}{dir}/tier={t}/"))
+        );
+        if client.sql(&sql).await.is_err() {
+            continue;
+        }
+        let (speed_mbps, thresholds) =
+            crate::tiers::tier_rule_at(&loc, &format!("{dir}/tier={t}")).await;
+        out.push(LakeTier {
+            name: t,
+            interval_ns,
+            view,
+            speed_mbps,
+            thresholds,
+        });
+    }
+    out.sort_by_key(|t| std::cmp::Reverse(t.interval_ns));
+    out
 }
 
 /// The lake root as a path the server can open: local directories are made absolute.
@@ -125,6 +173,8 @@ impl Lake {
                 "lake path {root} must not contain a quote"
             )));
         }
+        // The raw files: rollup tiers live under the hidden `_tiers/` (engines skip `_` names
+        // when they list the root), each tier its own view ([`LakeTier`]).
         client
             .sql(&format!(
                 "CREATE OR REPLACE TEMPORARY VIEW {VIEW} USING parquet OPTIONS (path {}, mergeSchema 'true')",
@@ -175,6 +225,7 @@ impl Lake {
             }
         };
         let files = client.input_files(&format!("SELECT * FROM {VIEW}")).await?;
+        let tiers = lake_tiers(&client, &root, data).await;
         Ok(Self {
             client,
             root,
@@ -182,6 +233,7 @@ impl Lake {
             ts,
             files,
             version,
+            tiers,
         })
     }
 
@@ -466,6 +518,56 @@ impl Lake {
             }
         }
         Ok((out, files))
+    }
+}
+
+impl Lake {
+    /// `top --by bursts` from tier `t` (its view, threshold `label`): per switch, object and
+    /// direction the bursts and their time, and the smallest snapshot interval the rows saw.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn tier_burst_totals(
+        &self,
+        scope: &compile::Scope,
+        t: &LakeTier,
+        label: &str,
+    ) -> Result<(Vec<PerSwitch<BurstTotal>>, i64, Option<FilesRead>)> {
+        let (a, files) = self
+            .run(&compile::tier_burst_totals_sql(scope, &t.view, label))
+            .await?;
+        let mut out = Vec::new();
+        let mut min_dt = i64::MAX;
+        for b in &a.batches {
+            let (sw, pr, ob, dir) = (
+                strs(b, "switch")?,
+                strs(b, "profile")?,
+                strs(b, "object")?,
+                strs(b, "dir")?,
+            );
+            let (n, ns, md) = (i64s(b, "bursts")?, i64s(b, "burst_ns")?, i64s(b, "min_dt")?);
+            for r in 0..b.num_rows() {
+                if let Some(m) = md[r] {
+                    min_dt = min_dt.min(m);
+                }
+                let bursts = n[r].unwrap_or(0).max(0) as u64;
+                if bursts == 0 {
+                    continue;
+                }
+                out.push(PerSwitch {
+                    switch: partition_value(sw[r].as_deref().unwrap_or_default()),
+                    profile: partition_value(pr[r].as_deref().unwrap_or_default()),
+                    value: BurstTotal {
+                        object: ob[r].clone().unwrap_or_default(),
+                        dir: dir[r].clone().unwrap_or_default(),
+                        bursts,
+                        burst_ns: ns[r].unwrap_or(0),
+                        peak: 0.0,
+                    },
+                });
+            }
+        }
+        Ok((out, min_dt, files))
     }
 }
 
