@@ -243,7 +243,10 @@ fn raw_upload_off_sends_only_the_rollup_tiers() {
     let st = run_daemon(dir.path(), &extra, 3, &env);
     assert_eq!(metric(&st, "stel_upload_failures_total"), 0, "{st}");
     assert_eq!(metric(&st, "stel_upload_pending_files"), 0, "{st}");
-    assert!(metric(&st, "stel_parquet_published_bytes_total") > 0, "{st}");
+    assert!(
+        metric(&st, "stel_parquet_published_bytes_total") > 0,
+        "{st}"
+    );
     assert_eq!(
         metric(&st, "stel_upload_bytes_total"),
         metric(&st, "stel_rollup_published_bytes_total"),

@@ -109,14 +109,17 @@ fn a_fleet_lake_answers_the_same_on_sail_and_locally_and_reads_by_name_everywher
     assert_eq!(on_sail, expected, "Sail");
     let on_datafusion = counts(&fleet::ask(&stel_query(), &local(&q), &env).unwrap().rows);
     assert_eq!(on_datafusion, expected, "DataFusion");
-    // DuckDB (no S3 extension offline): the lake's objects fetched with boto3, then
-    // read_parquet with Hive partitions and union_by_name.
+    // DuckDB (no S3 extension offline): the lake's raw objects fetched with boto3 (hidden
+    // names — the rollup tiers' `_tiers/` — left out, as store/LAKE.md says), then read_parquet
+    // with Hive partitions and union_by_name.
     const DUCK: &str = r#"
 import os, sys, tempfile, boto3, duckdb
 s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
 d = tempfile.mkdtemp()
 for page in s3.get_paginator("list_objects_v2").paginate(Bucket="lake", Prefix="fleet/"):
     for o in page.get("Contents", []):
+        if any(x.startswith(("_", ".")) for x in o["Key"].split("/")):
+            continue
         p = os.path.join(d, o["Key"])
         os.makedirs(os.path.dirname(p), exist_ok=True)
         s3.download_file("lake", o["Key"], p)
