@@ -6,12 +6,10 @@
 //! - `bytes_per_switch_day` (by tier, the largest over the loads; `bytes_per_switch_day_by_load`
 //!   has each): the emulator's steady, ramp and microburst loads at the design rate (64 ports ×
 //!   30 counters every 10 µs, IPFIX decoded by the daemon's decoder), `--secs` of switch time
-//!   each, through the real accumulator; the 1 s rows are written by the real tier writer twice
-//!   (all of them, and the first half) so the per-file cost and the per-interval cost are both
-//!   measured, then scaled to 86,400 intervals in 24 hourly files. The 1 min tier: a day of 1 min
-//!   rows built by the real `absorb` from those 1 s rows (the loads are periodic, so the measured
-//!   seconds repeat with time and counter offsets), written by the real tier writer as one day
-//!   file.
+//!   each, through the real accumulator; then whole files as the daemon writes them by the real
+//!   tier writer — an hour of 1 s rows (24 a day) and a day of 1 min rows (built by the real
+//!   `absorb`) — made of the measured seconds repeated (the loads are periodic, so the seconds
+//!   repeat with time and counter offsets).
 //! - `query_24h_rates_s`, `query_7d_bursts_s`: a week of 1 min tiers (synthetic 64 × 30 counters
 //!   every `--interval`, fed as batches through the real rollup writer, faster than real time)
 //!   ending now, plus a minute of raw files; then the `stel-query` binary (release-query build)
@@ -88,21 +86,56 @@ pub fn design_stream(pattern: Pattern, secs: f64, mut sink: impl FnMut(&CounterB
     n
 }
 
-/// Bytes of one tier file holding `rows` (the real tier writer; removed again).
+/// The measured intervals `rows` (consecutive, one finest-tier interval each) repeated as a
+/// cycle: row `k` of the endless sequence is `rows[k % n]` moved `k / n` cycles on.
+struct Cycle<'a> {
+    rows: &'a [IntervalRow],
+    cycle_ns: i64,
+    inc: Vec<u64>,
+    level: Vec<bool>,
+}
+
+impl Cycle<'_> {
+    fn row(&self, k: usize) -> IntervalRow {
+        let n = self.rows.len();
+        shifted(
+            &self.rows[k % n],
+            (k / n) as i64,
+            self.cycle_ns,
+            &self.inc,
+            &self.level,
+        )
+    }
+}
+
+/// Bytes of one tier file (the real tier writer; removed again) of `count` rows from
+/// `start_ns`, `interval_ns` apart, each absorbing `per` consecutive rows of `cycle`.
+#[expect(clippy::too_many_arguments, reason = "one file's shape, spelled out")]
 fn file_bytes(
     plan: &Arc<Plan>,
     layout: &Arc<Layout>,
     id: &Arc<FileIdentity>,
-    rows: &[IntervalRow],
+    cycle: &Cycle<'_>,
+    count: usize,
+    per: usize,
+    start_ns: i64,
+    interval_ns: i64,
 ) -> Result<u64, String> {
     let mut f = TierFile::new(
         Arc::clone(plan),
         Arc::clone(layout),
         Arc::clone(id),
-        rows[0].start_ns,
+        start_ns,
     );
-    for r in rows {
-        f.push(r);
+    let mut k = 0;
+    for m in 0..count {
+        let mut r = cycle.row(k);
+        for j in 1..per {
+            r.absorb(&cycle.row(k + j));
+        }
+        k += per;
+        r.start_ns = start_ns + m as i64 * interval_ns;
+        f.push(&r);
     }
     let mut seq = 0;
     let p = f
@@ -170,17 +203,8 @@ fn load_bytes(pattern: Pattern, secs: f64, dir: &Path) -> Result<(f64, f64, f64)
             compression_level: 1,
         })
     };
-    // 1 s: the per-file and the per-interval cost from two files.
-    let all = file_bytes(&plan, &layout, &id(0), &rows)?;
-    let half = file_bytes(&plan, &layout, &id(0), &rows[..rows.len() / 2])?;
-    let per_row = (all - half) as f64 / (rows.len() - rows.len() / 2) as f64;
-    let fixed = all as f64 - per_row * rows.len() as f64;
-    let files_per_day = (NS_PER_DAY / tiers[0].file_span_ns) as f64;
-    let one_s = fixed.max(0.0) * files_per_day + per_row * 86_400.0;
-    // 1 min: a day of minute rows absorbed from the measured seconds, repeated.
-    let cycle = rows.len() as i64;
-    let cycle_ns = cycle * tiers[0].interval_ns;
-    let level = plan.level.clone();
+    // Whole files as the daemon writes them: an hour of 1 s rows and a day of 1 min rows, made
+    // of the measured seconds repeated (the loads are periodic).
     let inc: Vec<u64> = (0..plan.width())
         .map(|c| {
             let (a, z) = (&rows[0], &rows[rows.len() - 1]);
@@ -190,27 +214,23 @@ fn load_bytes(pattern: Pattern, secs: f64, dir: &Path) -> Result<(f64, f64, f64)
                 .wrapping_add(a.last[c].wrapping_sub(a.first[c]) / a.samples.max(1))
         })
         .collect();
-    let per_min = (tiers[1].interval_ns / tiers[0].interval_ns) as usize;
+    let cycle = Cycle {
+        rows: &rows,
+        cycle_ns: rows.len() as i64 * tiers[0].interval_ns,
+        inc,
+        level: plan.level.clone(),
+    };
     let day_start = rows[0].start_ns.div_euclid(NS_PER_DAY) * NS_PER_DAY;
-    let mut minutes: Vec<IntervalRow> = Vec::with_capacity(1440);
-    let mut k = 0usize;
-    for m in 0..1440i64 {
-        let mut coarse: Option<IntervalRow> = None;
-        for _ in 0..per_min {
-            let (cyc, i) = ((k / rows.len()) as i64, k % rows.len());
-            let r = shifted(&rows[i], cyc, cycle_ns, &inc, &level);
-            match coarse.as_mut() {
-                Some(c) => c.absorb(&r),
-                None => coarse = Some(r),
-            }
-            k += 1;
-        }
-        let mut c = coarse.ok_or("no rows")?;
-        c.start_ns = day_start + m * tiers[1].interval_ns;
-        minutes.push(c);
+    let mut per_day = [0.0; 2];
+    for (t, d) in per_day.iter_mut().enumerate() {
+        let span = tiers[t].file_span_ns;
+        let iv = tiers[t].interval_ns;
+        let count = usize::try_from(span / iv).map_err(|e| e.to_string())?;
+        let per = usize::try_from(iv / tiers[0].interval_ns).map_err(|e| e.to_string())?;
+        let b = file_bytes(&plan, &layout, &id(t), &cycle, count, per, day_start, iv)?;
+        *d = b as f64 * (NS_PER_DAY / span) as f64;
     }
-    let one_m = file_bytes(&plan, &layout, &id(1), &minutes)? as f64
-        * (NS_PER_DAY / tiers[1].file_span_ns) as f64;
+    let [one_s, one_m] = per_day;
     Ok((one_s, one_m, n as f64 / cpu))
 }
 
@@ -492,6 +512,8 @@ pub fn bench(quick: bool, secs: Option<f64>) -> Result<Value, String> {
             BudgetHandle::default(),
         )
         .map_err(|e| e.to_string())?;
+        // Raw and tiers must hold the same samples: a batch the raw sink refuses is an error.
+        let mut refused = 0u64;
         design_stream(Pattern::Microburst, if quick { 3.0 } else { 10.0 }, |b| {
             rw.push(b);
             let copy = CounterBatch::new(
@@ -501,10 +523,18 @@ pub fn bench(quick: bool, secs: Option<f64>) -> Result<Value, String> {
                 b.part_masks.clone(),
             )
             .expect("same shape");
-            let _ = raw.submit(Arc::new(copy));
+            if raw.submit(Arc::new(copy)).is_err() {
+                refused += 1;
+            }
         });
         rw.finish();
         raw.shutdown().map_err(|e| e.to_string())?;
+        if refused > 0 || rw.totals().write_errors > 0 {
+            return Err(format!(
+                "exactness data: the raw sink refused {refused} batches, {} tier write errors",
+                rw.totals().write_errors
+            ));
+        }
         std::fs::create_dir_all(&raw_dir).map_err(|e| e.to_string())?;
         let st = Command::new("cp")
             .arg("-rl")
@@ -548,6 +578,11 @@ pub fn bench(quick: bool, secs: Option<f64>) -> Result<Value, String> {
             a.len(),
             if same { "identical" } else { "DIFFERENT" }
         );
+        if !same {
+            if let Some((x, y)) = a.iter().zip(&b).find(|(x, y)| x != y) {
+                eprintln!("rollup: exact: first difference: tiers {x} vs raw {y}");
+            }
+        }
         exact &= same;
     }
 
