@@ -439,7 +439,7 @@ with t as (
          "IF_IN_OCTETS.last"::BIGINT as rxo, "IF_OUT_OCTETS.last"::BIGINT as txo,
          "IF_IN_UCAST_PKTS.last"::BIGINT as rxp, "IF_OUT_UCAST_PKTS.last"::BIGINT as txp
   from read_parquet('{dir}/tier=1m/*/*/*/*.parquet', hive_partitioning = true)
-  where ts >= make_timestamp_ns({from_ns}) and ts < make_timestamp_ns({to_ns}))
+  where epoch_ns(ts) >= {from_ns} and epoch_ns(ts) < {to_ns})
 select object, ts,
   (rxo - lag(rxo) over w) / ((lt - lag(lt) over w) / 1e9) as rx_bps,
   (txo - lag(txo) over w) / ((lt - lag(lt) over w) / 1e9) as tx_bps,
