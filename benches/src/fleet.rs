@@ -299,10 +299,13 @@ fn daemon_run(
         emus.push(emu);
     }
     let cfg = dir.join(format!("stel-ingestd-{k}.toml"));
+    // The fleet's switch time is in 2024: the default tiers' age limits (30 and 400 days of
+    // wall-clock age) would delete a restarted switch's first-run tiers at its second start.
     std::fs::write(
         &cfg,
         format!(
-            "[parquet]\ndir = {data:?}\nswitch_name = {name:?}\n[status]\nfile = {status:?}\ninterval_ms = 100\n[upload]\nto = {LAKE:?}\nswitch = {name:?}\nscan_interval_ms = 200\nshutdown_timeout_ms = 30000\n"
+            "[parquet]\ndir = {data:?}\nswitch_name = {name:?}\n[status]\nfile = {status:?}\ninterval_ms = 100\n[upload]\nto = {LAKE:?}\nswitch = {name:?}\nscan_interval_ms = 200\nshutdown_timeout_ms = 30000\n\
+             [[rollup.tiers]]\ninterval = \"1s\"\nretention_max_age_s = 0\n[[rollup.tiers]]\ninterval = \"1m\"\nretention_max_age_s = 0\n"
         ),
     )
     .map_err(|e| e.to_string())?;
@@ -550,15 +553,11 @@ pub fn rollup_lake(switches: usize, dir: &Path) -> Result<usize, String> {
                 });
             }
         }
-        let schema = Arc::new(SessionSchema {
-            profile: "fleet".into(),
-            group: "PORT".into(),
-            domain: 0,
-            template_ids: vec![256],
-            part_offsets: vec![0],
+        let schema = Arc::new(SessionSchema::one_template(
+            "fleet".into(),
+            "PORT".into(),
             columns,
-            generation: 1,
-        });
+        ));
         let cfg = RollupConfig {
             tiers: vec![TierConfig::new("1m")],
             ..RollupConfig::for_test()

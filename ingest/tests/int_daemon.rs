@@ -44,6 +44,19 @@ fn int_reader(s: &Snapshot, m: Metric) -> u64 {
     s.sum_where(m, Label::Source, "int")
 }
 
+/// Stops the daemon with SIGTERM, as systemd does; it must exit 0. Returns its final status
+/// (`--json` on stdout).
+fn stop_daemon(child: Child) -> Value {
+    kill(&child, "-TERM");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
+}
+
 fn kill(child: &Child, sig: &str) {
     // std has no signal API; the `kill` command sends it like systemd would.
     let rc = Command::new("kill")
@@ -315,14 +328,7 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
     wait_status(&status_file, &mut child, "the report", |v| {
         int_reader(&metrics(v), Metric::ReaderDatagrams) == 1
     });
-    kill(&child, "-TERM");
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let fin = stop_daemon(child);
     let s = metrics(&fin);
     assert_eq!(s.get(Metric::IntDecodedReports), 1, "{fin}");
     assert_eq!(s.get(Metric::IntDecodedHops), 1, "{fin}");
@@ -421,14 +427,7 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
         wait_status(&status_file, &mut child, "the reports", |v| {
             int_reader(&metrics(v), Metric::ReaderDatagrams) == 4
         });
-        kill(&child, "-TERM");
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let fin = stop_daemon(child);
         let s = metrics(&fin);
         assert_eq!(s.get(Metric::IntDecodedReports), 4, "{fin}");
         assert_eq!(s.sum(Metric::IntMalformedReports), 0, "{fin}");
@@ -752,14 +751,7 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
             // Dropped before the socket: the kernel counts them as the socket's drops.
             assert_eq!(proc_udp_drops(&addr), 4, "{st}");
         }
-        kill(&child, "-TERM");
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let fin = stop_daemon(child);
         assert_eq!(
             fin["info"]["components"]["int"]["filter"]["kind"], kind,
             "{fin}"
@@ -878,14 +870,7 @@ fn int_filter_is_attached_before_the_sockets_receive() {
     wait_status(&status_file, &mut child, "the accepted report", |v| {
         metrics(v).sum_where(Metric::IntVersionDatagrams, Label::Version, "1.0") >= 1
     });
-    kill(&child, "-TERM");
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let fin = stop_daemon(child);
     let s = metrics(&fin);
     let dropped = s.reason(Metric::IntFilterDroppedDatagrams, "version");
     assert!(sent >= dropped && dropped >= 10_000, "{sent} sent: {fin}");

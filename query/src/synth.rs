@@ -51,15 +51,7 @@ pub(crate) fn bench_schema(ports: usize, stats: usize) -> SessionSchema {
             });
         }
     }
-    SessionSchema {
-        profile: "bench".into(),
-        group: "PORT".into(),
-        domain: 0,
-        template_ids: vec![256],
-        part_offsets: vec![0],
-        columns,
-        generation: 1,
-    }
+    SessionSchema::one_template("bench".into(), "PORT".into(), columns)
 }
 
 /// Writes `rows` snapshots of `schema`, `interval_ns` apart, under `root` with the store's

@@ -687,15 +687,11 @@ mod tests {
                 });
             }
         }
-        Arc::new(SessionSchema {
-            profile: profile.into(),
-            group: group.into(),
-            domain: 0,
-            template_ids: vec![256],
-            part_offsets: vec![0],
+        Arc::new(SessionSchema::one_template(
+            profile.into(),
+            group.into(),
             columns,
-            generation: 1,
-        })
+        ))
     }
 
     fn batch(s: &Arc<SessionSchema>, ts: &[i64], base: u64) -> CounterBatch {

@@ -66,6 +66,20 @@ pub struct SessionSchema {
 }
 
 impl SessionSchema {
+    /// A session of one template part (ID 256, observation domain 0, generation 1): what
+    /// synthetic data, tests and benchmarks build.
+    pub fn one_template(profile: String, group: String, columns: Vec<CounterColumn>) -> Self {
+        Self {
+            profile,
+            group,
+            domain: 0,
+            template_ids: vec![256],
+            part_offsets: vec![0],
+            columns,
+            generation: 1,
+        }
+    }
+
     /// Number of counters per snapshot.
     pub fn width(&self) -> usize {
         self.columns.len()

@@ -42,15 +42,11 @@ fn schema(profile: &str, t: ObjectType, objects: &[&str], stats: &[&str]) -> Arc
             });
         }
     }
-    Arc::new(SessionSchema {
-        profile: profile.into(),
-        group: t.name().into(),
-        domain: 0,
-        template_ids: vec![256],
-        part_offsets: vec![0],
+    Arc::new(SessionSchema::one_template(
+        profile.into(),
+        t.name().into(),
         columns,
-        generation: 1,
-    })
+    ))
 }
 
 fn port_schema(profile: &str) -> Arc<SessionSchema> {

@@ -90,15 +90,11 @@ fn schema(t: ObjectType, group: &str, objects: &[&str], stats: &[&str]) -> Arc<S
             });
         }
     }
-    Arc::new(SessionSchema {
-        profile: "p".into(),
-        group: group.into(),
-        domain: 0,
-        template_ids: vec![256],
-        part_offsets: vec![0],
+    Arc::new(SessionSchema::one_template(
+        "p".into(),
+        group.into(),
         columns,
-        generation: 1,
-    })
+    ))
 }
 
 fn batch(schema: &Arc<SessionSchema>, rows: &[(i64, Vec<u64>)]) -> Arc<CounterBatch> {

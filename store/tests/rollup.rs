@@ -40,15 +40,11 @@ fn schema_in(group: &str) -> Arc<SessionSchema> {
             });
         }
     }
-    Arc::new(SessionSchema {
-        profile: "lab 1".into(),
-        group: group.into(),
-        domain: 0,
-        template_ids: vec![256],
-        part_offsets: vec![0],
+    Arc::new(SessionSchema::one_template(
+        "lab 1".into(),
+        group.into(),
         columns,
-        generation: 1,
-    })
+    ))
 }
 
 /// Snapshot `i`'s values: octets rise by a per-port pattern with a burst every 100 ms.

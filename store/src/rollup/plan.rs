@@ -150,15 +150,11 @@ pub(crate) mod tests {
                 });
             }
         }
-        Arc::new(SessionSchema {
-            profile: "p".into(),
-            group: "PORT".into(),
-            domain: 0,
-            template_ids: vec![256],
-            part_offsets: vec![0],
+        Arc::new(SessionSchema::one_template(
+            "p".into(),
+            "PORT".into(),
             columns,
-            generation: 1,
-        })
+        ))
     }
 
     #[test]

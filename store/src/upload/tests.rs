@@ -58,15 +58,12 @@ fn schema() -> Arc<SessionSchema> {
             },
         })
         .collect();
-    Arc::new(SessionSchema {
-        profile: "lab/1".into(), // escaped as lab%2F1: the key must keep the escape
-        group: "PORT".into(),
-        domain: 0,
-        template_ids: vec![256],
-        part_offsets: vec![0],
+    // Escaped as lab%2F1: the key must keep the escape.
+    Arc::new(SessionSchema::one_template(
+        "lab/1".into(),
+        "PORT".into(),
         columns,
-        generation: 1,
-    })
+    ))
 }
 
 /// Publishes one file of `rows` snapshots starting at `t` through the real Parquet sink.

@@ -21,15 +21,11 @@ fn schema(stats: &[&str], objects: &[&str]) -> Arc<SessionSchema> {
             });
         }
     }
-    Arc::new(SessionSchema {
-        profile: "prof".into(),
-        group: "PORT".into(),
-        domain: 0,
-        template_ids: vec![256],
-        part_offsets: vec![0],
+    Arc::new(SessionSchema::one_template(
+        "prof".into(),
+        "PORT".into(),
         columns,
-        generation: 1,
-    })
+    ))
 }
 
 fn batch(schema: &Arc<SessionSchema>, ts: &[i64], f: impl Fn(usize, usize) -> u64) -> CounterBatch {
