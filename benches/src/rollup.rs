@@ -31,7 +31,7 @@ use stel_ingest::{
     emu::{EmuConfig, Emulator, Pattern},
 };
 use stel_store::{
-    parquet::{Codec, ParquetSink, ParquetSinkConfig},
+    parquet::{Codec, ParquetSink, ParquetSinkConfig, WhenFull},
     rollup::{
         config::NS_PER_DAY,
         writer::{FileIdentity, Layout, TierFile},
@@ -263,8 +263,9 @@ fn cpu_added(quick: bool, rate: f64, runs: usize) -> Result<(f64, f64, u64, Vec<
 
 /// The `stel-query` binary of the release-query build (built when missing).
 fn stel_query() -> Result<PathBuf, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
+    // Through nested_cargo: cargo's environment for this process would make the nested build
+    // rerun ring's build script and rebuild all of DataFusion.
+    let out = stel_testkit::nested_cargo()
         .args([
             "build",
             "--profile",
@@ -288,6 +289,21 @@ fn stel_query() -> Result<PathBuf, String> {
         .filter_map(|v| v["executable"].as_str().map(PathBuf::from))
         .find(|p| p.ends_with("stel-query"))
         .ok_or_else(|| "cargo did not say where stel-query is".into())
+}
+
+/// `cfg` made to take every batch, for raw files the bench compares with tiers: the data is
+/// generated faster than real time, so the feeder waits for room in a short queue (8 decoder
+/// batches, ~70 MB at the design session) for as long as the writer needs, under a memory budget
+/// far above what that queue holds; one file per hour.
+fn lossless(cfg: ParquetSinkConfig) -> ParquetSinkConfig {
+    ParquetSinkConfig {
+        flush_interval_ms: 3_600_000,
+        queue_batches: 8,
+        when_full: WhenFull::Block,
+        block_timeout_ms: 600_000,
+        memory_budget_bytes: 4 << 30,
+        ..cfg
+    }
 }
 
 /// Runs `stel-query args --json -d dir`; (wall seconds, rows, summary).
@@ -345,11 +361,10 @@ fn write_week(dir: &Path, interval_ns: i64) -> Result<(u64, i64), String> {
     )
     .map_err(|e| e.to_string())?;
     let raw_cfg = ParquetSinkConfig {
-        flush_interval_ms: 3_600_000,
         switch_name: Some("bench".into()),
         ..ParquetSinkConfig::for_test(dir)
     };
-    let raw = ParquetSink::start(raw_cfg, None).map_err(|e| e.to_string())?;
+    let raw = ParquetSink::start(lossless(raw_cfg), None).map_err(|e| e.to_string())?;
     let raw_from = end - 60_000_000_000;
     #[derive(Clone, Copy, PartialEq)]
     enum Kind {
@@ -446,10 +461,17 @@ select object, ts,
   (rxp - lag(rxp) over w) / ((lt - lag(lt) over w) / 1e9) as rx_pps,
   (txp - lag(txp) over w) / ((lt - lag(lt) over w) / 1e9) as tx_pps
 from t window w as (partition by object order by ts)"""
+def fetch(res):
+    # The result as Arrow; the method's name depends on the DuckDB version.
+    for m in ("to_arrow_table", "fetch_arrow_table", "arrow"):
+        f = getattr(res, m, None)
+        if f is not None:
+            return f()
+    raise SystemExit("this duckdb has no Arrow result API")
 times = []
 for _ in range(3):
     t = time.perf_counter()
-    rows = con.execute(q).fetch_arrow_table().num_rows
+    rows = fetch(con.execute(q)).num_rows
     times.append(time.perf_counter() - t)
 times.sort()
 print(json.dumps({{"s": times[1], "rows": rows}}))
@@ -497,14 +519,8 @@ pub fn bench(quick: bool, secs: Option<f64>) -> Result<Value, String> {
     let exact_dir = scratch.path().join("exact");
     let raw_dir = scratch.path().join("raw");
     {
-        let raw = ParquetSink::start(
-            ParquetSinkConfig {
-                flush_interval_ms: 3_600_000,
-                ..ParquetSinkConfig::for_test(&exact_dir)
-            },
-            None,
-        )
-        .map_err(|e| e.to_string())?;
+        let raw = ParquetSink::start(lossless(ParquetSinkConfig::for_test(&exact_dir)), None)
+            .map_err(|e| e.to_string())?;
         let mut rw = RollupWriter::new(
             &RollupConfig::for_test(),
             exact_dir.clone(),
