@@ -78,6 +78,8 @@ pub use stel_store::rate::InitState as InitDone;
 #[derive(Debug, Clone)]
 pub struct RateState {
     inner: stel_store::rate::RateState,
+    /// Time and inputs of the poll `inner` holds as its `_last` snapshot (the deltas' base).
+    prev: Option<(i64, Inputs)>,
     /// Polls whose counters went back (a reset or wrap): their interval has no rate.
     resets: u64,
     /// Time of the last reset seen.
@@ -88,6 +90,7 @@ impl Default for RateState {
     fn default() -> Self {
         Self {
             inner: stel_store::rate::RateState::new(stel_store::rate::RateKind::Port),
+            prev: None,
             resets: 0,
             last_reset_ns: None,
         }
@@ -108,6 +111,7 @@ impl RateState {
     /// Feeds the poll at `t_ns`; returns the rates it completes (none for the first poll, a
     /// reset, a poll with no inputs, or one not after the previous one). `alpha` = `None`: no
     /// smoothing (α = 1 gives the raw rate exactly).
+    #[inline]
     pub fn poll(&mut self, t_ns: i64, now: Inputs, alpha: Option<f64>) -> Option<Rates> {
         use stel_store::rate::{input, Outcome, RateSample};
         let mut inputs = [None; input::COUNT];
@@ -115,14 +119,19 @@ impl RateState {
         inputs[input::TX_OCTETS] = now[1];
         inputs[input::RX_PKTS] = now[2];
         inputs[input::TX_PKTS] = now[3];
-        let before = self.inner.last().copied();
-        match self.inner.update(
+        let outcome = self.inner.update(
             &RateSample {
                 ts_ns: t_ns,
                 inputs,
             },
             alpha.unwrap_or(1.0),
-        ) {
+        );
+        if let Outcome::Skipped(_) = outcome {
+            return None;
+        }
+        // Every other outcome made this poll the state's `_last` snapshot.
+        let before = self.prev.replace((t_ns, now));
+        match outcome {
             Outcome::Raw | Outcome::Smoothed => {}
             Outcome::Reset => {
                 self.resets += 1;
@@ -131,15 +140,9 @@ impl RateState {
             }
             Outcome::Seeded | Outcome::Skipped(_) => return None,
         }
-        let before = before?;
-        // `now` and `at` are indexed like [`Inputs`] (RX bytes, TX bytes, RX pkts, TX pkts).
-        let at = [
-            input::RX_OCTETS,
-            input::TX_OCTETS,
-            input::RX_PKTS,
-            input::TX_PKTS,
-        ];
-        let delta = |k: usize| Some(now[k]? - before.inputs[at[k]]?);
+        let (t0, before) = before?;
+        // `now` and `before` are [`Inputs`] (RX bytes, TX bytes, RX pkts, TX pkts).
+        let delta = |k: usize| Some(now[k]? - before[k]?);
         // A rate the daemon keeps from an earlier poll is N/A here when this poll lacks it.
         let r = self.inner.rates();
         let rate = |k: usize, v: Option<f64>| v.filter(|_| delta(k).is_some());
@@ -152,7 +155,7 @@ impl RateState {
             tx_ok: delta(3),
             rx_bytes: delta(0),
             tx_bytes: delta(1),
-            dt_ns: t_ns - before.ts_ns,
+            dt_ns: t_ns - t0,
         })
     }
 }

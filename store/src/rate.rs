@@ -204,16 +204,19 @@ pub struct RateSample {
 }
 
 impl RateSample {
+    #[inline]
     fn octets(&self, i: usize) -> Option<u64> {
         self.inputs[i]
     }
 
     /// Unicast (or all) packets plus non-unicast (0 when not carried).
+    #[inline]
     fn packets(&self, main: usize, extra: usize) -> Option<u64> {
         self.inputs[main].map(|p| p.wrapping_add(self.inputs[extra].unwrap_or(0)))
     }
 
     /// The four derived quantities: rx bytes, tx bytes, rx packets, tx packets.
+    #[inline]
     fn quantities(&self) -> [Option<u64>; 4] {
         [
             self.octets(input::RX_OCTETS),
@@ -270,6 +273,7 @@ pub struct Rates {
 }
 
 impl Rates {
+    #[inline]
     fn slots(&mut self) -> [&mut Option<f64>; 4] {
         [
             &mut self.rx_bps,
@@ -307,6 +311,7 @@ pub enum SkipReason {
 
 impl Outcome {
     /// Whether `RATES:*` changed and should be written.
+    #[inline]
     pub fn changed(self) -> bool {
         !matches!(self, Outcome::Skipped(_))
     }
@@ -331,26 +336,33 @@ impl RateState {
         }
     }
 
+    #[inline]
     pub fn kind(&self) -> RateKind {
         self.kind
     }
 
     /// The current `INIT_DONE`.
+    #[inline]
     pub fn init(&self) -> InitState {
         self.init
     }
 
     /// The published rates.
+    #[inline]
     pub fn rates(&self) -> &Rates {
         &self.rates
     }
 
     /// The `_last` snapshot.
+    #[inline]
     pub fn last(&self) -> Option<&RateSample> {
         self.last.as_ref()
     }
 
     /// Feeds one sample with smoothing weight `alpha` (0 < α ≤ 1; see [`parse_alpha`]).
+    /// Inlined: `stel-query rates` calls it per snapshot and object from another crate, in a
+    /// profile without cross-crate LTO.
+    #[inline]
     pub fn update(&mut self, s: &RateSample, alpha: f64) -> Outcome {
         let now = s.quantities();
         if now.iter().all(Option::is_none) {
