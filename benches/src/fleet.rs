@@ -299,13 +299,12 @@ fn daemon_run(
         emus.push(emu);
     }
     let cfg = dir.join(format!("stel-ingestd-{k}.toml"));
-    // The fleet's switch time is in 2024: the default tiers' age limits (30 and 400 days of
-    // wall-clock age) would delete a restarted switch's first-run tiers at its second start.
+    // The raw-lake questions: the daemons write no tiers (the rollup question below has a lake
+    // of its own, a day of the 1 min tier per switch).
     std::fs::write(
         &cfg,
         format!(
-            "[parquet]\ndir = {data:?}\nswitch_name = {name:?}\n[status]\nfile = {status:?}\ninterval_ms = 100\n[upload]\nto = {LAKE:?}\nswitch = {name:?}\nscan_interval_ms = 200\nshutdown_timeout_ms = 30000\n\
-             [[rollup.tiers]]\ninterval = \"1s\"\nretention_max_age_s = 0\n[[rollup.tiers]]\ninterval = \"1m\"\nretention_max_age_s = 0\n"
+            "[parquet]\ndir = {data:?}\nswitch_name = {name:?}\n[status]\nfile = {status:?}\ninterval_ms = 100\n[upload]\nto = {LAKE:?}\nswitch = {name:?}\nscan_interval_ms = 200\nshutdown_timeout_ms = 30000\n[rollup]\nenabled = false\n"
         ),
     )
     .map_err(|e| e.to_string())?;
