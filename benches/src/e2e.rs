@@ -35,11 +35,11 @@ use std::{
     },
     time::{Duration, Instant},
 };
+use stel_emu::Pattern;
 
 use serde_json::json;
 use stel_ingest::{
     config::{DaemonConfig, SourceKind},
-    emu::Pattern,
     sources::fixture,
     topology::Topology,
 };

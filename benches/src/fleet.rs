@@ -31,13 +31,10 @@ use std::{
     },
     time::{Duration, Instant},
 };
+use stel_emu::{default_stats, EmuConfig, Emulator, Pattern};
 
 use serde_json::{json, Value};
-use stel_ingest::{
-    emu::{default_stats, EmuConfig, Emulator, Pattern},
-    netlink,
-    sys::netlink::NetlinkSocket,
-};
+use stel_ingest::{netlink, sys::netlink::NetlinkSocket};
 use stel_store::{
     metrics::{Metric, Snapshot},
     sai::ObjectType,

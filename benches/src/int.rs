@@ -53,9 +53,9 @@ use std::{
 };
 
 use serde_json::{json, Value};
+use stel_emu::int::{Format, GenConfig, Generator};
 use stel_ingest::int::{
     evc::EvcMap,
-    gen::{Format, GenConfig, Generator},
     source::{bind, IntConfig, IntSource},
     IntBatch, IntDecodeConfig, IntDecoder, IntSink,
 };

@@ -10,10 +10,8 @@ pub mod otlp;
 pub mod parquet;
 pub mod rollup;
 
-use stel_ingest::{
-    decode::{BswapFn, CounterBatch, DecodeConfig, Decoder},
-    emu::{EmuConfig, Emulator},
-};
+use stel_emu::{EmuConfig, Emulator};
+use stel_ingest::decode::{BswapFn, CounterBatch, DecodeConfig, Decoder};
 
 /// `messages` design-rate data messages (64 ports × 30 stats, 4 snapshots each), concatenated,
 /// plus the template message and the emulator (for its session).

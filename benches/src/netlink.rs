@@ -18,13 +18,13 @@ use std::{
     },
     time::{Duration, Instant},
 };
+use stel_emu::{EmuConfig, Emulator};
 
 use serde_json::json;
 use stel_ingest::{
     config::{DaemonConfig, SourceKind},
     daemon::{Daemon, DaemonStatus},
     decode::CounterBatch,
-    emu::{EmuConfig, Emulator},
     netlink,
     pipeline::Sink,
     reader::ReaderKind,
@@ -49,7 +49,7 @@ const IPFIX_SEQ_OFFSET: usize = netlink::HEADERS_LEN + 8;
 
 impl Workload {
     /// `messages` distinct design-rate messages of `pattern`.
-    pub(crate) fn new(messages: usize, pattern: stel_ingest::emu::Pattern) -> Self {
+    pub(crate) fn new(messages: usize, pattern: stel_emu::Pattern) -> Self {
         let cfg = EmuConfig {
             pattern,
             ..EmuConfig::design()
@@ -232,7 +232,7 @@ fn churn_sessions() -> Vec<Emulator> {
         .map(|i| {
             let mut c = EmuConfig::design();
             c.ports = 1;
-            c.stats = stel_ingest::emu::default_stats(stel_store::sai::ObjectType::Port, 2);
+            c.stats = stel_emu::default_stats(stel_store::sai::ObjectType::Port, 2);
             c.domain = 100 + i;
             c.template_id = 1000 + i as u16;
             c.profile = format!("churn{i}");
@@ -355,7 +355,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// # Errors
 /// Not root (netlink multicast), or a run failing.
 pub fn bench(quick: bool, rate: f64) -> Result<serde_json::Value, String> {
-    let w = Workload::new(64, stel_ingest::emu::Pattern::Steady);
+    let w = Workload::new(64, stel_emu::Pattern::Steady);
     let (runs, secs) = if quick { (3, 3.0) } else { (5, 8.0) };
     let target = rate * w.emu.cfg.counters_per_s() * 8.0;
     eprintln!(

@@ -11,12 +11,10 @@ use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
+use stel_emu::{EmuConfig, Emulator, Pattern};
 
 use parquet::arrow::ArrowWriter;
-use stel_ingest::{
-    decode::CounterBatch,
-    emu::{EmuConfig, Emulator, Pattern},
-};
+use stel_ingest::decode::CounterBatch;
 use stel_store::{
     metrics::{Label, Metric, Snapshot},
     parquet::{accounting, Codec, CounterEncoding, ParquetSink, ParquetSinkConfig},

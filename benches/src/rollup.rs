@@ -24,12 +24,10 @@ use std::{
     sync::Arc,
     time::Instant,
 };
+use stel_emu::{EmuConfig, Emulator, Pattern};
 
 use serde_json::{json, Value};
-use stel_ingest::{
-    decode::{CounterBatch, DecodeConfig, Decoder},
-    emu::{EmuConfig, Emulator, Pattern},
-};
+use stel_ingest::decode::{CounterBatch, DecodeConfig, Decoder};
 use stel_store::{
     parquet::{Codec, ParquetSink, ParquetSinkConfig, WhenFull},
     rollup::{
@@ -340,7 +338,7 @@ fn ask(bin: &Path, dir: &Path, args: &[&str]) -> Result<(f64, Vec<Value>, Value)
 /// rollup writer (1 min tier), and the last minute as raw files. Returns counters rolled up and
 /// the end of the data.
 fn write_week(dir: &Path, interval_ns: i64) -> Result<(u64, i64), String> {
-    let schema = stel_ingest::emu::decoded(EmuConfig::design(), 2)?.schema;
+    let schema = stel_ingest::decode::emulated(EmuConfig::design(), 2)?.schema;
     let w = schema.width();
     let plan = Plan::new(&schema);
     let now = std::time::SystemTime::now()

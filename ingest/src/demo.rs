@@ -1,4 +1,4 @@
-//! The demo: the switch emulator ([`crate::emu`]) on a thread of the daemon, sending over a
+//! The demo: the switch emulator ([`stel_emu`]) on a thread of the daemon, sending over a
 //! local socket pair into the daemon's own reader (`stel-ingestd --demo`), and the line that
 //! says whether it kept the asked rate and, if not, why.
 use std::{
@@ -10,11 +10,9 @@ use std::{
     thread::JoinHandle,
     time::{Duration, Instant},
 };
+use stel_emu::{self as emu, EmuConfig, Emulator, GroundTruth, Pattern};
 
-use crate::{
-    emu::{self, EmuConfig, Emulator, GroundTruth, Pattern},
-    netlink, sys,
-};
+use crate::{netlink, sys};
 
 /// What the demo flags ask of the emulator.
 #[derive(Debug, Clone, Copy)]

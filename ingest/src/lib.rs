@@ -28,7 +28,6 @@ pub mod config;
 pub mod daemon;
 pub mod decode;
 pub mod demo;
-pub mod emu;
 pub mod filter;
 pub mod genl;
 mod hex;

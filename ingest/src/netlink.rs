@@ -15,11 +15,11 @@ pub const HEADERS_LEN: usize = NLMSG_HDRLEN + GENL_HDRLEN;
 const _: () = assert!(wire::IPFIX_VERSION_OFFSET as usize == HEADERS_LEN);
 const _: () =
     assert!(wire::FIRST_SET_ID_OFFSET as usize == HEADERS_LEN + crate::ipfix::MESSAGE_HEADER_LEN);
-/// Largest netlink message we send: a 65,536-byte message is charged 131,328 bytes of receive
-/// buffer by the kernel, so stay below 64 KiB − 320 B (measured; see DESIGN.md).
-pub const MAX_NETLINK_MESSAGE: usize = 65536 - 320;
+/// Largest netlink message a sender should send (`stel_ebpf_common::MAX_NETLINK_MESSAGE`).
+pub const MAX_NETLINK_MESSAGE: usize = wire::MAX_NETLINK_MESSAGE as usize;
 /// Largest IPFIX payload in one netlink message.
-pub const MAX_IPFIX_PAYLOAD: usize = MAX_NETLINK_MESSAGE - HEADERS_LEN;
+pub const MAX_IPFIX_PAYLOAD: usize = wire::MAX_IPFIX_PAYLOAD as usize;
+const _: () = assert!(MAX_IPFIX_PAYLOAD == MAX_NETLINK_MESSAGE - HEADERS_LEN);
 /// nlmsg_type used on NETLINK_USERSOCK (first non-control type).
 pub const USERSOCK_MSG_TYPE: u16 = 0x10;
 /// Control message types below this carry no payload for us (NOOP, ERROR, DONE, OVERRUN).

@@ -9,13 +9,13 @@ use std::{
     },
     time::{Duration, Instant},
 };
+use stel_emu::{EmuConfig, Emulator};
 use stel_store::metrics::{Label, Metric, Snapshot};
 
 use stel_ingest::{
     config::{DaemonConfig, SourceKind},
     daemon::Daemon,
     decode::CounterBatch,
-    emu::{EmuConfig, Emulator},
     netlink,
     pipeline::Sink,
     reader::{Reader, ReaderConfig, ReaderKind},

@@ -12,12 +12,12 @@ use std::{
     os::{fd::AsFd, unix::fs::MetadataExt},
     time::Duration,
 };
+use stel_emu::{EmuConfig, Emulator, Encoder, HftField, HftTemplate};
 
 use stel_ingest::{
     decode::{CounterBatch, DecodeConfig, Decoder},
-    emu::{EmuConfig, Emulator},
     filter::{datagram_verdict, FilterStats, TemplateFilter, TemplateSet, Verdict},
-    ipfix::{encode::HftField, Encoder, HftTemplate, SeqMode},
+    ipfix::SeqMode,
     netlink::{self, FrameErrors, USERSOCK_MSG_TYPE},
     sys::netlink::NetlinkSocket,
 };

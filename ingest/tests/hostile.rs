@@ -866,11 +866,11 @@ fn send(s: &stel_ingest::sys::netlink::NetlinkSocket, group: u32, ipfix: &[u8]) 
     s.send_multicast(group, &d).unwrap();
 }
 
-fn hft_template(tid: u16, width: u16) -> stel_ingest::ipfix::HftTemplate {
-    stel_ingest::ipfix::HftTemplate {
+fn hft_template(tid: u16, width: u16) -> stel_emu::HftTemplate {
+    stel_emu::HftTemplate {
         template_id: tid,
         fields: (1..=width)
-            .map(|l| stel_ingest::ipfix::encode::HftField {
+            .map(|l| stel_emu::HftField {
                 label: l,
                 object_type: 1,
                 stat_id: 0,
@@ -915,7 +915,7 @@ fn a_flood_of_domains_and_templates_stays_bounded() {
     // (The sender's messages are queued in the daemon's 256 MiB receive buffer meanwhile.)
     let s = tx();
     let good = hft_template(256, 16);
-    let mut enc = stel_ingest::ipfix::Encoder::new(1, stel_ingest::ipfix::SeqMode::PerMessage);
+    let mut enc = stel_emu::Encoder::new(1, stel_ingest::ipfix::SeqMode::PerMessage);
     let mut m = Vec::new();
     enc.template_message(&mut m, 0, std::slice::from_ref(&good));
     send(&s, group, &m);
@@ -930,7 +930,7 @@ fn a_flood_of_domains_and_templates_stays_bounded() {
     let values = [7u64; 32];
     for i in 0..flood {
         let r = rnd();
-        let mut e = stel_ingest::ipfix::Encoder::new(
+        let mut e = stel_emu::Encoder::new(
             (r >> 32) as u32 | 2,
             stel_ingest::ipfix::SeqMode::PerMessage,
         );
@@ -1020,8 +1020,8 @@ fn two_exporters_in_one_domain_are_two_streams_through_the_daemon() {
     let child = usersock_daemon(group, &data, &[]);
     let s = tx();
     let tpl = hft_template(300, 8);
-    let mut a = stel_ingest::ipfix::Encoder::new(9, stel_ingest::ipfix::SeqMode::PerMessage);
-    let mut b = stel_ingest::ipfix::Encoder::new(9, stel_ingest::ipfix::SeqMode::PerMessage);
+    let mut a = stel_emu::Encoder::new(9, stel_ingest::ipfix::SeqMode::PerMessage);
+    let mut b = stel_emu::Encoder::new(9, stel_ingest::ipfix::SeqMode::PerMessage);
     a.sequence = 1_000;
     b.sequence = 401_000;
     let mut m = Vec::new();
@@ -1260,7 +1260,7 @@ fn a_dedicated_user_with_the_units_ambient_capabilities_is_enough() {
     });
     let s = tx();
     let tpl = hft_template(400, 4);
-    let mut e = stel_ingest::ipfix::Encoder::new(5, stel_ingest::ipfix::SeqMode::PerMessage);
+    let mut e = stel_emu::Encoder::new(5, stel_ingest::ipfix::SeqMode::PerMessage);
     let mut m = Vec::new();
     e.template_message(&mut m, 0, std::slice::from_ref(&tpl));
     send(&s, group, &m);

@@ -913,7 +913,7 @@ impl Rng {
 /// and the random numbers are counted as suspect or stale.
 #[test]
 fn random_switch_ids_flows_and_sequence_numbers_keep_decoder_state_bounded_and_honest() {
-    use stel_ingest::int::gen::{Format, GenConfig, Generator};
+    use stel_emu::int::{Format, GenConfig, Generator};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (max_flows, max_streams) = (64u64, 128u64);
@@ -1287,7 +1287,7 @@ print(json.dumps({{"reports": rep, "hops": hops, "drops": drops}}))
 #[test]
 fn udp_gro_batches_are_cut_into_reports_exactly_with_io_uring_and_recvmsg() {
     use std::os::fd::AsFd;
-    use stel_ingest::int::gen::{Format, GenConfig, Generator};
+    use stel_emu::int::{Format, GenConfig, Generator};
     for reader in ["io_uring", "recvmsg"] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();

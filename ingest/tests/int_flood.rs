@@ -20,7 +20,7 @@ use std::{
 };
 
 use serde_json::Value;
-use stel_ingest::int::gen::{Format, GenConfig, Generator};
+use stel_emu::int::{Format, GenConfig, Generator};
 use stel_store::metrics::{Label, Metric, Snapshot};
 use stel_testkit::python3_json;
 
@@ -326,7 +326,7 @@ fn kill_term(child: &Child) {
 #[test]
 fn a_capture_of_random_udp_and_made_up_ids_stays_in_the_default_budget() {
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-    use stel_ingest::int::gen::outer_frame;
+    use stel_emu::int::outer_frame;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut w = PcapWriter::with_header(Vec::new(), PcapHeader::default()).unwrap();

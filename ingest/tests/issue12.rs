@@ -8,14 +8,10 @@ use std::{
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
+use stel_emu::{self as emu, EmuConfig, Emulator};
 
 use arrow_array::{cast::AsArray, types::UInt64Type, Array};
-use stel_ingest::{
-    emu::{self, EmuConfig, Emulator},
-    input::NetlinkRecorder,
-    netlink,
-    sys::netlink::NetlinkSocket,
-};
+use stel_ingest::{input::NetlinkRecorder, netlink, sys::netlink::NetlinkSocket};
 use stel_store::{
     metrics::{Metric as M, Snapshot},
     sai::ObjectType,
@@ -153,7 +149,7 @@ fn table(root: &Path, profile: &str, group: &str) -> (Vec<i64>, HashMap<String, 
 
 /// Asserts the table holds exactly the first `n` snapshots `cfg` generates.
 fn assert_exact(root: &Path, profile: &str, group: &str, cfg: EmuConfig, n: u64) {
-    let want = emu::decoded(cfg, n).unwrap();
+    let want = stel_ingest::decode::emulated(cfg, n).unwrap();
     let (ts, cols) = table(root, profile, group);
     assert_eq!(ts, want.ts, "timestamps of {profile}/{group}");
     let w = want.schema.width();
@@ -538,7 +534,7 @@ fn filtered_messages_count_once_and_not_as_loss() {
     ]);
     // Template 400 in the same domain, same sequence numbering (one exporter).
     let tx = sender();
-    let mut enc = stel_ingest::ipfix::Encoder::new(5, stel_ingest::ipfix::SeqMode::PerMessage);
+    let mut enc = stel_emu::Encoder::new(5, stel_ingest::ipfix::SeqMode::PerMessage);
     let mut ipfix = Vec::new();
     a.template_message(&mut ipfix);
     tx.send_multicast(31, &framed(&ipfix)).unwrap();

@@ -5,11 +5,11 @@
 //! io_uring reader, a decoder thread, the Parquet writer and a real redis-server. The lag figure
 //! itself is timing and lives in the bench (`STEL_BENCH_PARQUET_DELAY_US=… stel-bench e2e`).
 use std::{collections::HashMap, time::Duration};
+use stel_emu::{EmuConfig, Emulator};
 
 use redis::Commands;
 use stel_ingest::{
     config::{DaemonConfig, SourceKind},
-    emu::{EmuConfig, Emulator},
     netlink,
     sources::fixture::{self, FixtureOptions},
     sys::netlink::NetlinkSocket,

@@ -1,10 +1,10 @@
 //! Through the real kernel: stel-emu's encoder → NETLINK_USERSOCK multicast → recv → decoder.
 //! Needs root (NETLINK_USERSOCK multicast); fails loudly, never skips, without it.
 use std::time::{Duration, Instant};
+use stel_emu::{EmuConfig, Emulator};
 
 use stel_ingest::{
     decode::{CounterBatch, DecodeConfig, Decoder},
-    emu::{EmuConfig, Emulator},
     netlink::{self, FrameErrors},
     sys::netlink::NetlinkSocket,
 };

@@ -4,7 +4,7 @@
 
 use std::{path::Path, process::Command};
 
-use stel_ingest::emu::{EmuConfig, Emulator, Pattern};
+use stel_emu::{EmuConfig, Emulator, Pattern};
 use stel_store::sai::ObjectType;
 
 const INGESTD: &str = env!("CARGO_BIN_EXE_stel-ingestd");
@@ -15,7 +15,7 @@ const INGESTD: &str = env!("CARGO_BIN_EXE_stel-ingestd");
 fn emu_cfg() -> EmuConfig {
     let mut c = EmuConfig::design();
     c.ports = 6;
-    c.stats = stel_ingest::emu::default_stats(ObjectType::Port, 10);
+    c.stats = stel_emu::default_stats(ObjectType::Port, 10);
     c.interval_ns = 1_000_000;
     c.pattern = Pattern::Microburst;
     c.burst_ns = 3_000_000;

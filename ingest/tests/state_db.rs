@@ -7,11 +7,11 @@ use std::{
     sync::{mpsc::Receiver, Arc},
     time::Duration,
 };
+use stel_emu::{EmuConfig, Emulator};
 
 use redis::Commands;
 use stel_ingest::{
     decode::{CounterBatch, DecodeConfig, Decoder},
-    emu::{EmuConfig, Emulator},
     sources::{
         fixture::{self, FixtureOptions},
         state_db::{SessionEvent, SessionTable, StateDbConfig, StateDbWatcher},

@@ -12,12 +12,10 @@ use std::{
     path::{Path, PathBuf},
     process::Command,
 };
+use stel_emu::{default_stats, EmuConfig, Pattern};
 
 use serde_json::Value;
-use stel_ingest::{
-    decode::CounterBatch,
-    emu::{default_stats, EmuConfig, Pattern},
-};
+use stel_ingest::decode::CounterBatch;
 
 /// Line rate of the demo's 100 G ports, bytes/s.
 const LINE: f64 = 100e9 / 8.0;
@@ -141,7 +139,7 @@ fn truth(pattern: Pattern, ports: usize, interval_ns: u64, start_ns: u64, n: u64
     cfg.interval_ns = interval_ns;
     cfg.pattern = pattern;
     cfg.start_ns = start_ns;
-    stel_ingest::emu::decoded(cfg, n).expect("emulator round trip")
+    stel_ingest::decode::emulated(cfg, n).expect("emulator round trip")
 }
 
 fn col(b: &CounterBatch, object: &str, stat: &str) -> usize {

@@ -5,11 +5,8 @@
 use std::{process::Command, sync::Arc};
 
 use serde_json::Value;
-use stel_ingest::int::{
-    evc::EvcMap,
-    gen::{Format, GenConfig, Generator},
-    IntBatch, IntDecodeConfig, IntDecoder, IntSink,
-};
+use stel_emu::int::{Format, GenConfig, Generator};
+use stel_ingest::int::{evc::EvcMap, IntBatch, IntDecodeConfig, IntDecoder, IntSink};
 use stel_store::int::{IntSink as ParquetIntSink, IntSinkConfig};
 
 struct ToSink<'a>(&'a ParquetIntSink);

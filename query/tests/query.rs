@@ -9,12 +9,10 @@ use std::{
     sync::Arc,
     time::Duration,
 };
+use stel_emu::{default_stats, EmuConfig, Pattern};
 
 use serde_json::Value;
-use stel_ingest::{
-    decode::CounterBatch,
-    emu::{default_stats, EmuConfig, Pattern},
-};
+use stel_ingest::decode::CounterBatch;
 use stel_store::{
     parquet::{ParquetSink, ParquetSinkConfig},
     sai::ObjectType,
@@ -32,7 +30,7 @@ fn write_emulated(
     snapshots: u64,
     rows_per_file: usize,
 ) -> CounterBatch {
-    let b = stel_ingest::emu::decoded(cfg, snapshots).expect("emulator round trip");
+    let b = stel_ingest::decode::emulated(cfg, snapshots).expect("emulator round trip");
     publish(root, &b, 0, rows_per_file);
     b
 }

@@ -9,12 +9,10 @@
 //! Parquet sink and rollup writer.
 
 use std::{path::Path, process::Command, sync::Arc};
+use stel_emu::{default_stats, EmuConfig, Pattern};
 
 use serde_json::Value;
-use stel_ingest::{
-    decode::CounterBatch,
-    emu::{default_stats, EmuConfig, Pattern},
-};
+use stel_ingest::decode::CounterBatch;
 use stel_store::{
     parquet::{ParquetSink, ParquetSinkConfig},
     rollup::{RollupConfig, RollupWriter},
@@ -42,7 +40,7 @@ fn emulated() -> CounterBatch {
         start_ns: START as u64,
         ..EmuConfig::design()
     };
-    stel_ingest::emu::decoded(cfg, SNAPSHOTS).expect("emulator round trip")
+    stel_ingest::decode::emulated(cfg, SNAPSHOTS).expect("emulator round trip")
 }
 
 /// Rows `from..to` of `b` as a batch.

@@ -21,6 +21,7 @@
 
 pub mod batch;
 pub mod durable;
+pub mod hft;
 pub mod int;
 pub mod live;
 pub mod log_limit;

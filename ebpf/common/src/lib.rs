@@ -88,6 +88,11 @@ pub const FIRST_SET_ID_OFFSET: u32 = 36;
 pub const NLMSG_HDRLEN: u32 = 16;
 /// genlmsghdr length.
 pub const GENL_HDRLEN: u32 = 4;
+/// Largest netlink message a sender should send: a 65,536-byte message is charged 131,328 bytes of
+/// receive buffer by the kernel, so stay below 64 KiB − 320 B (measured; see DESIGN.md).
+pub const MAX_NETLINK_MESSAGE: u32 = 65536 - 320;
+/// Largest IPFIX payload in one netlink message of at most [`MAX_NETLINK_MESSAGE`] bytes.
+pub const MAX_IPFIX_PAYLOAD: u32 = MAX_NETLINK_MESSAGE - NLMSG_HDRLEN - GENL_HDRLEN;
 /// Control netlink message types (NOOP, ERROR, DONE, OVERRUN) are below this.
 pub const NLMSG_MIN_TYPE: u16 = 0x10;
 /// IPFIX version.

@@ -7,10 +7,10 @@ use std::{
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
+use stel_emu::{self as emu, EmuConfig, Emulator, Pattern};
 
 use clap::Parser;
 use stel_ingest::{
-    emu::{self, EmuConfig, Emulator, Pattern},
     input::{FileInput, InputFormat, NetlinkRecorder, Unit},
     ipfix::SeqMode,
     netlink::{self, UnitFraming},
@@ -465,12 +465,14 @@ fn main() -> ExitCode {
     // `stel-emu int …`: INT telemetry reports (stel_ingest::int::gen).
     let mut args = std::env::args_os().skip(1);
     match args.next().as_ref().and_then(|a| a.to_str()) {
-        Some("int") => return stel_ingest::int::gen::cli_main(std::env::args_os().skip(1)),
+        Some("int") => {
+            return stel_emu::int::cli_main(std::env::args_os().skip(1), signal::stop_flag())
+        }
         // `stel-emu help [int]`.
         Some("help") => {
             use clap::CommandFactory;
             let mut c = match args.next().as_ref().and_then(|a| a.to_str()) {
-                Some("int") => stel_ingest::int::gen::IntArgs::command(),
+                Some("int") => stel_emu::int::IntArgs::command(),
                 None => Args::command(),
                 Some(other) => {
                     eprintln!("stel-emu: no help for `{other}` (stel-emu help, stel-emu help int)");

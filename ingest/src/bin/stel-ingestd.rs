@@ -10,12 +10,12 @@ use std::{
     },
     time::{Duration, Instant},
 };
+use stel_emu::Pattern;
 
 use clap::{Parser, Subcommand};
 use stel_ingest::{
     config::{DaemonConfig, SessionFile, SourceKind},
     demo::{self, DemoSettings},
-    emu::Pattern,
     filter::FilterPolicy,
     input::InputFormat,
     ipfix::SeqMode,

@@ -97,16 +97,7 @@ impl DecodeConfig {
     }
 }
 
-/// A session as the control plane (STATE_DB) describes it: names for the labels of its templates.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionSpec {
-    pub profile: String,
-    pub group: String,
-    pub domain: u32,
-    /// Object names, positionally paired with `object_ids`.
-    pub object_names: Vec<String>,
-    pub object_ids: Vec<u16>,
-}
+pub use stel_store::hft::SessionSpec;
 
 /// Why a session could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -982,3 +973,46 @@ fn parse_template_messages(b: &[u8]) -> Result<Vec<TemplateRecord>, SessionError
 
 #[cfg(test)]
 mod tests;
+
+/// The round trip tests and tools compare against: the first `snapshots` snapshots of `cfg`'s
+/// stream, encoded as IPFIX and decoded by the daemon's [`Decoder`],
+/// as one batch of exactly `snapshots` rows (what a daemon fed this config was sent). Every
+/// part of a split group is present here, so the batch carries no part masks.
+pub fn emulated(
+    cfg: stel_emu::EmuConfig,
+    snapshots: u64,
+) -> Result<stel_store::CounterBatch, String> {
+    use stel_store::CounterBatch;
+    let mut emu = stel_emu::Emulator::new(cfg)?;
+    let mut dec = Decoder::new(DecodeConfig::default());
+    let mut batches: Vec<CounterBatch> = Vec::new();
+    dec.register_session(
+        emu.session_spec(),
+        &emu.session_config(),
+        &mut |b: CounterBatch| batches.push(b),
+    )
+    .map_err(|e| format!("register the emulator's session: {e}"))?;
+    let mut buf = Vec::new();
+    while emu.snapshots() < snapshots {
+        buf.clear();
+        emu.data_message(&mut buf);
+        dec.decode(&buf, &mut |b: CounterBatch| batches.push(b));
+    }
+    dec.flush(&mut |b: CounterBatch| batches.push(b));
+    let schema = match batches.first() {
+        Some(b) => std::sync::Arc::clone(&b.schema),
+        None => return Err("the decoder emitted no batch".into()),
+    };
+    let n = snapshots as usize;
+    let mut ts: Vec<i64> = batches.iter().flat_map(|b| b.ts.iter().copied()).collect();
+    let mut values: Vec<u64> = batches
+        .iter()
+        .flat_map(|b| b.values.iter().copied())
+        .collect();
+    if ts.len() < n {
+        return Err(format!("decoded {} of {n} snapshots", ts.len()));
+    }
+    ts.truncate(n);
+    values.truncate(n * schema.width());
+    CounterBatch::new(schema, ts, values, Vec::new()).map_err(|e| e.to_string())
+}

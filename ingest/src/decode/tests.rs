@@ -1,8 +1,5 @@
 use super::*;
-use crate::{
-    emu::{EmuConfig, Emulator, Pattern},
-    ipfix::{encode::HftField, Encoder, HftTemplate},
-};
+use stel_emu::{EmuConfig, Emulator, Encoder, HftField, HftTemplate, Pattern};
 
 fn tpl(tid: u16, labels: &[u16], stats: &[u32], width: u8) -> HftTemplate {
     let mut fields = Vec::new();

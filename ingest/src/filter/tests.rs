@@ -4,9 +4,10 @@
 
 use super::*;
 use crate::{
-    ipfix::{encode::HftField, Encoder, HftTemplate, SeqMode},
+    ipfix::SeqMode,
     netlink::{self, USERSOCK_MSG_TYPE},
 };
+use stel_emu::{Encoder, HftField, HftTemplate};
 
 fn tpl(tid: u16) -> HftTemplate {
     HftTemplate {

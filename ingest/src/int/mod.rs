@@ -14,7 +14,6 @@
 
 mod bounded;
 pub mod evc;
-pub mod gen;
 pub(crate) mod seq;
 pub mod source;
 mod stats;

@@ -6,7 +6,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use arrow_array::{cast::AsArray, types::*, Array, RecordBatch};
 use arrow_schema::DataType;
 
-use super::{gen, *};
+use stel_emu::int as gen;
+
+use super::*;
 
 const SRC: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9));
 const T0: i64 = 1_700_000_000_000_000_000;

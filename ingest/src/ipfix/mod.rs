@@ -1,17 +1,23 @@
 //! IPFIX (RFC 7011) as SONiC high frequency telemetry uses it: wire constants, template parsing,
-//! template → decode-plan compilation, and an encoder for the same format.
+//! template → decode-plan compilation. (The encoder of the same format is the emulator's,
+//! `stel_emu::encode`.)
 //!
 //! Nothing here does I/O or keeps state across messages; [`crate::decode`] owns the template cache
 //! and the batches. Every length is validated before use and every failure is a typed value
 //! ([`TemplateError`]), never a panic.
 
-pub mod encode;
 pub(crate) mod template;
 
-pub use encode::{Encoder, HftTemplate};
 pub use template::{
     BswapFn, ConfigError, DecodePlan, FieldSpec, TemplateError, TemplateMessages, TemplateRecord,
     TimestampPlan,
+};
+
+// The HFT vocabulary the emulator's encoder shares (enterprise numbers, sequence modes, the
+// observation-time IEs) is `stel_store::hft`'s.
+pub use stel_store::hft::{
+    enterprise_number, split_enterprise_number, SeqMode, ENTERPRISE_BIT, EXTENSION_OFFSET,
+    IE_OBSERVATION_TIME_NANOSECONDS, IE_OBSERVATION_TIME_SECONDS,
 };
 
 // The framing constants are `stel_ebpf_common`'s: the kernel filter parses the same headers.
@@ -29,19 +35,8 @@ pub const TEMPLATE_SET_ID: u16 = wire::TEMPLATE_SET_ID;
 pub const OPTIONS_TEMPLATE_SET_ID: u16 = wire::OPTIONS_TEMPLATE_SET_ID;
 /// Smallest template ID (and data set ID).
 pub const MIN_DATA_SET_ID: u16 = wire::MIN_DATA_SET_ID;
-/// Enterprise bit of an information element ID.
-pub const ENTERPRISE_BIT: u16 = 0x8000;
-/// IE 322 `observationTimeSeconds` (4 bytes).
-pub const IE_OBSERVATION_TIME_SECONDS: u16 = 322;
-/// IE 325 `observationTimeNanoseconds` (HFT: 8 bytes, ns since the Unix epoch; with IE 322:
-/// 4 bytes, ns within the second).
-pub const IE_OBSERVATION_TIME_NANOSECONDS: u16 = 325;
 /// Variable-length marker in a field specifier.
 pub const VARIABLE_LENGTH: u16 = 0xFFFF;
-/// The extension flag of each half of an HFT enterprise number; a set flag adds this to the
-/// decoded object type / stat ID.
-pub const EXTENSION_OFFSET: u32 = 0x2000_0000;
-
 /// A parsed message header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageHeader {
@@ -59,71 +54,4 @@ pub(crate) fn be16(b: &[u8], off: usize) -> u16 {
 #[inline]
 pub(crate) fn be32(b: &[u8], off: usize) -> u32 {
     u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-
-/// Decodes an HFT enterprise number into (SAI object type, stat ID): object type in the high 16
-/// bits, stat in the low 16, each half's top bit an extension flag worth `+0x20000000`.
-#[inline]
-pub fn split_enterprise_number(en: u32) -> (u32, u32) {
-    let hi = en >> 16;
-    let lo = en & 0xFFFF;
-    let ty = (hi & 0x7FFF)
-        + if hi & 0x8000 != 0 {
-            EXTENSION_OFFSET
-        } else {
-            0
-        };
-    let stat = (lo & 0x7FFF)
-        + if lo & 0x8000 != 0 {
-            EXTENSION_OFFSET
-        } else {
-            0
-        };
-    (ty, stat)
-}
-
-/// The inverse of [`split_enterprise_number`]; `None` when a value cannot be represented (more
-/// than 15 bits that are not the extension offset).
-pub fn enterprise_number(object_type: u32, stat_id: u32) -> Option<u32> {
-    fn half(v: u32) -> Option<u32> {
-        if v < 0x8000 {
-            Some(v)
-        } else if v >= EXTENSION_OFFSET && v - EXTENSION_OFFSET < 0x8000 {
-            Some(0x8000 | (v - EXTENSION_OFFSET))
-        } else {
-            None
-        }
-    }
-    Some(half(object_type)? << 16 | half(stat_id)?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn enterprise_number_halves() {
-        // The template example of the HLD: PORT / IF_IN_ERRORS.
-        assert_eq!(split_enterprise_number(0x0001_0004), (1, 4));
-        assert_eq!(enterprise_number(1, 4), Some(0x0001_0004));
-        // Extension flags.
-        assert_eq!(split_enterprise_number(0x0001_8008), (1, 0x2000_0008));
-        assert_eq!(split_enterprise_number(0x8001_0000), (0x2000_0001, 0));
-        assert_eq!(enterprise_number(1, 0x2000_0008), Some(0x0001_8008));
-        assert_eq!(enterprise_number(1, 0x1000_0000), None);
-    }
-}
-
-/// How sequence numbers count (and so how gaps are measured).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SeqMode {
-    /// +1 per message, per observation domain, as the HFT HLD describes (the default). A gap
-    /// counts lost messages. Spelled `per_message` (`per-message` is accepted too).
-    #[default]
-    #[serde(alias = "per-message")]
-    PerMessage,
-    /// RFC 7011: the number of data records sent before this message, per observation domain. A
-    /// gap counts lost records.
-    Rfc7011,
 }

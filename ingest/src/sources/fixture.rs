@@ -10,7 +10,7 @@
 
 use stel_store::sai::ObjectType;
 
-use crate::emu::Emulator;
+use stel_emu::Emulator;
 
 /// What to publish besides the session itself.
 #[derive(Debug, Clone)]

@@ -489,10 +489,8 @@ mod tests {
         Arc,
     };
 
-    use stel_ingest::{
-        decode::{CounterBatch, DecodeConfig, Decoder},
-        emu::{default_stats, EmuConfig, Emulator, Pattern},
-    };
+    use stel_emu::{default_stats, EmuConfig, Emulator, Pattern};
+    use stel_ingest::decode::{CounterBatch, DecodeConfig, Decoder};
     use stel_store::{
         live::{LiveState, Server},
         sai::ObjectType,

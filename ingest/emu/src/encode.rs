@@ -1,10 +1,15 @@
 //! The IPFIX encoder the emulator, tests and benches use: HFT template messages and data messages
 //! of several snapshots each.
 
-use super::{
+use stel_ebpf_common as wire;
+use stel_store::hft::{
     enterprise_number, SeqMode, ENTERPRISE_BIT, IE_OBSERVATION_TIME_NANOSECONDS,
-    MESSAGE_HEADER_LEN, SET_HEADER_LEN, TEMPLATE_SET_ID, VERSION,
 };
+
+const VERSION: u16 = wire::IPFIX_VERSION;
+const MESSAGE_HEADER_LEN: usize = wire::IPFIX_HEADER_LEN as usize;
+const SET_HEADER_LEN: usize = wire::SET_HEADER_LEN as usize;
+const TEMPLATE_SET_ID: u16 = wire::TEMPLATE_SET_ID;
 
 /// One HFT counter field: object label and (object type, stat ID).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

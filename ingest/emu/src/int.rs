@@ -1,4 +1,4 @@
-//! The INT report generator behind `stel-emu int`: telemetry reports of every version the
+//! The INT report generator behind `stel-emu int`: telemetry reports of every version the daemon's
 //! decoder reads, over a topology of flows on paths of 1–10 hops with EVC VLANs, path changes,
 //! drops, congestion and induced loss; ground truth of what was sent; UDP or pcap output.
 //!
@@ -965,11 +965,15 @@ impl IntArgs {
     }
 }
 
-/// Runs `stel-emu int` (`args` starts with the subcommand name).
-pub fn cli_main<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> ExitCode {
+/// Runs `stel-emu int` (`args` starts with the subcommand name) until its count or duration is
+/// reached or `stop` is set (the caller's SIGINT/SIGTERM flag).
+pub fn cli_main<I: IntoIterator<Item = std::ffi::OsString>>(
+    args: I,
+    stop: &std::sync::atomic::AtomicBool,
+) -> ExitCode {
     use clap::Parser;
     let a = IntArgs::parse_from(args);
-    match run(&a) {
+    match run(&a, stop) {
         Ok(t) => {
             eprintln!(
                 "stel-emu int: sent {} packets ({} reports, {} hops), lost on purpose {}",
@@ -984,7 +988,7 @@ pub fn cli_main<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> ExitCode
     }
 }
 
-fn run(a: &IntArgs) -> Result<Truth, String> {
+fn run(a: &IntArgs, stop: &std::sync::atomic::AtomicBool) -> Result<Truth, String> {
     if a.to.is_none() && a.pcap.is_none() {
         return Err("nothing to send to: give --to HOST:PORT and/or --pcap FILE".into());
     }
@@ -1015,7 +1019,6 @@ fn run(a: &IntArgs) -> Result<Truth, String> {
         }
         None => None,
     };
-    let stop = crate::sys::signal::stop_flag();
     let duration = match (a.duration, a.count) {
         (Some(d), _) => Some(Duration::from_nanos(d)),
         (None, Some(_)) => None,

@@ -1,4 +1,5 @@
-//! `stel-emu`, the switch stand-in: a load model driving consistent counters, encoded as HFT
+//! stel-emu, the switch stand-ins tests, benches, the `stel-emu` tool and the daemon's `--demo`
+//! use. At the crate root, the HFT switch emulator: a load model driving consistent counters, encoded as HFT
 //! IPFIX (template, then data messages of several snapshots), with ground truth of what was sent.
 //!
 //! The model is per object: an offered load (steady, ramp, microbursts) in bytes per interval at a
@@ -9,11 +10,15 @@
 
 use stel_store::sai::{ObjectType, StatName};
 
-use crate::{
-    decode::SessionSpec,
-    ipfix::{encode::HftField, Encoder, HftTemplate, SeqMode},
-    netlink::MAX_IPFIX_PAYLOAD,
-};
+use stel_store::hft::{SeqMode, SessionSpec};
+
+pub mod encode;
+pub mod int;
+
+pub use encode::{Encoder, HftField, HftTemplate};
+
+/// Largest IPFIX payload of one netlink message (`stel_ebpf_common::MAX_IPFIX_PAYLOAD`).
+pub const MAX_IPFIX_PAYLOAD: usize = stel_ebpf_common::MAX_IPFIX_PAYLOAD as usize;
 
 /// Load pattern.
 #[derive(
@@ -528,47 +533,6 @@ impl Emulator {
         self.truth.bytes += (out.len() - start) as u64;
         n
     }
-}
-
-/// The round trip tests and tools compare against: the first `snapshots` snapshots of `cfg`'s
-/// stream, encoded as IPFIX and decoded by the daemon's [`Decoder`](crate::decode::Decoder),
-/// as one batch of exactly `snapshots` rows (what a daemon fed this config was sent). Every
-/// part of a split group is present here, so the batch carries no part masks.
-pub fn decoded(cfg: EmuConfig, snapshots: u64) -> Result<stel_store::CounterBatch, String> {
-    use crate::decode::{DecodeConfig, Decoder};
-    use stel_store::CounterBatch;
-    let mut emu = Emulator::new(cfg)?;
-    let mut dec = Decoder::new(DecodeConfig::default());
-    let mut batches: Vec<CounterBatch> = Vec::new();
-    dec.register_session(
-        emu.session_spec(),
-        &emu.session_config(),
-        &mut |b: CounterBatch| batches.push(b),
-    )
-    .map_err(|e| format!("register the emulator's session: {e}"))?;
-    let mut buf = Vec::new();
-    while emu.snapshots() < snapshots {
-        buf.clear();
-        emu.data_message(&mut buf);
-        dec.decode(&buf, &mut |b: CounterBatch| batches.push(b));
-    }
-    dec.flush(&mut |b: CounterBatch| batches.push(b));
-    let schema = match batches.first() {
-        Some(b) => std::sync::Arc::clone(&b.schema),
-        None => return Err("the decoder emitted no batch".into()),
-    };
-    let n = snapshots as usize;
-    let mut ts: Vec<i64> = batches.iter().flat_map(|b| b.ts.iter().copied()).collect();
-    let mut values: Vec<u64> = batches
-        .iter()
-        .flat_map(|b| b.values.iter().copied())
-        .collect();
-    if ts.len() < n {
-        return Err(format!("decoded {} of {n} snapshots", ts.len()));
-    }
-    ts.truncate(n);
-    values.truncate(n * schema.width());
-    CounterBatch::new(schema, ts, values, Vec::new()).map_err(|e| e.to_string())
 }
 
 /// Object names for a group: `Ethernet0, Ethernet4, …`; queues and PGs `Ethernet0|3`; pools.
