@@ -380,36 +380,48 @@ pub enum LayoutEntry {
 
 /// Classifies `path` (a file under `root`): a published part, a stale temporary part or other.
 pub fn classify(root: &Path, path: &Path) -> LayoutEntry {
-    let Ok(rel) = path.strip_prefix(root) else {
-        return LayoutEntry::Other;
-    };
-    let parts: Vec<&str> = rel.iter().filter_map(|s| s.to_str()).collect();
-    let [p, g, d, h, file] = parts.as_slice() else {
-        return LayoutEntry::Other;
-    };
-    let (Some(p), Some(g)) = (p.strip_prefix("profile="), g.strip_prefix("group=")) else {
-        return LayoutEntry::Other;
-    };
-    if !d.starts_with("date=") || !h.starts_with("hour=") {
-        return LayoutEntry::Other;
+    match classify_in(root, path, ["profile=", "group="], true) {
+        Some(([profile, group], false, name)) => LayoutEntry::Part {
+            profile,
+            group,
+            name,
+        },
+        Some(([profile, group], true, name)) => LayoutEntry::Temp {
+            profile,
+            group,
+            name,
+        },
+        None => LayoutEntry::Other,
     }
-    let (Some(profile), Some(group)) = (unescape_value(p), unescape_value(g)) else {
-        return LayoutEntry::Other;
-    };
+}
+
+/// The one walk behind [`classify`], [`classify_tier`] and [`classify_table`]: `path` relative to
+/// `root` is `K` `key=value` segments (in `keys`' order), `date=…`, `hour=…` when `hourly`, then
+/// a part's file name. Returns the unescaped values, whether the part is a writer's temporary
+/// file, and its name; `None` for anything else.
+fn classify_in<const K: usize>(
+    root: &Path,
+    path: &Path,
+    keys: [&str; K],
+    hourly: bool,
+) -> Option<([String; K], bool, PartName)> {
+    let rel = path.strip_prefix(root).ok()?;
+    let parts: Vec<&str> = rel.iter().filter_map(|s| s.to_str()).collect();
+    let (file, dirs) = parts.split_last()?;
+    if dirs.len() != K + 1 + usize::from(hourly) {
+        return None;
+    }
+    let mut values: [String; K] = std::array::from_fn(|_| String::new());
+    for (i, key) in keys.iter().enumerate() {
+        values[i] = unescape_value(dirs[i].strip_prefix(key)?)?;
+    }
+    if !dirs[K].starts_with("date=") || (hourly && !dirs[K + 1].starts_with("hour=")) {
+        return None;
+    }
     if let Some(name) = PartName::parse(file) {
-        LayoutEntry::Part {
-            profile,
-            group,
-            name,
-        }
-    } else if let Some(name) = PartName::parse_temp(file) {
-        LayoutEntry::Temp {
-            profile,
-            group,
-            name,
-        }
+        Some((values, false, name))
     } else {
-        LayoutEntry::Other
+        PartName::parse_temp(file).map(|name| (values, true, name))
     }
 }
 
@@ -536,44 +548,20 @@ pub enum TierEntry {
 
 /// Classifies `path` (a file under `root`) in the `tier=` tree.
 pub fn classify_tier(root: &Path, path: &Path) -> TierEntry {
-    let Ok(rel) = path.strip_prefix(root) else {
-        return TierEntry::Other;
-    };
-    let parts: Vec<&str> = rel.iter().filter_map(|s| s.to_str()).collect();
-    let [i, p, g, d, file] = parts.as_slice() else {
-        return TierEntry::Other;
-    };
-    let (Some(i), Some(p), Some(g)) = (
-        i.strip_prefix("tier="),
-        p.strip_prefix("profile="),
-        g.strip_prefix("group="),
-    ) else {
-        return TierEntry::Other;
-    };
-    if !d.starts_with("date=") {
-        return TierEntry::Other;
-    }
-    let (Some(tier), Some(profile), Some(group)) =
-        (unescape_value(i), unescape_value(p), unescape_value(g))
-    else {
-        return TierEntry::Other;
-    };
-    if let Some(name) = PartName::parse(file) {
-        TierEntry::Part {
+    match classify_in(root, path, ["tier=", "profile=", "group="], false) {
+        Some(([tier, profile, group], false, name)) => TierEntry::Part {
             tier,
             profile,
             group,
             name,
-        }
-    } else if let Some(name) = PartName::parse_temp(file) {
-        TierEntry::Temp {
+        },
+        Some(([tier, profile, group], true, name)) => TierEntry::Temp {
             tier,
             profile,
             group,
             name,
-        }
-    } else {
-        TierEntry::Other
+        },
+        None => TierEntry::Other,
     }
 }
 
@@ -621,36 +609,18 @@ pub enum TableEntry {
 
 /// Classifies `path` (a file under `root`) in the `table=`/`switch=` tree.
 pub fn classify_table(root: &Path, path: &Path) -> TableEntry {
-    let Ok(rel) = path.strip_prefix(root) else {
-        return TableEntry::Other;
-    };
-    let parts: Vec<&str> = rel.iter().filter_map(|s| s.to_str()).collect();
-    let [t, s, d, h, file] = parts.as_slice() else {
-        return TableEntry::Other;
-    };
-    let (Some(t), Some(s)) = (t.strip_prefix("table="), s.strip_prefix("switch=")) else {
-        return TableEntry::Other;
-    };
-    if !d.starts_with("date=") || !h.starts_with("hour=") {
-        return TableEntry::Other;
-    }
-    let (Some(table), Some(switch)) = (unescape_value(t), unescape_value(s)) else {
-        return TableEntry::Other;
-    };
-    if let Some(name) = PartName::parse(file) {
-        TableEntry::Part {
+    match classify_in(root, path, ["table=", "switch="], true) {
+        Some(([table, switch], false, name)) => TableEntry::Part {
             table,
             switch,
             name,
-        }
-    } else if let Some(name) = PartName::parse_temp(file) {
-        TableEntry::Temp {
+        },
+        Some(([table, switch], true, name)) => TableEntry::Temp {
             table,
             switch,
             name,
-        }
-    } else {
-        TableEntry::Other
+        },
+        None => TableEntry::Other,
     }
 }
 
