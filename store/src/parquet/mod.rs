@@ -34,38 +34,9 @@ pub use config::{Codec, CounterEncoding, ParquetSinkConfig, WhenFull};
 pub use sink::{accounting, ParquetSink, Shed, ShedReason};
 pub use writer::{RecoveryReport, SessionRecovery};
 
-/// Key-value metadata keys written into every file's footer (besides Arrow's `ARROW:schema`,
-/// which carries the per-column `stel.*` field metadata).
-pub mod keys {
-    /// HFT profile (unescaped).
-    pub const PROFILE: &str = "stel.profile";
-    /// HFT group (unescaped).
-    pub const GROUP: &str = "stel.group";
-    /// IPFIX observation domain.
-    pub const DOMAIN: &str = "stel.domain";
-    /// Template IDs of the snapshot's parts, comma-separated, in column order.
-    pub const TEMPLATE_IDS: &str = "stel.template_ids";
-    /// Session schema generation (changes whenever the templates change).
-    pub const GENERATION: &str = "stel.generation";
-    /// stel version that wrote the file.
-    pub const VERSION: &str = "stel.version";
-    /// Switch identity (config `switch_name` or the host name).
-    pub const SWITCH: &str = "stel.switch";
-    /// JSON object `{"<label>": "<object name>", …}`.
-    pub const OBJECTS: &str = "stel.objects";
-    /// JSON object `{"<SHORT>": "<SAI_…_STAT_…>", …}`: column suffix → SAI stat name.
-    pub const SAI_NAMES: &str = "stel.sai_names";
-    /// First and last timestamp in the file (ns since the epoch), rows and counter values.
-    pub const FIRST_NS: &str = "stel.first_ns";
-    pub const LAST_NS: &str = "stel.last_ns";
-    pub const ROWS: &str = "stel.rows";
-    pub const SAMPLES: &str = "stel.samples";
-    /// Values that are null because a split snapshot's part never arrived.
-    pub const MISSING_SAMPLES: &str = "stel.missing_samples";
-    /// JSON object `{"<port>": <Mb/s>, …}`: each port's speed from SONiC's PORT tables when the
-    /// daemon read them (absent otherwise); stel-query's utilisation uses it.
-    pub const PORT_SPEED_MBPS: &str = "stel.port_speed_mbps";
-}
+// The footer keys are the session schema's (`crate::schema::keys`); re-exported where the files
+// are written.
+pub use crate::schema::keys;
 
 /// A config that cannot be used; lists every problem.
 #[derive(Debug, thiserror::Error)]
