@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::{
     burst::{Cutoffs, Seg},
     config::BurstRule,
-    kernel::{Cols, Kernel},
+    kernel::{BurstCols, Cols, Kernel},
     plan::Plan,
 };
 use crate::batch::CounterBatch;
@@ -237,6 +237,31 @@ struct BurstAcc {
     entry_above: Vec<u64>,
 }
 
+/// Scratch of the burst kernel for one run of rows: per row its gap and per threshold cutoff,
+/// the series' deltas and "not backwards" masks (allocated once per session).
+#[derive(Debug, Default)]
+struct BurstScratch {
+    /// Per series: its column.
+    cols: Vec<i64>,
+    dt: Vec<u64>,
+    cut: Vec<u64>,
+    d: Vec<u64>,
+    fwd: Vec<u8>,
+}
+
+impl BurstScratch {
+    fn new(plan: &Plan, thresholds: usize) -> Self {
+        let strips = plan.series.len().div_ceil(8);
+        Self {
+            cols: plan.series.iter().map(|s| s.column as i64).collect(),
+            dt: vec![0; CHUNK_ROWS],
+            cut: vec![0; CHUNK_ROWS * thresholds],
+            d: vec![0; CHUNK_ROWS * strips * 8],
+            fwd: vec![0; CHUNK_ROWS * strips],
+        }
+    }
+}
+
 impl BurstAcc {
     fn new(series: usize, thresholds: usize) -> Self {
         let z = vec![0u64; series * thresholds];
@@ -409,6 +434,7 @@ pub struct Accumulator {
     open: Option<Open>,
     /// Scratch for the burst pass.
     vals: Vec<u64>,
+    bscratch: BurstScratch,
     /// Tests: every row through the general path (the reference the kernel path must match).
     general_only: bool,
 }
@@ -461,6 +487,7 @@ impl Accumulator {
             },
             open: None,
             vals: vec![0; ns],
+            bscratch: BurstScratch::new(&plan, rule.thresholds.len()),
             general_only: false,
             plan,
         }
@@ -586,28 +613,57 @@ impl Accumulator {
             note_gap(&mut self.nominal, &mut o.row, dt);
             pt = t;
         }
-        // Bursts first: they need each series' previous value, which the kernel overwrites.
-        let nser = self.plan.series.len();
-        if nser > 0 {
-            let mut pt = self.prev_ts.unwrap_or(ts[0]);
-            for (i, &t) in ts.iter().enumerate() {
-                let row = &v.values[(r0 + i) * w..(r0 + i + 1) * w];
-                for (v, s) in self.vals.iter_mut().zip(&self.plan.series) {
-                    *v = row[s.column];
-                }
-                let dt = t - pt;
-                let cut = self.cut.at(dt);
-                o.bursts.row(&self.vals, &mut self.sprev.v, dt as u64, cut);
-                pt = t;
-            }
-            let last = *ts.last().unwrap_or(&pt);
-            self.sprev.t.fill(last);
-        }
         let mut rows: [&[u64]; CHUNK_ROWS] = [&[]; CHUNK_ROWS];
         for (slot, i) in rows.iter_mut().zip(r0..r1) {
             *slot = &v.values[i * w..(i + 1) * w];
         }
         let rows = &rows[..r1 - r0];
+        // Bursts first: they need each series' previous value, which the kernel overwrites.
+        let nser = self.plan.series.len();
+        if nser > 0 {
+            let mut pt = self.prev_ts.unwrap_or(ts[0]);
+            if self.kernel.has_bursts() {
+                let th = self.thresholds;
+                let sc = &mut self.bscratch;
+                for (i, &t) in ts.iter().enumerate() {
+                    sc.dt[i] = (t - pt) as u64;
+                    sc.cut[i * th..(i + 1) * th].copy_from_slice(self.cut.at(t - pt));
+                    pt = t;
+                }
+                let b = &mut o.bursts;
+                self.kernel.bursts(
+                    rows,
+                    &sc.dt,
+                    &sc.cut,
+                    th,
+                    &mut BurstCols {
+                        cols: &sc.cols,
+                        prev: &mut self.sprev.v,
+                        run: &mut b.run,
+                        above: &mut b.above,
+                        runs: &mut b.runs,
+                        longest: &mut b.longest,
+                        head: &mut b.head,
+                        open: &mut b.head_open,
+                        d: &mut sc.d,
+                        fwd: &mut sc.fwd,
+                    },
+                );
+                b.fast_rows += rows.len() as u64;
+            } else {
+                for (&row, &t) in rows.iter().zip(ts) {
+                    for (v, s) in self.vals.iter_mut().zip(&self.plan.series) {
+                        *v = row[s.column];
+                    }
+                    let dt = t - pt;
+                    let cut = self.cut.at(dt);
+                    o.bursts.row(&self.vals, &mut self.sprev.v, dt as u64, cut);
+                    pt = t;
+                }
+            }
+            let last = *ts.last().unwrap_or(&pt);
+            self.sprev.t.fill(last);
+        }
         let row = &mut o.row;
         let mut cols = Cols {
             prev: &mut self.prev,
