@@ -618,7 +618,20 @@ impl Accumulator {
             *slot = &v.values[i * w..(i + 1) * w];
         }
         let rows = &rows[..r1 - r0];
-        // Bursts first: they need each series' previous value, which the kernel overwrites.
+        let row = &mut o.row;
+        let mut cols = Cols {
+            prev: &mut self.prev,
+            hi: &mut row.hi,
+            hi_t: &mut row.hi_t,
+            lo: &mut row.lo,
+            lo_t: &mut row.lo_t,
+            sum: &mut row.sum,
+            resets: &mut row.resets,
+            level: &self.level_mask,
+        };
+        self.kernel.run(rows, ts, 0, w, &mut cols);
+        // Bursts after the kernel (which streams every line of the run into cache; the series
+        // keep their own previous values).
         let nser = self.plan.series.len();
         if nser > 0 {
             let mut pt = self.prev_ts.unwrap_or(ts[0]);
@@ -664,21 +677,9 @@ impl Accumulator {
             let last = *ts.last().unwrap_or(&pt);
             self.sprev.t.fill(last);
         }
-        let row = &mut o.row;
-        let mut cols = Cols {
-            prev: &mut self.prev,
-            hi: &mut row.hi,
-            hi_t: &mut row.hi_t,
-            lo: &mut row.lo,
-            lo_t: &mut row.lo_t,
-            sum: &mut row.sum,
-            resets: &mut row.resets,
-            level: &self.level_mask,
-        };
-        self.kernel.run(rows, ts, 0, w, &mut cols);
         let last = ts[ts.len() - 1];
-        row.samples += ts.len() as u64;
-        row.last_ts = last;
+        o.row.samples += ts.len() as u64;
+        o.row.last_ts = last;
         o.last_valid = None;
         self.prev_ts = Some(last);
         self.prev_t_all = Some(last);

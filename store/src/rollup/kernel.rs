@@ -313,6 +313,10 @@ mod x86 {
         }};
     }
 
+    /// How far ahead (columns, in the same row) the strip kernel prefetches: four strips, a
+    /// few hundred cycles before it loads them.
+    const PREFETCH: usize = 4 * LANES;
+
     /// The lane mask of the first `n` lanes (all eight from 8 on).
     #[inline(always)]
     fn lanes(n: usize) -> __mmask8 {
@@ -359,8 +363,8 @@ mod x86 {
         if lvl == 0 {
             for row in rows {
                 let v = load8!(row, c);
-                // The strip after next of this row (a hint; never dereferenced).
-                _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(c + 2 * LANES).cast());
+                // This row's line `PREFETCH` columns on (a hint; never dereferenced).
+                _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(c + PREFETCH).cast());
                 back |= _mm512_cmplt_epu64_mask(v, p);
                 let d = _mm512_sub_epi64(v, p);
                 hi = _mm512_max_epu64(hi, d);
@@ -371,7 +375,7 @@ mod x86 {
             let mut sum = load8!(st.sum, c);
             for row in rows {
                 let v = load8!(row, c);
-                _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(c + 2 * LANES).cast());
+                _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(c + PREFETCH).cast());
                 back |= _mm512_mask_cmplt_epu64_mask(!lvl, v, p);
                 let x = _mm512_mask_blend_epi64(lvl, _mm512_sub_epi64(v, p), v);
                 hi = _mm512_max_epu64(hi, x);
