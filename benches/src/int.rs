@@ -12,13 +12,17 @@
 //!   the three tables' column buffers, loss per (switch, hw_id), per-flow path/latency state,
 //!   EVC attribution. `reports_per_s_1hop`: the same for 1-hop reports.
 //!   `transpose_reports_per_s`: those batches as Arrow record batches split per (switch,
-//!   hour) (`IntBatch::finish_split`, the sink thread's side; measured separately, one core).
-//! * `encode_reports_per_cpu_s`: the INT sink's column-chunk encoder (`store::int::encode`) on
-//!   the 5-hop record batches, one file per (table, switch) as the writer splits them, footers
-//!   included; `encode_arrow_writer_reports_per_cpu_s` parquet's `ArrowWriter` on the same
-//!   batches with the properties the sink used before (same run, `encode_ratio_vs_arrow_writer`),
-//!   and the bytes per report of both (`encode_bytes_per_report`, …). `STEL_INT_ENCODE_ONLY=1`:
-//!   stop after these (profiling the encoder).
+//!   hour) (`IntBatch::finish_split`: what `ArrowWriter` needs as input; the daemon's writer
+//!   no longer builds them).
+//! * `encode_reports_per_cpu_s`: the INT sink's writer work on the 5-hop batches, as the writer
+//!   does it: split per (table, switch, hour) (`IntBatch::split`, a mixed batch's rows
+//!   regrouped column by column), each group encoded straight from the column buffers by the
+//!   column-chunk encoder (`store::int::encode`), one file per (table, switch), footers
+//!   included; `encode_arrow_writer_reports_per_cpu_s` parquet's `ArrowWriter` on the
+//!   transposed record batches (transpose not counted) with the properties the sink used
+//!   before (same run, `encode_ratio_vs_arrow_writer`), and the bytes per report of both
+//!   (`encode_bytes_per_report`, …). `STEL_INT_ENCODE_ONLY=1`: stop after these (profiling
+//!   the encoder).
 //! * baseline: a plain per-report parse in the shape of the existing collectors (INTCollector /
 //!   AmLight's int_collector): bounds-checked slices into one owned struct per report with a
 //!   `Vec` of hops, pushed onto a `Vec` — no columns, no loss, no flow state, no EVC.
@@ -206,6 +210,8 @@ struct DecodeRates {
     finish: f64,
     /// Those record batches, per (table, switch, hour), and the reports in them.
     pieces: Vec<(Table, u32, i64, arrow_array::RecordBatch)>,
+    /// The decoder's batches those record batches came from.
+    kept: Vec<IntBatch>,
     kept_reports: usize,
     bytes_per_report: f64,
     reports: usize,
@@ -263,12 +269,13 @@ fn decode_rates(hops: usize, n: usize, runs: usize, passes: usize) -> Result<Dec
         return Err(format!("{} rows for {total} reports", sink.0));
     }
 
-    // The transpose (rows → Arrow columns) the sink thread does, on the kept batches.
-    let mut kept = std::mem::take(&mut sink.1);
+    // The transpose (rows → Arrow columns) on the kept batches: ArrowWriter's input.
+    let kept = std::mem::take(&mut sink.1);
+    let mut transposed = kept.clone();
     let kept_rows: usize = kept.iter().map(|b| b.reports.rows()).sum();
     let c = crate::parquet::thread_cpu_s();
     let mut pieces = Vec::new();
-    for b in &mut kept {
+    for b in &mut transposed {
         pieces.extend(b.finish_split().map_err(|e| format!("finish: {e}"))?);
     }
     let finish = kept_rows as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6);
@@ -301,6 +308,7 @@ fn decode_rates(hops: usize, n: usize, runs: usize, passes: usize) -> Result<Dec
         base: median(base),
         finish,
         pieces,
+        kept,
         kept_reports: kept_rows,
         bytes_per_report: data.len() as f64 / n as f64,
         reports: n * passes,
@@ -349,7 +357,7 @@ pub fn bench(quick: bool) -> Result<Value, String> {
     if std::env::var_os("STEL_INT_DECODE_ONLY").is_some() {
         return Ok(decode_only);
     }
-    let enc = encode_bench(&five.pieces, five.kept_reports, runs)?;
+    let enc = encode_bench(&five.kept, &five.pieces, five.kept_reports, runs)?;
     let mut decode_only = decode_only;
     for (k, v) in [
         ("encode_reports_per_cpu_s", enc.ours.round()),
@@ -831,13 +839,14 @@ struct Encode {
 }
 
 fn encode_bench(
+    kept: &[IntBatch],
     pieces: &[(Table, u32, i64, arrow_array::RecordBatch)],
     reports: usize,
     runs: usize,
 ) -> Result<Encode, String> {
-    use stel_store::int::{encode, IntSinkConfig};
-    let mut files: std::collections::BTreeMap<(Table, u32), Vec<arrow_array::RecordBatch>> =
-        std::collections::BTreeMap::new();
+    use std::collections::BTreeMap;
+    use stel_store::int::{encode, IntSinkConfig, Piece};
+    let mut files: BTreeMap<(Table, u32), Vec<arrow_array::RecordBatch>> = BTreeMap::new();
     for (t, sw, _, rb) in pieces {
         files.entry((*t, *sw)).or_default().push(rb.clone());
     }
@@ -845,28 +854,46 @@ fn encode_bench(
     if let Some(c) = codec_from_env() {
         cfg.compression = c;
     }
-    type Enc = fn(
-        Table,
-        &[arrow_array::RecordBatch],
-        &IntSinkConfig,
-    ) -> ::parquet::errors::Result<Vec<u8>>;
-    let measure = |f: Enc| -> Result<(f64, f64), String> {
-        let mut rates = Vec::new();
-        let mut bytes = 0;
-        for _ in 0..runs {
-            let c = crate::parquet::thread_cpu_s();
-            bytes = 0;
-            for ((t, _), batches) in &files {
-                bytes += f(*t, batches, &cfg)
-                    .map_err(|e| format!("encode: {e}"))?
-                    .len();
+    // Ours: what the writer thread does with a batch (split per table and switch, encode the
+    // rows from the batch's buffers), one file per (table, switch).
+    let mut rates = Vec::new();
+    let mut ours_bytes = 0;
+    // Kept across runs as the writer keeps its regrouping buffers (the first run pays their
+    // first touch; the figure is the median).
+    let mut scratch: Vec<IntBatch> = kept.iter().map(|_| IntBatch::default()).collect();
+    for _ in 0..runs {
+        let c = crate::parquet::thread_cpu_s();
+        // The writer regroups a mixed batch into buffers it keeps; here each batch needs its
+        // own until the files are encoded.
+        let splits: Vec<_> = kept.iter().zip(scratch.iter_mut()).collect();
+        let mut by_file: BTreeMap<(Table, u32), Vec<Piece<'_>>> = BTreeMap::new();
+        for (b, s) in splits {
+            for p in b.split(s) {
+                by_file.entry((p.table, p.switch)).or_default().push(p);
             }
-            rates.push(reports as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6));
         }
-        Ok((median(rates), bytes as f64 / reports as f64))
-    };
-    let (ours, ours_bytes) = measure(encode::encode_in_memory)?;
-    let (arrow, arrow_bytes) = measure(encode::encode_with_arrow_writer)?;
+        ours_bytes = 0;
+        for pieces in by_file.values() {
+            ours_bytes += encode::encode_in_memory(pieces, &cfg)
+                .map_err(|e| format!("encode: {e}"))?
+                .len();
+        }
+        rates.push(reports as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6));
+    }
+    let (ours, ours_bytes) = (median(rates), ours_bytes as f64 / reports as f64);
+    let mut rates = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..runs {
+        let c = crate::parquet::thread_cpu_s();
+        bytes = 0;
+        for ((t, _), batches) in &files {
+            bytes += encode::encode_with_arrow_writer(*t, batches, &cfg)
+                .map_err(|e| format!("encode: {e}"))?
+                .len();
+        }
+        rates.push(reports as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6));
+    }
+    let (arrow, arrow_bytes) = (median(rates), bytes as f64 / reports as f64);
     eprintln!(
         "int: encode (sink thread) {:.2} M reports per CPU-second, {ours_bytes:.1} B/report; ArrowWriter {:.2} M, {arrow_bytes:.1} B/report; ratio {:.1}",
         ours / 1e6,

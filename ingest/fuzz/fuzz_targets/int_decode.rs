@@ -1,12 +1,14 @@
 //! Arbitrary bytes through the INT report decoder (every report version, the inner packet, every
 //! INT stack version), under each config variant that changes parsing: v2.0 spec/Tofino headers,
 //! DSCP/UDP-port INT signalling, hop limits. Must never panic or loop, every report must be
-//! decoded or counted, and every batch must become consistent Arrow record batches.
+//! decoded or counted, and every batch must become consistent Arrow record batches and encode
+//! through the INT tables' column encoder, split per switch and hour as the writer splits it.
 #![no_main]
 use std::net::{IpAddr, Ipv4Addr};
 
 use libfuzzer_sys::fuzz_target;
 use stel_ingest::int::{IntBatch, IntDecodeConfig, IntDecoder, V2Header};
+use stel_store::int::{encode::encode_in_memory, IntSinkConfig};
 
 fuzz_target!(|data: &[u8]| {
     let knobs = data.first().copied().unwrap_or(0);
@@ -25,6 +27,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut d = IntDecoder::new(cfg);
     let mut sink = |mut b: IntBatch| {
+        let mut scratch = IntBatch::default();
+        for p in b.split(&mut scratch) {
+            encode_in_memory(std::slice::from_ref(&p), &IntSinkConfig::default())
+                .expect("encodes");
+        }
         b.finish().expect("consistent batch");
     };
     let src = IpAddr::V4(Ipv4Addr::LOCALHOST);

@@ -43,16 +43,11 @@ use ::parquet::{
     },
     schema::types::ColumnDescPtr,
 };
-use arrow_array::{
-    cast::AsArray,
-    types::{UInt16Type, UInt32Type, UInt64Type, UInt8Type},
-    Array, ArrayRef, RecordBatch,
-};
-use arrow_buffer::NullBuffer;
+use arrow_array::RecordBatch;
 use arrow_schema::DataType;
 use bytes::Bytes;
 
-use super::{IntSinkConfig, Table};
+use super::{Addr, ColumnRef, EvcName, IntSinkConfig, Piece, Table};
 use crate::parquet::{
     chunk::{
         compress, pack32, put_def_levels_runs, put_vlq, write_page_v2, ColumnState, EncodeOptions,
@@ -109,25 +104,29 @@ pub(crate) fn file_properties(kv: Vec<KeyValue>) -> WriterProperties {
         .build()
 }
 
-/// `batches` (rows of `table`, in order) as one Parquet file in memory, exactly as the sink
+/// `pieces` (rows of one table, in order) as one Parquet file in memory, exactly as the sink
 /// writes a part (same encoder, pages and row groups; no footer key-values besides
 /// `ARROW:schema`): for benchmarks and read-back tests.
 ///
 /// # Errors
-/// A batch that does not have the table's columns.
-pub fn encode_in_memory(
-    table: Table,
-    batches: &[RecordBatch],
-    cfg: &IntSinkConfig,
-) -> Result<Vec<u8>> {
+/// Pieces of different tables.
+pub fn encode_in_memory(pieces: &[Piece<'_>], cfg: &IntSinkConfig) -> Result<Vec<u8>> {
+    let table = pieces.first().map_or(Table::Reports, |p| p.table);
     let mut f = IntFile::try_new(
         Vec::new(),
         &table.schema(),
         file_properties(Vec::new()),
         EncodeOptions::from(cfg),
     )?;
-    for b in batches {
-        f.write(b)?;
+    for p in pieces {
+        if p.table != table {
+            return Err(ParquetError::General(format!(
+                "{} rows in a {} file",
+                p.table.name(),
+                table.name()
+            )));
+        }
+        f.write(p)?;
     }
     f.into_inner()
 }
@@ -163,9 +162,102 @@ pub(crate) struct IntFile<W: Write + Send> {
     compression: Compression,
     rows_in_group: usize,
     rows_in_page: usize,
-    /// Scratch: one column's values widened to u64, and its validity.
+    scratch: Scratch,
+}
+
+/// Rows of a batch going into the open page: which (`sel`), their validity words, the AND and
+/// OR of those words, and the EVC names their EVC columns index.
+struct Rows<'a> {
+    sel: std::ops::Range<usize>,
+    valid: &'a [u64],
+    and: u64,
+    or: u64,
+    evcs: &'a [EvcName],
+}
+
+/// What a column's rows are: all valid, all null, or mixed (`Scratch::ok`, one flag per row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Validity {
+    All,
+    Null,
+    Mixed,
+}
+
+/// Per-file scratch: a column's values (non-null rows, widened to u64) and its validity.
+#[derive(Debug, Default)]
+struct Scratch {
     wide: Vec<u64>,
-    valid: Vec<bool>,
+    ok: Vec<bool>,
+}
+
+impl Scratch {
+    /// The validity of column `bit` over `rows` (into `self.ok` when mixed).
+    fn validity(&mut self, bit: Option<u32>, rows: &Rows<'_>) -> Validity {
+        let Some(bit) = bit else {
+            return Validity::All;
+        };
+        if rows.and >> bit & 1 == 1 {
+            return Validity::All;
+        }
+        if rows.or >> bit & 1 == 0 {
+            return Validity::Null;
+        }
+        self.ok.clear();
+        self.ok.extend(
+            rows.valid[rows.sel.clone()]
+                .iter()
+                .map(|&v| v >> bit & 1 == 1),
+        );
+        Validity::Mixed
+    }
+
+    /// The values of `v` at the rows (`valid`: only the valid ones) as u64 into `self.wide`.
+    fn gather<T: Copy>(&mut self, v: &[T], rows: &Rows<'_>, valid: Validity, f: impl Fn(T) -> u64) {
+        self.wide.clear();
+        let v = &v[rows.sel.clone()];
+        if valid == Validity::Mixed {
+            self.wide.extend(
+                v.iter()
+                    .zip(&self.ok)
+                    .filter(|(_, &ok)| ok)
+                    .map(|(&x, _)| f(x)),
+            );
+        } else {
+            self.wide.extend(v.iter().map(|&x| f(x)));
+        }
+    }
+
+    /// The integer values of `c` at the rows (valid ones) as u64: the column's own slice when
+    /// it is one (u64, every row valid), else widened into `self.wide`.
+    fn ints<'a>(
+        &'a mut self,
+        c: ColumnRef<'a>,
+        rows: &Rows<'_>,
+        valid: Validity,
+    ) -> Result<&'a [u64]> {
+        if let (ColumnRef::U64(v), Validity::All) = (c, valid) {
+            return Ok(&v[rows.sel.clone()]);
+        }
+        self.gather_int(c, rows, valid)?;
+        Ok(&self.wide)
+    }
+
+    /// The integer values of `c` at the rows (valid ones) into `self.wide`.
+    fn gather_int(&mut self, c: ColumnRef<'_>, rows: &Rows<'_>, valid: Validity) -> Result<()> {
+        match c {
+            ColumnRef::Ts(v) => self.gather(v, rows, valid, |x| x as u64),
+            ColumnRef::U8(v) => self.gather(v, rows, valid, u64::from),
+            ColumnRef::U16(v) => self.gather(v, rows, valid, u64::from),
+            ColumnRef::U32(v) => self.gather(v, rows, valid, u64::from),
+            ColumnRef::U64(v) => self.gather(v, rows, valid, |x| x),
+            other => {
+                return Err(ParquetError::General(format!(
+                    "integer column expected, got {other:?}"
+                )))
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<W: Write + Send> std::fmt::Debug for IntFile<W> {
@@ -205,34 +297,49 @@ impl<W: Write + Send> IntFile<W> {
             opts,
             rows_in_group: 0,
             rows_in_page: 0,
-            wide: Vec::new(),
-            valid: Vec::new(),
+            scratch: Scratch::default(),
         })
     }
 
-    /// Appends the rows of `rb` (whose schema is this file's).
-    pub(crate) fn write(&mut self, rb: &RecordBatch) -> Result<()> {
-        if rb.num_columns() != self.cols.len() {
+    /// Appends the rows of `piece` (rows of this file's table), straight from the batch's
+    /// column buffers.
+    pub(crate) fn write(&mut self, piece: &Piece<'_>) -> Result<()> {
+        let (cols, valid) = piece.batch.columns(piece.table);
+        if cols.len() != self.cols.len() {
             return Err(ParquetError::General(format!(
                 "batch has {} columns, the file {}",
-                rb.num_columns(),
+                cols.len(),
                 self.cols.len()
             )));
         }
-        let end = rb.num_rows();
+        let evcs = &piece.batch.evcs[..];
+        let end = piece.len();
+        if piece.rows.end > valid.len() {
+            return Err(ParquetError::General(format!(
+                "rows {:?} of a table of {}",
+                piece.rows,
+                valid.len()
+            )));
+        }
         let mut r = 0;
         while r < end {
             let room_group = self.opts.row_group_rows - self.rows_in_group;
             let room_page = self.opts.page_rows.saturating_sub(self.rows_in_page).max(1);
             let n = (end - r).min(room_group).min(room_page);
-            let whole = r == 0 && n == end;
-            for (col, arr) in self.cols.iter_mut().zip(rb.columns()) {
-                let part = if whole {
-                    Arc::clone(arr)
-                } else {
-                    arr.slice(r, n)
-                };
-                col.push(&part, &mut self.wide, &mut self.valid)?;
+            let sel = piece.rows.start + r..piece.rows.start + r + n;
+            // Which columns are valid in every row, or in none: one pass for all of them.
+            let (and, or) = valid[sel.clone()]
+                .iter()
+                .fold((u64::MAX, 0u64), |(a, o), &v| (a & v, o | v));
+            let rows = Rows {
+                sel,
+                valid,
+                and,
+                or,
+                evcs,
+            };
+            for (col, (c, bit)) in self.cols.iter_mut().zip(&cols) {
+                col.push(*c, *bit, &rows, &mut self.scratch)?;
             }
             r += n;
             self.rows_in_group += n;
@@ -278,8 +385,8 @@ impl<W: Write + Send> IntFile<W> {
     /// Bytes held for the row group in progress: encoded pages, open pages and dictionaries.
     pub(crate) fn memory(&self) -> usize {
         self.cols.iter().map(Column::memory).sum::<usize>()
-            + self.wide.capacity() * 8
-            + self.valid.capacity()
+            + self.scratch.wide.capacity() * 8
+            + self.scratch.ok.capacity()
     }
 
     /// Bytes written to the file so far (row groups flushed).
@@ -339,107 +446,10 @@ enum Column {
     /// DELTA_BINARY_PACKED integers (INT64, or INT32 with `ColumnState::int32`).
     Delta {
         state: Box<ColumnState>,
-        kind: IntKind,
         squeeze: Squeeze,
     },
     Dict(Box<DictColumn>),
     Bool(BoolColumn),
-}
-
-/// The Arrow type of an integer column, as read from its array.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum IntKind {
-    Ts,
-    U8,
-    U16,
-    U32,
-    U64,
-}
-
-impl IntKind {
-    fn of(dt: &DataType) -> Option<Self> {
-        Some(match dt {
-            DataType::Timestamp(..) | DataType::Int64 => Self::Ts,
-            DataType::UInt8 => Self::U8,
-            DataType::UInt16 => Self::U16,
-            DataType::UInt32 => Self::U32,
-            DataType::UInt64 => Self::U64,
-            _ => return None,
-        })
-    }
-
-    /// The array's values as u64: borrowed when they are 64-bit, else zero-extended into `out`.
-    fn values<'a>(self, arr: &'a dyn Array, out: &'a mut Vec<u64>) -> Result<&'a [u64]> {
-        let bad = || ParquetError::General(format!("unexpected {} array", arr.data_type()));
-        match self {
-            Self::Ts => {
-                if let Some(a) =
-                    arr.as_primitive_opt::<arrow_array::types::TimestampNanosecondType>()
-                {
-                    return Ok(a.values().inner().typed_data::<u64>());
-                }
-                let a = arr
-                    .as_primitive_opt::<arrow_array::types::Int64Type>()
-                    .ok_or_else(bad)?;
-                Ok(a.values().inner().typed_data::<u64>())
-            }
-            Self::U64 => Ok(arr
-                .as_primitive_opt::<UInt64Type>()
-                .ok_or_else(bad)?
-                .values()
-                .as_ref()),
-            _ => {
-                self.widen(arr, out)?;
-                Ok(out.as_slice())
-            }
-        }
-    }
-
-    /// The array's values as u64 (zero-extended; timestamps as their bits) into `out`.
-    fn widen(self, arr: &dyn Array, out: &mut Vec<u64>) -> Result<()> {
-        out.clear();
-        let bad = || ParquetError::General(format!("unexpected {} array", arr.data_type()));
-        match self {
-            Self::Ts => {
-                let a = arr
-                    .as_primitive_opt::<arrow_array::types::TimestampNanosecondType>()
-                    .map(|a| a.values().as_ref())
-                    .or_else(|| {
-                        arr.as_primitive_opt::<arrow_array::types::Int64Type>()
-                            .map(|a| a.values().as_ref())
-                    })
-                    .ok_or_else(bad)?;
-                out.extend(a.iter().map(|&v| v as u64));
-            }
-            Self::U8 => out.extend(
-                arr.as_primitive_opt::<UInt8Type>()
-                    .ok_or_else(bad)?
-                    .values()
-                    .iter()
-                    .map(|&v| u64::from(v)),
-            ),
-            Self::U16 => out.extend(
-                arr.as_primitive_opt::<UInt16Type>()
-                    .ok_or_else(bad)?
-                    .values()
-                    .iter()
-                    .map(|&v| u64::from(v)),
-            ),
-            Self::U32 => out.extend(
-                arr.as_primitive_opt::<UInt32Type>()
-                    .ok_or_else(bad)?
-                    .values()
-                    .iter()
-                    .map(|&v| u64::from(v)),
-            ),
-            Self::U64 => out.extend_from_slice(
-                arr.as_primitive_opt::<UInt64Type>()
-                    .ok_or_else(bad)?
-                    .values(),
-            ),
-        }
-        Ok(())
-    }
 }
 
 impl Column {
@@ -459,21 +469,19 @@ impl Column {
             _ => None,
         };
         if let Some(kind) = dict_kind {
-            return Ok(Self::Dict(Box::new(DictColumn::new(
-                kind,
-                IntKind::of(dt),
-                nullable,
-            ))));
+            return Ok(Self::Dict(Box::new(DictColumn::new(kind, nullable))));
         }
-        let kind = IntKind::of(dt).ok_or_else(|| {
-            ParquetError::General(format!("INT column {name}: no encoder for {dt}"))
-        })?;
-        let state = ColumnState::new(
-            CounterEncoding::DeltaBinaryPacked,
-            kind != IntKind::Ts,
-            nullable,
-        )
-        .level_runs();
+        let signed = match dt {
+            DataType::Timestamp(..) | DataType::Int64 => true,
+            DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => false,
+            _ => {
+                return Err(ParquetError::General(format!(
+                    "INT column {name}: no encoder for {dt}"
+                )))
+            }
+        };
+        let state =
+            ColumnState::new(CounterEncoding::DeltaBinaryPacked, !signed, nullable).level_runs();
         let state = if descr.physical_type() == PhysicalType::INT32 {
             state.int32()
         } else {
@@ -481,34 +489,30 @@ impl Column {
         };
         Ok(Self::Delta {
             state: Box::new(state),
-            kind,
             squeeze: Squeeze::default(),
         })
     }
 
-    /// Appends the rows of `arr`.
-    fn push(&mut self, arr: &ArrayRef, wide: &mut Vec<u64>, valid: &mut Vec<bool>) -> Result<()> {
-        let n = arr.len();
-        let nulls = arr.logical_nulls();
-        let nulls = nulls.as_ref().filter(|b| b.null_count() > 0);
+    /// Appends the rows of column `c` (validity bit `bit`) at `rows`.
+    fn push(
+        &mut self,
+        c: ColumnRef<'_>,
+        bit: Option<u32>,
+        rows: &Rows<'_>,
+        s: &mut Scratch,
+    ) -> Result<()> {
+        let valid = s.validity(bit, rows);
         match self {
-            Self::Delta { state, kind, .. } => {
-                if nulls.is_some_and(|b| b.null_count() == n) {
-                    state.push_nulls(n);
-                    return Ok(());
+            Self::Delta { state, .. } => match valid {
+                Validity::Null => state.push_nulls(rows.sel.len()),
+                Validity::All => state.push(s.ints(c, rows, valid)?, None),
+                Validity::Mixed => {
+                    s.gather_int(c, rows, valid)?;
+                    state.push_dense(&s.wide, &s.ok);
                 }
-                let vals = kind.values(arr.as_ref(), wide)?;
-                match nulls {
-                    None => state.push(vals, None),
-                    Some(b) => {
-                        valid.clear();
-                        valid.extend(b.iter());
-                        state.push(vals, Some(valid));
-                    }
-                }
-            }
-            Self::Dict(d) => d.push(arr.as_ref(), nulls, wide)?,
-            Self::Bool(b) => b.push(arr.as_ref(), nulls)?,
+            },
+            Self::Dict(d) => d.push(c, rows, valid, s)?,
+            Self::Bool(b) => b.push(c, rows, valid, s)?,
         }
         Ok(())
     }
@@ -598,27 +602,28 @@ impl Pages {
         }
     }
 
-    /// Records the validity of `n` more rows; `nulls` `None` = all valid.
-    fn rows(&mut self, n: usize, nulls: Option<&NullBuffer>) {
+    /// Records the validity of `n` more rows (`ok`: one flag per row when `Mixed`).
+    fn rows(&mut self, n: usize, valid: Validity, ok: &[bool]) {
         let rows = self.page_rows as usize;
-        match nulls {
-            None => {
-                if let Some(bits) = &mut self.validity {
-                    set_bits(bits, rows, n);
-                }
+        if valid == Validity::All {
+            if let Some(bits) = &mut self.validity {
+                set_bits(bits, rows, n);
             }
-            Some(b) => {
-                let bits = self.validity.get_or_insert_with(|| {
-                    let mut v = Vec::new();
-                    set_bits(&mut v, 0, rows);
-                    v
-                });
-                bits.resize((rows + n).div_ceil(8).max(bits.len()), 0);
-                for i in b.valid_indices() {
+        } else {
+            let bits = self.validity.get_or_insert_with(|| {
+                let mut v = Vec::new();
+                set_bits(&mut v, 0, rows);
+                v
+            });
+            bits.resize((rows + n).div_ceil(8).max(bits.len()), 0);
+            let mut nulls = n;
+            if valid == Validity::Mixed {
+                for (i, _) in ok.iter().enumerate().filter(|(_, &v)| v) {
                     bits[(rows + i) / 8] |= 1 << ((rows + i) % 8);
+                    nulls -= 1;
                 }
-                self.page_nulls += b.null_count() as u32;
             }
+            self.page_nulls += nulls as u32;
         }
         self.page_rows += n as u32;
     }
@@ -785,11 +790,19 @@ impl BoolColumn {
         }
     }
 
-    fn push(&mut self, arr: &dyn Array, nulls: Option<&NullBuffer>) -> Result<()> {
-        let a = arr
-            .as_boolean_opt()
-            .ok_or_else(|| ParquetError::General("boolean column expected".into()))?;
-        self.pages.rows(a.len(), nulls);
+    fn push(
+        &mut self,
+        c: ColumnRef<'_>,
+        rows: &Rows<'_>,
+        valid: Validity,
+        s: &Scratch,
+    ) -> Result<()> {
+        let ColumnRef::Bool(v) = c else {
+            return Err(ParquetError::General(format!(
+                "boolean column expected, got {c:?}"
+            )));
+        };
+        self.pages.rows(rows.sel.len(), valid, &s.ok);
         let mut put = |v: bool| {
             if self.n.is_multiple_of(8) {
                 self.bits.push(0);
@@ -799,9 +812,15 @@ impl BoolColumn {
             }
             self.n += 1;
         };
-        match nulls {
-            None => a.values().iter().for_each(&mut put),
-            Some(b) => b.valid_indices().for_each(|i| put(a.value(i))),
+        let v = &v[rows.sel.clone()];
+        match valid {
+            Validity::Null => {}
+            Validity::All => v.iter().for_each(|&b| put(b)),
+            Validity::Mixed => v
+                .iter()
+                .zip(&s.ok)
+                .filter(|(_, &ok)| ok)
+                .for_each(|(&b, _)| put(b)),
         }
         Ok(())
     }
@@ -827,7 +846,6 @@ enum DictKind {
 /// the pages hold indices.
 struct DictColumn {
     kind: DictKind,
-    int: Option<IntKind>,
     pages: Pages,
     /// Dictionary values in index order (integers zero-extended, addresses as their bytes).
     keys: Vec<u128>,
@@ -842,16 +860,19 @@ struct DictColumn {
     /// looked up yet), set up at the first value of a row group.
     near: Vec<u32>,
     near_base: u64,
+    /// EVC columns: dictionary index + 1 of each EVC of `evc_names` (0 = not looked up yet),
+    /// for this row group.
+    evc_index: Vec<u32>,
+    evc_names: usize,
 }
 
 /// Values an integer dictionary looks up directly (4 KiB of table per column).
 const NEAR: usize = 1024;
 
 impl DictColumn {
-    fn new(kind: DictKind, int: Option<IntKind>, nullable: bool) -> Self {
+    fn new(kind: DictKind, nullable: bool) -> Self {
         Self {
             kind,
-            int,
             pages: Pages::new(nullable),
             keys: Vec::new(),
             str_bytes: Vec::new(),
@@ -860,6 +881,8 @@ impl DictColumn {
             idx: Vec::new(),
             near: Vec::new(),
             near_base: 0,
+            evc_index: Vec::new(),
+            evc_names: 0,
         }
     }
 
@@ -1047,89 +1070,71 @@ impl DictColumn {
 
     fn push(
         &mut self,
-        arr: &dyn Array,
-        nulls: Option<&NullBuffer>,
-        wide: &mut Vec<u64>,
+        c: ColumnRef<'_>,
+        rows: &Rows<'_>,
+        valid: Validity,
+        s: &mut Scratch,
     ) -> Result<()> {
-        self.pages.rows(arr.len(), nulls);
-        if nulls.is_some_and(|b| b.null_count() == arr.len()) {
+        self.pages.rows(rows.sel.len(), valid, &s.ok);
+        if valid == Validity::Null {
             return Ok(());
         }
-        match self.kind {
-            DictKind::Int32 | DictKind::Int64 => {
-                let kind = self
-                    .int
-                    .ok_or_else(|| ParquetError::General("dictionary of integers".into()))?;
-                let vals = kind.values(arr, wide)?;
-                match nulls {
-                    None => self.index_ints(vals.iter().copied(), vals.len()),
-                    Some(b) => self.index_ints(
-                        b.valid_indices().map(|i| vals[i]),
-                        arr.len() - b.null_count(),
+        match (self.kind, c) {
+            (DictKind::Int32 | DictKind::Int64, _) => {
+                let v = s.ints(c, rows, valid)?;
+                self.index_ints(v.iter().copied(), v.len());
+            }
+            (DictKind::Flba16, ColumnRef::Addr(v)) => {
+                let key = |a: &i128| u128::from_le_bytes(Addr::bytes(*a));
+                let v = &v[rows.sel.clone()];
+                match valid {
+                    Validity::Mixed => self.index_all(
+                        v.iter()
+                            .zip(&s.ok)
+                            .filter(|(_, &ok)| ok)
+                            .map(|(a, _)| key(a)),
                     ),
+                    _ => self.index_all(v.iter().map(key)),
                 }
             }
-            DictKind::Flba16 => {
-                let a = arr
-                    .as_fixed_size_binary_opt()
-                    .filter(|a| a.value_length() == 16)
-                    .ok_or_else(|| ParquetError::General("16-byte address expected".into()))?;
-                let key = |i: usize| {
-                    let v: [u8; 16] = a.value(i).try_into().unwrap_or([0; 16]);
-                    u128::from_le_bytes(v)
-                };
-                match nulls {
-                    None => self.index_all((0..a.len()).map(key)),
-                    Some(b) => self.index_all(b.valid_indices().map(key)),
+            (DictKind::Str, ColumnRef::EvcId(v) | ColumnRef::EvcName(v)) => {
+                let name = matches!(c, ColumnRef::EvcName(_));
+                // Index of each EVC looked up once per row group (and list of names).
+                let names = rows.evcs.as_ptr() as usize;
+                if names != self.evc_names || self.evc_index.len() != rows.evcs.len() {
+                    self.evc_names = names;
+                    self.evc_index.clear();
+                    self.evc_index.resize(rows.evcs.len(), 0);
+                }
+                s.gather(v, rows, valid, u64::from);
+                self.idx.reserve(s.wide.len());
+                for &e in &s.wide {
+                    let e = e as usize;
+                    let Some(evc) = rows.evcs.get(e) else {
+                        return Err(ParquetError::General(format!(
+                            "EVC index {e} past the batch's {} names",
+                            rows.evcs.len()
+                        )));
+                    };
+                    let k = match self.evc_index[e] {
+                        0 => {
+                            let b = if name { &evc.name } else { &evc.id };
+                            let k = self.index_str(b.as_bytes());
+                            self.evc_index[e] = k + 1;
+                            k
+                        }
+                        k => k - 1,
+                    };
+                    self.idx.push(k);
                 }
             }
-            DictKind::Str => self.push_strings(arr, nulls)?,
+            (kind, c) => {
+                return Err(ParquetError::General(format!(
+                    "{kind:?} dictionary: unexpected column {c:?}"
+                )))
+            }
         }
         Ok(())
-    }
-
-    fn push_strings(&mut self, arr: &dyn Array, nulls: Option<&NullBuffer>) -> Result<()> {
-        let rows: Vec<usize> = match nulls {
-            None => (0..arr.len()).collect(),
-            Some(b) => b.valid_indices().collect(),
-        };
-        if let Some(a) = arr.as_string_opt::<i32>() {
-            let mut last: Option<(&[u8], u32)> = None;
-            for i in rows {
-                let v = a.value(i).as_bytes();
-                let k = match last {
-                    Some((lv, li)) if lv == v => li,
-                    _ => {
-                        let k = self.index_str(v);
-                        last = Some((v, k));
-                        k
-                    }
-                };
-                self.idx.push(k);
-            }
-            return Ok(());
-        }
-        if let Some(a) = arr.as_any_dictionary_opt() {
-            // Dictionary-encoded input: one lookup per distinct input key.
-            let values = a
-                .values()
-                .as_string_opt::<i32>()
-                .ok_or_else(|| ParquetError::General("string dictionary expected".into()))?;
-            let mut map = vec![u32::MAX; values.len()];
-            let keys = a.normalized_keys();
-            for i in rows {
-                let k = keys[i];
-                if map[k] == u32::MAX {
-                    map[k] = self.index_str(values.value(k).as_bytes());
-                }
-                self.idx.push(map[k]);
-            }
-            return Ok(());
-        }
-        Err(ParquetError::General(format!(
-            "no string encoder for {}",
-            arr.data_type()
-        )))
     }
 
     fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
@@ -1236,6 +1241,7 @@ impl DictColumn {
         self.slots.resize(64, 0);
         self.slots.shrink_to(64);
         self.near.clear();
+        self.evc_index.clear();
         out
     }
 
@@ -1422,37 +1428,63 @@ mod tests {
             .unwrap()
     }
 
-    /// Every table round-trips exactly through the encoder (and parquet's own reader), with
-    /// pages and row groups cut mid-batch, for every codec.
+    fn assert_same(bytes: Vec<u8>, rb: &RecordBatch, table: Table, what: &str) {
+        let back = read(bytes);
+        let back = arrow_select::concat::concat_batches(&table.schema(), &back).unwrap();
+        assert_eq!(back.num_rows(), rb.num_rows(), "{table:?} {what}");
+        for (i, f) in table.schema().fields().iter().enumerate() {
+            assert_eq!(
+                back.column(i).as_ref(),
+                rb.column(i).as_ref(),
+                "{table:?} column {} ({what})",
+                f.name()
+            );
+        }
+    }
+
+    /// Every table round-trips exactly through the encoder (and parquet's own reader), whole
+    /// and split per switch as the writer splits a batch, with pages and row groups cut
+    /// mid-piece, for every codec: the same rows as the batch's Arrow arrays.
     #[test]
     fn every_table_round_trips_exactly() {
         let n = 9_000;
+        let b = rows(n);
+        let whole = rows(n).finish().unwrap();
+        let split = rows(n).finish_split().unwrap();
+        let mut scratch = IntBatch::default();
+        let at = &raw const scratch;
+        let groups = b.split(&mut scratch);
+        assert_eq!(groups.len(), split.len());
+        assert!(
+            groups.iter().all(|g| std::ptr::eq(g.batch, at)),
+            "three switches: rows regrouped"
+        );
         for codec in [Codec::Lz4, Codec::Zstd, Codec::None] {
             let cfg = IntSinkConfig {
                 compression: codec,
                 row_group_rows: 20_000,
                 ..IntSinkConfig::for_test("/nonexistent")
             };
-            let mut b = rows(n);
-            let tables = b.finish().unwrap();
-            for (table, rb) in tables {
+            for (table, rb) in &whole {
+                let piece = Piece {
+                    batch: &b,
+                    table: *table,
+                    switch: 0,
+                    hour: 0,
+                    rows: 0..rb.num_rows(),
+                };
+                let bytes = encode_in_memory(&[piece], &cfg).unwrap();
+                assert_same(bytes, rb, *table, &format!("whole, {codec:?}"));
+            }
+            for (g, (t2, sw2, hour2, rb)) in groups.iter().zip(&split) {
+                assert_eq!((g.table, g.switch, g.hour), (*t2, *sw2, *hour2));
                 // Two writes: a page and a row group end inside each.
-                let (a, z) = (
-                    rb.slice(0, rb.num_rows() / 3),
-                    rb.slice(rb.num_rows() / 3, rb.num_rows() - rb.num_rows() / 3),
-                );
-                let bytes = encode_in_memory(table, &[a, z], &cfg).unwrap();
-                let back = read(bytes);
-                let back = arrow_select::concat::concat_batches(&table.schema(), &back).unwrap();
-                assert_eq!(back.num_rows(), rb.num_rows(), "{table:?} {codec:?}");
-                for (i, f) in table.schema().fields().iter().enumerate() {
-                    assert_eq!(
-                        back.column(i).as_ref(),
-                        rb.column(i).as_ref(),
-                        "{table:?} column {} ({codec:?})",
-                        f.name()
-                    );
-                }
+                let k = g.rows.start + g.len() / 3;
+                let pieces =
+                    [g.rows.start..k, k..g.rows.end].map(|rows| Piece { rows, ..g.clone() });
+                let bytes = encode_in_memory(&pieces, &cfg).unwrap();
+                let sw = g.switch;
+                assert_same(bytes, rb, g.table, &format!("switch {sw}, {codec:?}"));
             }
         }
     }
@@ -1466,9 +1498,16 @@ mod tests {
             row_group_rows: 20_000,
             ..IntSinkConfig::for_test(dir.path())
         };
-        let mut b = rows(6_000);
-        for (table, rb) in b.finish().unwrap() {
-            let ours = encode_in_memory(table, std::slice::from_ref(&rb), &cfg).unwrap();
+        let b = rows(6_000);
+        for (table, rb) in rows(6_000).finish().unwrap() {
+            let piece = Piece {
+                batch: &b,
+                table,
+                switch: 0,
+                hour: 0,
+                rows: 0..rb.num_rows(),
+            };
+            let ours = encode_in_memory(&[piece], &cfg).unwrap();
             let theirs = encode_with_arrow_writer(table, &[rb], &cfg).unwrap();
             std::fs::write(
                 dir.path().join(format!("{}.ours.parquet", table.name())),

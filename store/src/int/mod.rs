@@ -111,10 +111,33 @@ pub trait Kind {
         nulls: Option<NullBuffer>,
         evcs: &[EvcName],
     ) -> Result<ArrayRef, ArrowError>;
+    /// The buffer as the encoder reads it.
+    fn column(values: &[Self::S]) -> ColumnRef<'_>;
+}
+
+/// A column's committed rows as the INT encoder ([`encode`]) reads them: straight from the
+/// decoder's buffers, no Arrow array in between.
+#[derive(Debug, Clone, Copy)]
+pub enum ColumnRef<'a> {
+    /// `ts` (ns since the epoch).
+    Ts(&'a [i64]),
+    U8(&'a [u8]),
+    U16(&'a [u16]),
+    U32(&'a [u32]),
+    U64(&'a [u64]),
+    Bool(&'a [bool]),
+    /// Addresses as [`Addr`] slots.
+    Addr(&'a [i128]),
+    /// Indices into the batch's [`IntBatch::evcs`]: the EVC id, or its name.
+    EvcId(&'a [u32]),
+    EvcName(&'a [u32]),
 }
 
 macro_rules! prim_kind {
     ($k:ident, $t:ty, $at:ty, $dt:expr) => {
+        prim_kind!($k, $t, $at, $dt, $k);
+    };
+    ($k:ident, $t:ty, $at:ty, $dt:expr, $col:ident) => {
         #[derive(Debug)]
         pub struct $k;
         impl Kind for $k {
@@ -136,6 +159,9 @@ macro_rules! prim_kind {
                     ScalarBuffer::from(values),
                     nulls,
                 )?))
+            }
+            fn column(values: &[$t]) -> ColumnRef<'_> {
+                ColumnRef::$col(values)
             }
         }
     };
@@ -168,6 +194,9 @@ impl Kind for Bool {
             BooleanBuffer::collect_bool(values.len(), |i| values[i]),
             nulls,
         )))
+    }
+    fn column(values: &[bool]) -> ColumnRef<'_> {
+        ColumnRef::Bool(values)
     }
 }
 
@@ -204,12 +233,15 @@ impl Kind for Addr {
             nulls,
         )?))
     }
+    fn column(values: &[i128]) -> ColumnRef<'_> {
+        ColumnRef::Addr(values)
+    }
 }
 
 /// Column kinds for the EVC id and name: the buffer holds an index into the batch's EVC names;
 /// the Arrow column is the strings.
 macro_rules! evc_kind {
-    ($(#[doc = $doc:literal])* $k:ident, $field:ident) => {
+    ($(#[doc = $doc:literal])* $k:ident, $field:ident, $col:ident) => {
         $(#[doc = $doc])*
         #[derive(Debug)]
         pub struct $k;
@@ -243,6 +275,9 @@ macro_rules! evc_kind {
                 }
                 Ok(Arc::new(b.finish()))
             }
+            fn column(values: &[u32]) -> ColumnRef<'_> {
+                ColumnRef::$col(values)
+            }
         }
     };
 }
@@ -250,12 +285,14 @@ macro_rules! evc_kind {
 evc_kind!(
     /// EVC id column (UTF-8) from an index into the batch's EVC names.
     EvcId,
-    id
+    id,
+    EvcId
 );
 evc_kind!(
     /// EVC name column (UTF-8) from an index into the batch's EVC names.
     EvcNameCol,
-    name
+    name,
+    EvcName
 );
 
 /// Validity of column bit `bit` over the rows' validity words, given their AND and OR (`None`:
@@ -278,10 +315,8 @@ pub const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
 /// Row indices of `keys` grouped by key (more than one key), groups in order of first
 /// appearance, rows in order within each.
-fn group_rows<K: Copy + Eq + std::hash::Hash>(
-    keys: impl Iterator<Item = K>,
-) -> Vec<(K, Vec<usize>)> {
-    let mut groups: Vec<(K, Vec<usize>)> = Vec::new();
+fn group_rows<K: Copy + Eq + std::hash::Hash>(keys: impl Iterator<Item = K>) -> Vec<(K, Vec<u32>)> {
+    let mut groups: Vec<(K, Vec<u32>)> = Vec::new();
     let mut index: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
     let mut last: Option<(K, usize)> = None;
     for (i, k) in keys.enumerate() {
@@ -296,14 +331,14 @@ fn group_rows<K: Copy + Eq + std::hash::Hash>(
                 g
             }
         };
-        groups[g].1.push(i);
+        groups[g].1.push(i as u32);
     }
     groups
 }
 
 /// The slots of `v` at `idx`.
-fn gather<S: Copy>(v: &[S], idx: &[usize]) -> Vec<S> {
-    idx.iter().map(|&i| v[i]).collect()
+fn gather<S: Copy>(v: &[S], idx: &[u32]) -> Vec<S> {
+    idx.iter().map(|&i| v[i as usize]).collect()
 }
 
 /// Emptied batches kept for reuse: a decoder's batch is several MB, and a fresh allocation of
@@ -340,7 +375,7 @@ macro_rules! table {
         /// Column buffers, each [`Self::capacity`] rows long: write a row with [`Self::row`]
         /// (or [`Self::row_at`] + [`Self::commit`]), read them with [`Self::view`], hand them to
         /// Arrow with [`Self::finish`].
-        #[derive(Debug, Default)]
+        #[derive(Debug, Default, Clone)]
         pub struct $name {
             rows: usize,
             cap: usize,
@@ -496,6 +531,58 @@ macro_rules! table {
                 }
             }
 
+            /// Every column of the committed rows in schema order (`ts`, `switch_id`, then the
+            /// nullable ones), each with its bit in the validity words (`None`: never null).
+            pub fn columns(&self) -> Vec<(ColumnRef<'_>, Option<u32>)> {
+                let n = self.rows;
+                vec![
+                    (ColumnRef::Ts(&self.ts[..n]), None),
+                    (ColumnRef::U32(&self.switch_id[..n]), None),
+                    $((<$kind as Kind>::column(&self.$col[..n]), Some($bits::$col)),)*
+                ]
+            }
+
+            /// The committed rows grouped by (reporting switch, UTC hour number), groups in
+            /// order of first appearance: `None` when every row is in the one group (the usual
+            /// case), else each group's row indices in order.
+            pub fn groups(&self) -> Vec<((u32, i64), Option<Vec<u32>>)> {
+                let n = self.rows;
+                let (sw, ts) = (&self.switch_id, &self.ts);
+                let key = |i: usize| (sw[i], ts[i].div_euclid(NS_PER_HOUR));
+                let Some(k0) = (n > 0).then(|| key(0)) else {
+                    return Vec::new();
+                };
+                if (1..n).all(|i| key(i) == k0) {
+                    return vec![(k0, None)];
+                }
+                group_rows((0..n).map(key))
+                    .into_iter()
+                    .map(|(k, idx)| (k, Some(idx)))
+                    .collect()
+            }
+
+            /// Copies the committed rows at `order` (row indices) into `dst` as its rows, in that
+            /// order, one column at a time (each column's reads stay in cache); a column null in
+            /// every row is not copied (its slots are never read).
+            pub fn gather_into(&self, order: &[u32], dst: &mut Self) {
+                let n = order.len();
+                dst.clear();
+                dst.reserve(n);
+                fn col<S: Copy>(src: &[S], order: &[u32], dst: &mut [S]) {
+                    for (d, &i) in dst.iter_mut().zip(order) {
+                        *d = src[i as usize];
+                    }
+                }
+                col(&self.ts, order, &mut dst.ts);
+                col(&self.switch_id, order, &mut dst.switch_id);
+                col(&self.valid, order, &mut dst.valid);
+                let any = dst.valid[..n].iter().fold(0u64, |o, &v| o | v);
+                $(if any >> $bits::$col & 1 == 1 {
+                    col(&self.$col, order, &mut dst.$col);
+                })*
+                dst.rows = n;
+            }
+
             /// Keeps the committed rows whose `switch_id` `keep` accepts (called once per row, in
             /// order), in order, compacting every column in place.
             pub fn retain_switches(&mut self, mut keep: impl FnMut(u32) -> bool) {
@@ -563,19 +650,14 @@ macro_rules! table {
                 &mut self,
                 evcs: &[EvcName],
             ) -> Result<Vec<((u32, i64), RecordBatch)>, ArrowError> {
-                let n = self.rows;
-                let (sw, ts) = (&self.switch_id, &self.ts);
-                let key = |i: usize| (sw[i], ts[i].div_euclid(NS_PER_HOUR));
-                let Some(k0) = (n > 0).then(|| key(0)) else {
-                    return Ok(Vec::new());
-                };
-                if (1..n).all(|i| key(i) == k0) {
-                    return Ok(vec![(k0, self.finish(evcs)?)]);
+                let groups = self.groups();
+                if let [(k, None)] = groups[..] {
+                    return Ok(vec![(k, self.finish(evcs)?)]);
                 }
-                let groups = group_rows((0..n).map(|i| (self.switch_id[i], self.ts[i].div_euclid(NS_PER_HOUR))));
                 let out = groups
                     .into_iter()
                     .map(|(k, idx)| {
+                        let idx = idx.unwrap_or_default();
                         let valid = gather(&self.valid, &idx);
                         Ok((
                             k,
@@ -760,8 +842,45 @@ table! {
     }
 }
 
+/// Consecutive rows of one table of a batch that go to one file: one (reporting switch, UTC
+/// hour) group of [`IntBatch::split`].
+#[derive(Debug, Clone)]
+pub struct Piece<'a> {
+    pub batch: &'a IntBatch,
+    pub table: Table,
+    pub switch: u32,
+    /// UTC hour number (`ts / NS_PER_HOUR`).
+    pub hour: i64,
+    pub rows: std::ops::Range<usize>,
+}
+
+impl Piece<'_> {
+    /// Rows in the piece.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The earliest and latest `ts` of the piece's rows.
+    pub fn ts_range(&self) -> Option<(i64, i64)> {
+        let ts = match self.table {
+            Table::Reports => self.batch.reports.view().ts,
+            Table::Hops => self.batch.hops.view().ts,
+            Table::Drops => self.batch.drops.view().ts,
+        };
+        ts.get(self.rows.clone())?
+            .iter()
+            .fold(None, |m: Option<(i64, i64)>, &t| {
+                Some(m.map_or((t, t), |(a, b)| (a.min(t), b.max(t))))
+            })
+    }
+}
+
 /// One decoder batch of the three tables.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct IntBatch {
     pub reports: Reports,
     pub hops: Hops,
@@ -859,6 +978,70 @@ impl IntBatch {
             out.extend(parts.into_iter().map(|((sw, h), rb)| (t, sw, h, rb)));
         }
         Ok(out)
+    }
+
+    /// The rows per (table, reporting switch, UTC hour number), groups in order of first
+    /// appearance, as [`Piece`]s of consecutive rows: of `self` where a table's rows are one
+    /// group (the usual case), else of `scratch`, which receives that table's rows grouped
+    /// (copied column by column; no Arrow arrays, no allocation once `scratch` is warm).
+    pub fn split<'a>(&'a self, scratch: &'a mut IntBatch) -> Vec<Piece<'a>> {
+        scratch.clear();
+        scratch.evcs = Arc::clone(&self.evcs);
+        let mut spans = Vec::new();
+        for (t, groups) in [
+            (Table::Reports, self.reports.groups()),
+            (Table::Hops, self.hops.groups()),
+            (Table::Drops, self.drops.groups()),
+        ] {
+            if let [((sw, h), None)] = groups[..] {
+                spans.push((false, t, sw, h, 0..self.table_rows(t)));
+                continue;
+            }
+            let mut order = Vec::with_capacity(self.table_rows(t));
+            for ((sw, h), idx) in groups {
+                let idx = idx.unwrap_or_default();
+                spans.push((true, t, sw, h, order.len()..order.len() + idx.len()));
+                order.extend_from_slice(&idx);
+            }
+            match t {
+                Table::Reports => self.reports.gather_into(&order, &mut scratch.reports),
+                Table::Hops => self.hops.gather_into(&order, &mut scratch.hops),
+                Table::Drops => self.drops.gather_into(&order, &mut scratch.drops),
+            }
+        }
+        let scratch = &*scratch;
+        spans
+            .into_iter()
+            .map(|(copied, table, switch, hour, rows)| Piece {
+                batch: if copied { scratch } else { self },
+                table,
+                switch,
+                hour,
+                rows,
+            })
+            .collect()
+    }
+
+    /// Committed rows of `table`.
+    pub fn table_rows(&self, table: Table) -> usize {
+        match table {
+            Table::Reports => self.reports.rows(),
+            Table::Hops => self.hops.rows(),
+            Table::Drops => self.drops.rows(),
+        }
+    }
+
+    /// Every column of `table`'s committed rows (as [`Reports::columns`]) and their validity
+    /// words.
+    pub fn columns(&self, table: Table) -> (Vec<(ColumnRef<'_>, Option<u32>)>, &[u64]) {
+        match table {
+            Table::Reports => (
+                self.reports.columns(),
+                &self.reports.valid[..self.reports.rows],
+            ),
+            Table::Hops => (self.hops.columns(), &self.hops.valid[..self.hops.rows]),
+            Table::Drops => (self.drops.columns(), &self.drops.valid[..self.drops.rows]),
+        }
     }
 
     /// The three tables as record batches (empty ones included), moving the buffers into Arrow

@@ -12,13 +12,12 @@ use std::{
 };
 
 use ::parquet::file::metadata::KeyValue;
-use arrow_array::{cast::AsArray, types::TimestampNanosecondType, RecordBatch};
 
 use super::{
     encode::{file_properties, IntFile},
     stats::Counters,
     tree::for_each_file,
-    IntBatch, IntSinkConfig, Table, NS_PER_HOUR, TS_COLUMN,
+    IntBatch, IntSinkConfig, Piece, Table, NS_PER_HOUR,
 };
 use crate::{
     log_limit::LogLimiter,
@@ -67,6 +66,9 @@ pub(crate) struct Writer {
     seq: u32,
     history: History,
     paused_until: Option<Instant>,
+    /// A batch's rows regrouped per (table, switch, hour) when it mixes switches (buffers
+    /// kept from batch to batch: as big as the largest batch so far).
+    regrouped: IntBatch,
     last_retention: Instant,
     log_err: LogLimiter,
 }
@@ -92,6 +94,7 @@ impl Writer {
             seq: 0,
             history: History::default(),
             paused_until: None,
+            regrouped: IntBatch::default(),
             last_retention: Instant::now(),
             log_err: LogLimiter::new(Duration::from_secs(10)),
         }
@@ -130,37 +133,26 @@ impl Writer {
         // Rows of switches without a slot go first, before anything is built for them: a
         // batch of made-up switch ids would otherwise become a record batch per id.
         self.admit(&mut batch, now);
-        // Rows are grouped by (table, switch, hour) before the transpose: one pass over the
-        // rows, no column filtering afterwards.
-        let pieces = match batch.finish_split() {
-            Ok(t) => {
-                batch.recycle();
-                t
-            }
-            Err(e) => {
-                self.c.write_errors.fetch_add(1, Relaxed);
-                self.c
-                    .lost_write_error_rows
-                    .fetch_add(batch.rows() as u64, Relaxed);
-                tracing::error!(error = %e, "INT batch could not become Arrow; rows lost.");
-                return;
-            }
-        };
-        for (table, switch, hour, rb) in pieces {
-            if rb.num_rows() == 0 {
+        // Rows are grouped by (table, switch, hour) and encoded straight from the batch's
+        // column buffers (one pass over each column per file, no Arrow arrays in between).
+        let mut regrouped = std::mem::take(&mut self.regrouped);
+        for piece in batch.split(&mut regrouped) {
+            let rows = piece.len() as u64;
+            if rows == 0 {
                 continue;
             }
             if let Some(until) = self.paused_until {
                 if Instant::now() < until {
-                    self.c
-                        .lost_write_error_rows
-                        .fetch_add(rb.num_rows() as u64, Relaxed);
+                    self.c.lost_write_error_rows.fetch_add(rows, Relaxed);
                     continue;
                 }
                 self.paused_until = None;
             }
-            self.write_piece(table, switch, hour * NS_PER_HOUR, &rb);
+            self.write_piece(&piece);
         }
+        regrouped.clear();
+        self.regrouped = regrouped;
+        batch.recycle();
         self.update_memory();
     }
 
@@ -242,14 +234,11 @@ impl Writer {
         }
     }
 
-    fn write_piece(&mut self, table: Table, switch: u32, hour_start: i64, rb: &RecordBatch) {
+    fn write_piece(&mut self, piece: &Piece<'_>) {
+        let (table, switch, hour_start) = (piece.table, piece.switch, piece.hour * NS_PER_HOUR);
         let key = (table, switch);
-        let rows = rb.num_rows() as u64;
-        let (first, last) = rb
-            .column_by_name(TS_COLUMN)
-            .map(|c| c.as_primitive::<TimestampNanosecondType>().values())
-            .and_then(|ts| Some((*ts.iter().min()?, *ts.iter().max()?)))
-            .unwrap_or((hour_start, hour_start));
+        let rows = piece.len() as u64;
+        let (first, last) = piece.ts_range().unwrap_or((hour_start, hour_start));
         if self
             .parts
             .get(&key)
@@ -271,7 +260,7 @@ impl Writer {
         let Some(p) = self.parts.get_mut(&key) else {
             return;
         };
-        if let Err(e) = p.writer.write(rb) {
+        if let Err(e) = p.writer.write(piece) {
             let p = self.parts.remove(&key);
             self.failed(p, rows, &e);
             return;

@@ -1008,24 +1008,10 @@ impl ColumnState {
                 self.push_values(vals);
             }
             Some(valid) => {
-                let nulls = valid.iter().filter(|&&v| !v).count();
-                if nulls > 0 || self.validity.is_some() {
-                    let bits = self.validity.get_or_insert_with(|| {
-                        let mut b = Vec::new();
-                        set_valid(&mut b, 0, rows);
-                        b
-                    });
-                    bits.resize((rows + valid.len()).div_ceil(8).max(bits.len()), 0);
-                    for (i, &ok) in valid.iter().enumerate() {
-                        if ok {
-                            bits[(rows + i) / 8] |= 1 << ((rows + i) % 8);
-                        }
-                    }
-                }
+                let nulls = self.mark_valid(valid);
                 if nulls == 0 {
                     self.push_values(vals);
                 } else {
-                    self.page_nulls += nulls as u32;
                     for (v, _) in vals.iter().zip(valid).filter(|(_, ok)| **ok) {
                         self.push_values(std::slice::from_ref(v));
                     }
@@ -1033,6 +1019,38 @@ impl ColumnState {
             }
         }
         self.page_rows = (rows + vals.len()) as u32;
+    }
+
+    /// Appends `valid.len()` rows whose non-null values are `vals`, in order (`vals.len()` =
+    /// the rows `valid` marks valid): no per-row pass over the values for the nulls.
+    pub(crate) fn push_dense(&mut self, vals: &[u64], valid: &[bool]) {
+        let rows = self.page_rows as usize;
+        let nulls = self.mark_valid(valid);
+        debug_assert_eq!(vals.len() + nulls, valid.len());
+        self.push_values(vals);
+        self.page_rows = (rows + valid.len()) as u32;
+    }
+
+    /// Records the validity of `valid.len()` more rows (the page's row count is the caller's);
+    /// returns their nulls, counted in the page.
+    fn mark_valid(&mut self, valid: &[bool]) -> usize {
+        let rows = self.page_rows as usize;
+        let nulls = valid.iter().filter(|&&v| !v).count();
+        if nulls > 0 || self.validity.is_some() {
+            let bits = self.validity.get_or_insert_with(|| {
+                let mut b = Vec::new();
+                set_valid(&mut b, 0, rows);
+                b
+            });
+            bits.resize((rows + valid.len()).div_ceil(8).max(bits.len()), 0);
+            for (i, &ok) in valid.iter().enumerate() {
+                if ok {
+                    bits[(rows + i) / 8] |= 1 << ((rows + i) % 8);
+                }
+            }
+        }
+        self.page_nulls += nulls as u32;
+        nulls
     }
 
     /// Non-null values, in order; each is one row.
