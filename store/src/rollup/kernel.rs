@@ -41,6 +41,9 @@ pub(crate) struct Cols<'a> {
     pub resets: &'a mut [u64],
     /// `u64::MAX` for a level, 0 for a counter.
     pub level: &'a [u64],
+    /// The values that follow the run (the next run of the batch): the AVX-512 kernel streams
+    /// them into L2 while it works on this one (a hint; may be empty).
+    pub next: &'a [u64],
 }
 
 /// The burst machines' state over a run of complete rows (`[threshold][series]` for the
@@ -273,7 +276,7 @@ mod x86 {
         _mm512_mask_mov_epi64, _mm512_mask_storeu_epi64, _mm512_maskz_add_epi64,
         _mm512_maskz_loadu_epi64, _mm512_maskz_mov_epi64, _mm512_max_epu64, _mm512_min_epu64,
         _mm512_set1_epi64, _mm512_setzero_si512, _mm512_storeu_epi64, _mm512_sub_epi64,
-        _mm512_test_epi64_mask, _mm_prefetch, _MM_HINT_T0,
+        _mm512_test_epi64_mask, _mm_prefetch, _MM_HINT_T0, _MM_HINT_T1,
     };
 
     use super::{run_generic, strip, BurstCols, Cols, LANES};
@@ -339,8 +342,10 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512vl")]
     pub(super) fn run_avx512(rows: &[&[u64]], ts: &[i64], c0: usize, c1: usize, st: &mut Cols<'_>) {
         let mut c = c0;
+        // Bytes of `st.next` prefetched so far: one line per row and strip, in address order.
+        let mut pf = 0;
         while c + LANES <= c1 {
-            strip512(rows, ts, c, st);
+            strip512(rows, ts, c, st, &mut pf);
             c += LANES;
         }
         while c < c1 {
@@ -351,7 +356,9 @@ mod x86 {
 
     /// One strip of eight columns from `c` down every row.
     #[target_feature(enable = "avx512f,avx512vl")]
-    fn strip512(rows: &[&[u64]], ts: &[i64], c: usize, st: &mut Cols<'_>) {
+    fn strip512(rows: &[&[u64]], ts: &[i64], c: usize, st: &mut Cols<'_>, pf: &mut usize) {
+        let next = st.next.as_ptr().cast::<u8>();
+        let next_len = std::mem::size_of_val(st.next);
         let p0 = load8!(st.prev, c);
         let hi0 = load8!(st.hi, c);
         let lo0 = load8!(st.lo, c);
@@ -363,8 +370,13 @@ mod x86 {
         if lvl == 0 {
             for row in rows {
                 let v = load8!(row, c);
-                // This row's line `PREFETCH` columns on (a hint; never dereferenced).
+                // This row's line `PREFETCH` columns on, and the next line of the next run
+                // (hints; never dereferenced).
                 _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(c + PREFETCH).cast());
+                if *pf < next_len {
+                    _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(*pf).cast());
+                    *pf += 64;
+                }
                 back |= _mm512_cmplt_epu64_mask(v, p);
                 let d = _mm512_sub_epi64(v, p);
                 hi = _mm512_max_epu64(hi, d);
@@ -376,6 +388,10 @@ mod x86 {
             for row in rows {
                 let v = load8!(row, c);
                 _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(c + PREFETCH).cast());
+                if *pf < next_len {
+                    _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(*pf).cast());
+                    *pf += 64;
+                }
                 back |= _mm512_mask_cmplt_epu64_mask(!lvl, v, p);
                 let x = _mm512_mask_blend_epi64(lvl, _mm512_sub_epi64(v, p), v);
                 hi = _mm512_max_epu64(hi, x);
