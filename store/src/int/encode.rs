@@ -1,5 +1,6 @@
-//! The INT tables' column-chunk encoder: record batches of one table straight into Parquet
-//! pages, on the same page machinery as the counter history ([`crate::parquet::chunk`]).
+//! The INT tables' column-chunk encoder: a table's rows straight from the decoder's column
+//! buffers ([`Piece`]s of an [`super::IntBatch`], no Arrow arrays) into Parquet pages, on the
+//! same page machinery as the counter history ([`crate::parquet::chunk`]).
 //!
 //! Why not `ArrowWriter`: per value it runs a generic level/statistics/encoder stack, and per
 //! file it keeps a column writer with its own page buffers for each of the ~50 columns; it was

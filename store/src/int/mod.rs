@@ -5,9 +5,12 @@
 //! index, plus one validity word per row (a bit per nullable column) — no row structs, no
 //! transpose. Buffers are sized for a whole batch up front, so a value is written, never
 //! pushed (no capacity check per value, and hop rows can be written in any order).
-//! [`IntBatch::finish`] hands the buffers to Arrow without copying them (the validity words
-//! become null buffers; only columns that mix nulls and values need that pass); readers that do
-//! not want Arrow read the typed slices directly ([`Reports::view`]).
+//! The INT writer encodes straight from these buffers: [`IntBatch::split`] groups each table's
+//! rows per (switch, hour) as [`Piece`]s of consecutive rows, and the encoder reads each column
+//! as a typed slice ([`ColumnRef`]) with the validity words. [`IntBatch::finish`] hands the
+//! buffers to Arrow without copying them (the validity words become null buffers; only columns
+//! that mix nulls and values need that pass) for readers that want Arrow; others read the typed
+//! slices directly ([`Reports::view`]).
 //!
 //! | table | one row per | key columns |
 //! |---|---|---|
