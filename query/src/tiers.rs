@@ -775,17 +775,7 @@ pub async fn scan(
     for g in &plan.segments {
         rows += match g.source {
             Source::Raw => {
-                scan_buckets(
-                    cat,
-                    s,
-                    columns,
-                    &g.range,
-                    Grid::new(&g.range, width),
-                    aggs,
-                    progress,
-                    &mut each,
-                )
-                .await?
+                raw_buckets(cat, s, columns, &g.range, width, aggs, progress, &mut each).await?
             }
             Source::Tier(i) => {
                 tier_buckets(
@@ -804,6 +794,38 @@ pub async fn scan(
         };
     }
     Ok(rows)
+}
+
+/// A raw segment's buckets at `width` (`None`: one bucket over the segment). A grid of fixed
+/// width covers only the raw data inside the segment (first to last snapshot there): a
+/// stream-width grid over a long segment of sparse data (a fleet's one-hour window over a
+/// switch that sent a few ms) would otherwise plan and walk every empty chunk of it. Buckets
+/// keep their alignment (multiples of the width since the epoch) and only empty ones are left
+/// out.
+#[expect(clippy::too_many_arguments, reason = "scan_buckets' arguments")]
+async fn raw_buckets(
+    cat: &Catalog,
+    s: &Session,
+    columns: &[String],
+    range: &TimeRange,
+    width: Option<i64>,
+    aggs: Aggs,
+    progress: &Progress,
+    each: impl FnMut(&Buckets) -> Result<()>,
+) -> Result<u64> {
+    let narrowed;
+    let range = match width {
+        Some(_) => match crate::engine::clamp_to_data(cat, s, range).await? {
+            Some(c) => {
+                narrowed = c;
+                &narrowed
+            }
+            None => return Ok(0),
+        },
+        None => range,
+    };
+    let grid = Grid::new(range, width);
+    scan_buckets(cat, s, columns, range, grid, aggs, progress, each).await
 }
 
 /// Merges whole-segment buckets (one bucket each, in time order) into one bucket over the
@@ -950,12 +972,12 @@ pub async fn burst_totals(
                     .iter()
                     .map(|(o, _, stat)| format!("{o}.{stat}"))
                     .collect();
-                scanned += scan_buckets(
+                scanned += raw_buckets(
                     cat,
                     s,
                     &cols,
                     &g.range,
-                    Grid::new(&g.range, Some(w)),
+                    Some(w),
                     Aggs::default(),
                     progress,
                     |b| {
