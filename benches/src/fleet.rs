@@ -490,16 +490,7 @@ pub fn local_lake(cfg: &FleetConfig, work: &Path, dir: &Path) -> Result<usize, S
     let mut n = 0;
     for sw in plan(cfg) {
         let data = work.join(sw.name.replace(['/', ' '], "_")).join("data");
-        for (rel, path, _) in stel_store::paths::published_parts(&data) {
-            let to = dir.join(stel_store::paths::lake_key(&sw.name, &rel));
-            if let Some(p) = to.parent() {
-                std::fs::create_dir_all(p).map_err(|e| e.to_string())?;
-            }
-            std::fs::hard_link(&path, &to)
-                .or_else(|_| std::fs::copy(&path, &to).map(drop))
-                .map_err(|e| format!("{}: {e}", to.display()))?;
-            n += 1;
-        }
+        n += link_published(&data, &sw.name, dir)?;
     }
     Ok(n)
 }
@@ -508,13 +499,16 @@ pub fn local_lake(cfg: &FleetConfig, work: &Path, dir: &Path) -> Result<usize, S
 pub const ROLLUP_LAKE: &str = "s3://lake/rollup";
 
 /// Per switch, 24 h (ending at [`T_RECENT`]) of synthetic counters of 8 ports every 5 s —
-/// loads differing per switch and port, each port at 95 % for one minute in 17 — through the
-/// real rollup writer (1 min tier) under `dir/switch=<name>/`, the last minute also as raw
-/// files (so the local engine has a session). Returns the files written.
+/// loads differing per switch and port, each port at 95 % for 5–60 s of one minute in 17 —
+/// through the
+/// real rollup writer (1 min tier) into a data dir of its own under `data/<name>/`, the last
+/// minute also as raw files (so the local engine has a session); then every published file
+/// linked into `lake` at the key the uploader gives it ([`stel_store::paths::lake_key`]: raw
+/// under `switch=<name>/`, the tier under `_tiers/tier=1m/switch=<name>/`). Returns the files.
 ///
 /// # Errors
-/// A writer failing.
-pub fn rollup_lake(switches: usize, dir: &Path) -> Result<usize, String> {
+/// A writer failing, a file that cannot be linked.
+pub fn rollup_lake(switches: usize, data: &Path, lake: &Path) -> Result<usize, String> {
     use std::sync::Arc;
     use stel_store::{
         parquet::{ParquetSink, ParquetSinkConfig},
@@ -535,7 +529,7 @@ pub fn rollup_lake(switches: usize, dir: &Path) -> Result<usize, String> {
     let mut files = 0;
     for i in 0..switches {
         let name = format!("sw{i:03}");
-        let root = dir.join(stel_store::paths::switch_segment(&name));
+        let root = data.join(&name);
         let mut columns = Vec::new();
         for p in 0..8u16 {
             for st in stats {
@@ -581,7 +575,11 @@ pub fn rollup_lake(switches: usize, dir: &Path) -> Result<usize, String> {
                 ts.push(tt);
                 let minute = tt / 60_000_000_000;
                 for p in 0..8usize {
-                    let hot = (minute + (i * 3 + p * 5) as i64) % 17 == 0;
+                    // Hot for the first 1–12 of the minute's twelve 5 s steps (per switch
+                    // and port), so burst times differ and the ranking is not all ties.
+                    let step = (tt / STEP).rem_euclid(12) as usize;
+                    let hot =
+                        (minute + (i * 3 + p * 5) as i64) % 17 == 0 && step <= (i * 7 + p) % 12;
                     let util = if hot {
                         0.95
                     } else {
@@ -605,9 +603,26 @@ pub fn rollup_lake(switches: usize, dir: &Path) -> Result<usize, String> {
         }
         w.finish();
         raw.shutdown().map_err(|e| e.to_string())?;
-        files += stel_store::paths::published_parts(&root).len();
+        files += link_published(&root, &name, lake)?;
     }
     Ok(files)
+}
+
+/// Links every published file of the data dir `root` of switch `name` into `lake` at its
+/// uploader key (hard links; a copy across file systems). Returns how many.
+fn link_published(root: &Path, name: &str, lake: &Path) -> Result<usize, String> {
+    let mut n = 0;
+    for (rel, path, _) in stel_store::paths::published_parts(root) {
+        let to = lake.join(stel_store::paths::lake_key(name, &rel));
+        if let Some(p) = to.parent() {
+            std::fs::create_dir_all(p).map_err(|e| e.to_string())?;
+        }
+        std::fs::hard_link(&path, &to)
+            .or_else(|_| std::fs::copy(&path, &to).map(drop))
+            .map_err(|e| format!("{}: {e}", to.display()))?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Copies the tree under `dir` to `s3://lake/rollup/` of the moto server at `url` (boto3).
@@ -657,7 +672,8 @@ pub struct Asked {
 /// Runs `stel_query` with `args` (plus `--json`) and parses its JSON Lines.
 ///
 /// # Errors
-/// A non-zero exit other than "no rows", or output that is not JSON Lines.
+/// A non-zero exit other than "no rows" (exit 1 with a summary), or output that is not JSON
+/// Lines.
 pub fn ask(stel_query: &Path, args: &[String], env: &[(String, String)]) -> Result<Asked, String> {
     let t = Instant::now();
     let mut c = Command::new(stel_query);
@@ -685,6 +701,15 @@ pub fn ask(stel_query: &Path, args: &[String], env: &[(String, String)]) -> Resu
             Some("summary") => summary = v["data"].clone(),
             _ => {}
         }
+    }
+    // Exit 1 with a summary is "no rows"; without one it is an error (nothing found).
+    if summary.is_null() {
+        return Err(format!(
+            "stel-query {} ({}): {}",
+            args.join(" "),
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        ));
     }
     Ok(Asked {
         rows,
@@ -892,7 +917,7 @@ pub fn bench(quick: bool, switches: usize) -> Result<Value, String> {
     // the 1 min tier, on Sail vs the local engine.
     let rollup_dir = work.path().join("rollup-lake");
     let t = Instant::now();
-    let written = rollup_lake(cfg.switches, &rollup_dir)?;
+    let written = rollup_lake(cfg.switches, &work.path().join("rollup-data"), &rollup_dir)?;
     let uploaded = upload_tree(&rollup_dir, &env)?;
     eprintln!(
         "fleet: rollup lake: {} switches × 24 h of the 1 min tier: {written} files written, {uploaded} uploaded to {ROLLUP_LAKE} in {:.1} s",
