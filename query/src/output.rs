@@ -41,6 +41,37 @@ pub fn warn(message: &str, data: Value) {
     }
 }
 
+/// The keys of JSON rows for `header`: each lowercased name, quoted and escaped, with its
+/// cell's index, in the order a JSON object's keys print (sorted; a repeated name keeps its
+/// last cell).
+fn json_keys(header: &[String]) -> Vec<(String, usize)> {
+    let mut keys: std::collections::BTreeMap<String, usize> = Default::default();
+    for (i, h) in header.iter().enumerate() {
+        keys.insert(h.to_lowercase(), i);
+    }
+    keys.into_iter()
+        .map(|(k, i)| (Value::String(k).to_string(), i))
+        .collect()
+}
+
+/// One JSON row line, `{"data":{…},"type":"row"}`, byte for byte as serde_json prints that
+/// object (keys sorted), written without building it: `keys` from [`Printer::begin`].
+fn json_row(w: &mut impl Write, keys: &[(String, usize)], cells: &[Cell]) -> io::Result<()> {
+    w.write_all(b"{\"data\":{")?;
+    let mut first = true;
+    for (k, i) in keys {
+        let Some(c) = cells.get(*i) else { continue };
+        if !first {
+            w.write_all(b",")?;
+        }
+        first = false;
+        w.write_all(k.as_bytes())?;
+        w.write_all(b":")?;
+        serde_json::to_writer(&mut *w, &c.json)?;
+    }
+    w.write_all(b"},\"type\":\"row\"}\n")
+}
+
 /// Rows a table buffers to size its columns before it streams.
 pub const TABLE_SAMPLE: usize = 512;
 
@@ -114,6 +145,8 @@ pub struct Printer {
     pending: Vec<Vec<String>>,
     widths: Option<Vec<usize>>,
     rows: u64,
+    /// JSON rows' keys ([`json_keys`]).
+    json_keys: Vec<(String, usize)>,
 }
 
 impl Printer {
@@ -126,7 +159,14 @@ impl Printer {
             pending: Vec::new(),
             widths: None,
             rows: 0,
+            json_keys: Vec::new(),
         }
+    }
+
+    /// Whether cells' `text` is printed (tables): JSON and CSV print their `json` value only,
+    /// so callers may leave `text` empty for them and skip formatting it.
+    pub fn wants_text(&self) -> bool {
+        self.format == Format::Table
     }
 
     pub fn format(&self) -> Format {
@@ -150,6 +190,7 @@ impl Printer {
     /// Starts the output: the column names and what was asked (`begin` in JSON).
     pub fn begin(&mut self, header: &[&str], about: Value) -> Result<()> {
         self.header = header.iter().map(|s| s.to_string()).collect();
+        self.json_keys = json_keys(&self.header);
         match self.format {
             Format::Json => self.line(json!({"type": "begin", "data": about}))?,
             Format::Csv => {
@@ -212,13 +253,7 @@ impl Printer {
     pub fn row(&mut self, cells: Vec<Cell>) -> Result<()> {
         self.rows += 1;
         match self.format {
-            Format::Json => {
-                let mut m = Map::new();
-                for (h, c) in self.header.iter().zip(cells) {
-                    m.insert(h.to_lowercase(), c.json);
-                }
-                self.line(json!({"type": "row", "data": m}))
-            }
+            Format::Json => Ok(json_row(&mut self.out, &self.json_keys, &cells)?),
             Format::Csv => {
                 // Raw values (the JSON ones): numbers without units or separators, N/A empty.
                 let line = cells
@@ -405,6 +440,30 @@ pub fn human_count(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_rows_print_as_the_row_object_would() {
+        let header = ["TIME", "IFACE", "RX_BPS", "Rank", "rank", "Q\"X"];
+        let keys = json_keys(&header.map(String::from));
+        let cells = || {
+            vec![
+                Cell::time(1_714_564_800_000_000_001),
+                Cell::str("Ethernet0"),
+                Cell::f64(1.5e9, String::new()),
+                Cell::u64(1),
+                Cell::u64(2),
+                Cell::na(),
+            ]
+        };
+        let mut m = Map::new();
+        for (h, c) in header.iter().zip(cells()) {
+            m.insert(h.to_lowercase(), c.json);
+        }
+        let want = format!("{}\n", json!({"type": "row", "data": m}));
+        let mut got = Vec::new();
+        json_row(&mut got, &keys, &cells()).unwrap();
+        assert_eq!(String::from_utf8(got).unwrap(), want);
+    }
 
     #[test]
     fn number_formats() {

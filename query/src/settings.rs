@@ -236,9 +236,7 @@ impl std::fmt::Display for TimeRange {
 /// RFC 3339 with ns, UTC: exact (the store's timestamps are ns; µs lost the sub-µs phase of a
 /// stream, so a printed time did not name the snapshot it came from).
 pub fn fmt_ts(ns: i64) -> String {
-    chrono::DateTime::from_timestamp_nanos(ns)
-        .format("%Y-%m-%dT%H:%M:%S%.9fZ")
-        .to_string()
+    chrono::DateTime::from_timestamp_nanos(ns).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
 }
 
 /// Parses `10m`, `1h30m`, `500ms`, `10us`, `250ns` into ns. A bare number is refused: `--last
@@ -376,6 +374,18 @@ impl CommonArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_print_in_rfc_3339_with_ns() {
+        for (ns, want) in [
+            (0, "1970-01-01T00:00:00.000000000Z"),
+            (1_714_564_800_000_000_001, "2024-05-01T12:00:00.000000001Z"),
+            (1_714_564_800_123_456_789, "2024-05-01T12:00:00.123456789Z"),
+            (-1, "1969-12-31T23:59:59.999999999Z"),
+        ] {
+            assert_eq!(fmt_ts(ns), want);
+        }
+    }
 
     #[test]
     fn durations_and_times_parse() {

@@ -575,6 +575,17 @@ struct Want {
     stat: String,
 }
 
+/// Where a wanted column's figures are in a tier scan's projection.
+#[derive(Debug, Clone, Copy)]
+struct Positions {
+    last: Option<usize>,
+    first: Option<usize>,
+    min: Option<usize>,
+    max: Option<usize>,
+    sum: Option<usize>,
+    count: Option<usize>,
+}
+
 /// Fills `each` with bucket chunks of tier `t` over `r` (aligned to the tier and to `grid`),
 /// the same [`Buckets`] the raw scan gives for these columns: `last` from `<STAT>.last` at
 /// `last_ts`, the window's first row from `first_ts`/`<STAT>.first`, min/max/sum/count from the
@@ -629,13 +640,25 @@ async fn tier_buckets(
             }
         }
     }
-    // column index in the projection by (stat, agg)
+    // Column index in the projection by (stat, agg), per wanted column, looked up once.
     let pos = |st: &str, a: &str| {
-        names
-            .iter()
-            .position(|n| *n == format!("{st}.{a}"))
-            .map(|p| p + 5)
+        let n = format!("{st}.{a}");
+        names.iter().position(|x| *x == n).map(|p| p + 5)
     };
+    let at: Vec<Positions> = wants
+        .iter()
+        .map(|w| {
+            let st = w.stat.as_str();
+            Positions {
+                last: pos(st, "last"),
+                first: pos(st, "first"),
+                min: pos(st, "min"),
+                max: pos(st, "max"),
+                sum: pos(st, "sum"),
+                count: pos(st, "count"),
+            }
+        })
+        .collect();
     let objects: Vec<Expr> = {
         let mut o: Vec<String> = wants.iter().map(|w| w.object.clone()).collect();
         o.sort();
@@ -700,10 +723,10 @@ async fn tier_buckets(
                     first = Some((first_ts, vec![0; ncols], vec![false; ncols]));
                 }
                 for &c in cols {
-                    let st = &wants[c].stat;
+                    let at = &at[c];
                     let k = i * ncols + c;
                     if last_ts >= b.last_ts[i] {
-                        match u(pos(st, "last")) {
+                        match u(at.last) {
                             Some(a) if a.is_valid(row) => {
                                 b.last[k] = a.value(row);
                                 b.valid[k] = true;
@@ -715,23 +738,20 @@ async fn tier_buckets(
                     // min/max/avg/last, never from the first row).
                     if let Some((f, v, ok)) = first.as_mut().filter(|x| x.0 == first_ts) {
                         let _ = f;
-                        if let Some(a) = u(pos(st, "first")) {
+                        if let Some(a) = u(at.first) {
                             ok[c] = a.is_valid(row);
                             v[c] = a.value(row);
                         }
                     }
-                    if aggs.stats && pos(st, "count").is_none() {
+                    if aggs.stats && at.count.is_none() {
                         // A counter: the tier has its last value only (the plan let it answer
                         // because nothing else of it is asked); count it as present.
                         b.count[k] += u64::from(b.valid[k]);
                     }
                     if aggs.stats {
-                        if let (Some(mn), Some(mx), Some(sm), Some(ct)) = (
-                            u(pos(st, "min")),
-                            u(pos(st, "max")),
-                            u(pos(st, "sum")),
-                            u(pos(st, "count")),
-                        ) {
+                        if let (Some(mn), Some(mx), Some(sm), Some(ct)) =
+                            (u(at.min), u(at.max), u(at.sum), u(at.count))
+                        {
                             if ct.is_valid(row) && ct.value(row) > 0 {
                                 b.min[k] = b.min[k].min(mn.value(row));
                                 b.max[k] = b.max[k].max(mx.value(row));
@@ -919,6 +939,32 @@ pub async fn burst_totals(
                     .sort(vec![col("ts").sort(true, false)])?;
                 let batches = df.collect().await?;
                 let mut counted = std::collections::HashSet::new();
+                // The series of each object (a row is one object's interval).
+                let mut of_object: std::collections::HashMap<&str, Vec<usize>> =
+                    std::collections::HashMap::new();
+                for (k, (object, _, _)) in series.iter().enumerate() {
+                    of_object.entry(object.as_str()).or_default().push(k);
+                }
+                // Per direction, the figures' column names; per series, its counter's `.last`.
+                let figures: Vec<[String; 8]> = dirs
+                    .iter()
+                    .map(|d| {
+                        [
+                            format!("{d}_deltas"),
+                            format!("{d}_above{label}_ns"),
+                            format!("{d}_bursts{label}"),
+                            format!("{d}_head{label}_ns"),
+                            format!("{d}_tail{label}_ns"),
+                            format!("{d}_longest{label}_ns"),
+                            format!("{d}_entry_ns"),
+                            format!("{d}_entry{label}_ns"),
+                        ]
+                    })
+                    .collect();
+                let lasts: Vec<String> = series
+                    .iter()
+                    .map(|(_, _, stat)| format!("{stat}.last"))
+                    .collect();
                 for b in &batches {
                     let ts = b.column(0).as_primitive::<TimestampNanosecondType>();
                     let obj = utf8(b.column(1))?;
@@ -926,38 +972,45 @@ pub async fn burst_totals(
                     let lts = b.column(2).as_primitive::<TimestampNanosecondType>();
                     let samples = b.column(3).as_primitive::<UInt64Type>();
                     let u = |n: &str| b.column_by_name(n).map(|c| c.as_primitive::<UInt64Type>());
+                    let cols: Vec<[Option<&arrow_array::UInt64Array>; 8]> = figures
+                        .iter()
+                        .map(|f| std::array::from_fn(|j| u(&f[j])))
+                        .collect();
+                    let last_cols: Vec<Option<&arrow_array::UInt64Array>> =
+                        lasts.iter().map(|n| u(n)).collect();
                     for row in 0..b.num_rows() {
                         if counted.insert(ts.value(row)) {
                             scanned += samples.value(row);
                         }
-                        for (k, (object, dir, stat)) in series.iter().enumerate() {
-                            if obj.value(row) != object {
-                                continue;
-                            }
-                            let d = dirs[*dir];
-                            let get =
-                                |n: String| u(&n).filter(|a| a.is_valid(row)).map(|a| a.value(row));
-                            let Some(n) = get(format!("{d}_deltas")) else {
+                        let Some(ks) = of_object.get(obj.value(row)) else {
+                            continue;
+                        };
+                        let get = |a: Option<&arrow_array::UInt64Array>| {
+                            a.filter(|a| a.is_valid(row)).map(|a| a.value(row))
+                        };
+                        for &k in ks {
+                            let c = &cols[series[k].1];
+                            let Some(n) = get(c[0]) else {
                                 continue;
                             };
                             let inner = Seg::from_parts(
                                 n,
-                                get(format!("{d}_above{label}_ns")).unwrap_or(0),
-                                get(format!("{d}_bursts{label}")).unwrap_or(0),
-                                get(format!("{d}_head{label}_ns")).unwrap_or(0),
-                                get(format!("{d}_tail{label}_ns")).unwrap_or(0),
-                                get(format!("{d}_longest{label}_ns")).unwrap_or(0),
+                                get(c[1]).unwrap_or(0),
+                                get(c[2]).unwrap_or(0),
+                                get(c[3]).unwrap_or(0),
+                                get(c[4]).unwrap_or(0),
+                                get(c[5]).unwrap_or(0),
                             );
                             if begun[k] {
-                                let e = get(format!("{d}_entry_ns")).unwrap_or(0);
+                                let e = get(c[6]).unwrap_or(0);
                                 if e > 0 {
-                                    let a = get(format!("{d}_entry{label}_ns")).unwrap_or(0) > 0;
+                                    let a = get(c[7]).unwrap_or(0) > 0;
                                     segs[k] = segs[k].then(Seg::one(e, a));
                                 }
                             }
                             segs[k] = segs[k].then(inner);
                             begun[k] = true;
-                            prev[k] = get(format!("{stat}.last")).map(|v| (lts.value(row), v));
+                            prev[k] = get(last_cols[k]).map(|v| (lts.value(row), v));
                         }
                     }
                 }

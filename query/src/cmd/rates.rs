@@ -615,8 +615,23 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         let speed = speeds.of(&row.object);
         let rx_util = Rates::util(x.rx_bps, Some(speed));
         let tx_util = Rates::util(x.tx_bps, Some(speed));
-        let bps =
-            |v: Option<f64>| v.map_or_else(Cell::na, |v| Cell::f64(unit.value(v), unit.format(v)));
+        // JSON and CSV print the values only: their text is not formatted.
+        let text = p.wants_text();
+        let txt = |v: f64, f: &dyn Fn(f64) -> String| if text { f(v) } else { String::new() };
+        let bps = |v: Option<f64>| {
+            v.map_or_else(Cell::na, |v| {
+                Cell::f64(unit.value(v), txt(v, &|v| unit.format(v)))
+            })
+        };
+        let opt = |v: Option<f64>, f: fn(f64) -> String| {
+            v.map_or_else(Cell::na, |v| Cell::f64(v, txt(v, &f)))
+        };
+        let ok = |v: Option<u64>| {
+            v.map_or_else(Cell::na, |v| Cell {
+                json: json!(v),
+                text: if text { fmt_ok(v) } else { String::new() },
+            })
+        };
         let mut cells = Vec::with_capacity(12);
         if per_interval {
             cells.push(Cell::time(row.t_ns));
@@ -626,20 +641,14 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         }
         cells.extend([
             Cell::str(&*row.object),
-            x.rx_ok.map_or_else(Cell::na, |v| Cell {
-                json: json!(v),
-                text: fmt_ok(v),
-            }),
+            ok(x.rx_ok),
             bps(x.rx_bps),
-            Cell::opt_f64(x.rx_pps, fmt_pps),
-            Cell::opt_f64(rx_util, fmt_util),
-            x.tx_ok.map_or_else(Cell::na, |v| Cell {
-                json: json!(v),
-                text: fmt_ok(v),
-            }),
+            opt(x.rx_pps, fmt_pps),
+            opt(rx_util, fmt_util),
+            ok(x.tx_ok),
             bps(x.tx_bps),
-            Cell::opt_f64(x.tx_pps, fmt_pps),
-            Cell::opt_f64(tx_util, fmt_util),
+            opt(x.tx_pps, fmt_pps),
+            opt(tx_util, fmt_util),
         ]);
         if !per_interval {
             cells.push(Cell {
