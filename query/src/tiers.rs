@@ -285,6 +285,8 @@ pub struct Need {
 pub struct Planned {
     pub segments: Vec<Segment>,
     pub range: TimeRange,
+    /// The raw files' first and last snapshot the plan was made with (`None`: no raw data).
+    pub raw: Option<(i64, i64)>,
 }
 
 impl Planned {
@@ -342,13 +344,36 @@ fn ceil_to(t: i64, w: i64) -> i64 {
     -((-t).div_euclid(w) * w)
 }
 
+/// The raw extent `raw` (first, last snapshot) as a range when it lies wholly inside `r` (then
+/// it is the raw data in `r`, no query needed).
+fn within(raw: Option<(i64, i64)>, r: &TimeRange) -> Option<TimeRange> {
+    raw.filter(|(a, b)| *a >= r.from_ns && *b < r.to_ns)
+        .map(|(a, b)| TimeRange {
+            from_ns: a,
+            to_ns: b + 1,
+        })
+}
+
 /// `r` narrowed to the session's data in it, raw files and tiers together (the tiers' part from
-/// their first to their last summarised snapshot); `None` when neither has data there.
+/// their first to their last summarised snapshot); `None` when neither has data there. `raw`
+/// is the raw files' extent ([`Catalog::raw_extent`]): no raw data, or all of it inside `r`,
+/// needs no query.
 ///
 /// # Errors
 /// Engine failures.
-pub async fn clamp_to_data(cat: &Catalog, s: &Session, r: &TimeRange) -> Result<Option<TimeRange>> {
-    let mut e = cat.extent_in(s, r).await?;
+pub async fn clamp_to_data(
+    cat: &Catalog,
+    s: &Session,
+    r: &TimeRange,
+    raw: Option<(i64, i64)>,
+) -> Result<Option<TimeRange>> {
+    let mut e = match raw {
+        None => None,
+        Some(x) => match within(Some(x), r) {
+            Some(_) => Some(x),
+            None => cat.extent_in(s, r).await?,
+        },
+    };
     for t in &s.tiers {
         if let Some((a, b)) = t.samples {
             let (a, b) = (a.max(r.from_ns), b.min(r.to_ns));
@@ -494,6 +519,7 @@ pub fn plan(s: &Session, raw: Option<(i64, i64)>, r: &TimeRange, need: &Need) ->
     Ok(Planned {
         segments: segs,
         range,
+        raw,
     })
 }
 
@@ -795,7 +821,10 @@ pub async fn scan(
     for g in &plan.segments {
         rows += match g.source {
             Source::Raw => {
-                raw_buckets(cat, s, columns, &g.range, width, aggs, progress, &mut each).await?
+                raw_buckets(
+                    cat, s, columns, &g.range, plan.raw, width, aggs, progress, &mut each,
+                )
+                .await?
             }
             Source::Tier(i) => {
                 tier_buckets(
@@ -821,13 +850,15 @@ pub async fn scan(
 /// stream-width grid over a long segment of sparse data (a fleet's one-hour window over a
 /// switch that sent a few ms) would otherwise plan and walk every empty chunk of it. Buckets
 /// keep their alignment (multiples of the width since the epoch) and only empty ones are left
-/// out.
+/// out. `raw` is the raw files' extent: a segment holding all of it needs no query to find its
+/// data.
 #[expect(clippy::too_many_arguments, reason = "scan_buckets' arguments")]
 async fn raw_buckets(
     cat: &Catalog,
     s: &Session,
     columns: &[String],
     range: &TimeRange,
+    raw: Option<(i64, i64)>,
     width: Option<i64>,
     aggs: Aggs,
     progress: &Progress,
@@ -835,12 +866,18 @@ async fn raw_buckets(
 ) -> Result<u64> {
     let narrowed;
     let range = match width {
-        Some(_) => match crate::engine::clamp_to_data(cat, s, range).await? {
+        Some(_) => match within(raw, range) {
             Some(c) => {
                 narrowed = c;
                 &narrowed
             }
-            None => return Ok(0),
+            None => match crate::engine::clamp_to_data(cat, s, range).await? {
+                Some(c) => {
+                    narrowed = c;
+                    &narrowed
+                }
+                None => return Ok(0),
+            },
         },
         None => range,
     };
@@ -1030,6 +1067,7 @@ pub async fn burst_totals(
                     s,
                     &cols,
                     &g.range,
+                    plan.raw,
                     Some(w),
                     Aggs::default(),
                     progress,

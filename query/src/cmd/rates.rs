@@ -558,7 +558,8 @@ pub async fn compute(
         feed = feed.whole_window();
     }
     // Rows only where there is data (raw files or tiers).
-    let Some(r) = tiers::clamp_to_data(cat, s, r).await? else {
+    let raw = cat.raw_extent(s).await?;
+    let Some(r) = tiers::clamp_to_data(cat, s, r, raw).await? else {
         return Ok(Computed {
             columns: cols.len(),
             ..Computed::default()
@@ -569,7 +570,7 @@ pub async fn compute(
         width: Some(grid.width_ns),
         ..Need::default()
     };
-    let plan = tiers::plan(s, cat.raw_extent(s).await?, &r, &need)?;
+    let plan = tiers::plan(s, raw, &r, &need)?;
     let scanned = tiers::scan(
         cat,
         s,

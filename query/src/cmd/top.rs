@@ -299,6 +299,7 @@ async fn local_entries(
                         range: *r,
                     }],
                     range: *r,
+                    raw,
                 },
             };
             let raw_seg = plan
@@ -387,6 +388,7 @@ async fn local_entries(
                     range: *r,
                 }],
                 range: *r,
+                raw,
             };
             Ok((m.into_values().collect(), scanned, Some(raw_only)))
         }
