@@ -20,7 +20,7 @@ use stel_ingest::{
     input::InputFormat,
     ipfix::SeqMode,
     reader::ReaderKind,
-    status::{self, StatusTicker},
+    report::{self, StatusTicker},
     sys::{self, signal},
     topology::Topology,
 };
@@ -598,7 +598,7 @@ fn run(a: Args) -> Result<ExitCode, String> {
         parquet(stel_store::metrics::Metric::SinkDeliveredSamples),
         parquet(stel_store::metrics::Metric::SinkDroppedSamples),
     );
-    let drops = status::sink_drops(m);
+    let drops = report::sink_drops(m);
     if written == 0 && lost > 0 {
         eprintln!(
             "stel-ingestd: stopped, but THE HISTORY WROTE NOTHING under {}: {} ({how})",
@@ -726,7 +726,7 @@ fn main() -> ExitCode {
         help_text,
     }) = a.command
     {
-        return match status::show(file, json, help_text) {
+        return match report::show(file, json, help_text) {
             Ok(shown) => {
                 print!("{}", shown.out);
                 match shown.stale {

@@ -5,14 +5,8 @@
 //!
 //! Labels are bounded: the source kind, reasons from closed enums, sink names.
 //!
-//! [`output`] turns the registry's snapshot into the status file, the status line and what
-//! `stel-ingestd status` prints.
-mod output;
-
-pub use output::{
-    int_status_line, show, sink_drops, staleness, status_json, status_line, write_status,
-    FilterInfo, Rates, Shown, StatusInfo, StatusTicker,
-};
+//! [`crate::report`] turns the registry's snapshot into the status file, the status line and
+//! what `stel-ingestd status` prints.
 use std::{
     borrow::Cow,
     collections::HashMap,
@@ -619,9 +613,12 @@ mod tests {
             }
         }
         assert_eq!(
-            output::int_status_line(&now, &prev, 0.5, Some("kernel")).unwrap(),
+            crate::report::int_status_line(&now, &prev, 0.5, Some("kernel")).unwrap(),
             "int 2.0 k reports/s, 2 malformed, 7 seq lost, 4 kernel drops, 6 shed, 10 filtered (kernel)"
         );
-        assert_eq!(output::int_status_line(&prev, &prev, 1.0, None), None);
+        assert_eq!(
+            crate::report::int_status_line(&prev, &prev, 1.0, None),
+            None
+        );
     }
 }
