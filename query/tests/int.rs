@@ -168,3 +168,88 @@ fn int_says_when_only_unpublished_parts_exist() {
         .sum();
     assert_eq!(reports, g.truth().reports_sent);
 }
+
+/// `int_hops` rows carry the report's key, not its flow: `int hops --flow` answers through the
+/// reports. v2.0 groups of 4 individual reports of different flows share one sequence number and
+/// receive time, so only `report_index` tells their hops apart; every flow's hops are exactly
+/// the generator's (reports sent × path length, each hop on its path's switch).
+#[test]
+fn hops_of_a_flow_through_the_reports_key_with_coalesced_v2_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut g = Generator::new(GenConfig {
+        format: Format::V2,
+        coalesce: 4,
+        flows: 6,
+        min_hops: 4,
+        max_hops: 4,
+        ..GenConfig::default()
+    });
+    let sink = ParquetIntSink::start(IntSinkConfig::for_test(&data)).unwrap();
+    let mut d = IntDecoder::new(IntDecodeConfig::default());
+    let mut buf = Vec::new();
+    let t0 = 1_700_000_000_000_000_000i64;
+    for i in 0..500i64 {
+        let p = g.next_packet(&mut buf);
+        if p.send {
+            d.decode(
+                "10.0.0.1".parse().unwrap(),
+                t0 + i * 1000,
+                p.payload,
+                &mut ToSink(&sink),
+            );
+        }
+    }
+    d.flush(t0, &mut ToSink(&sink));
+    sink.shutdown().unwrap();
+    let truth = g.truth();
+
+    // No report-level columns on the hop rows.
+    let (code, out, err) = query(&data, &["sql", "SELECT * FROM int_hops LIMIT 1"]);
+    assert_eq!(code, 0, "{err}");
+    let hop = rows(&out)[0].as_object().unwrap().clone();
+    for c in ["flow_key", "vlan"] {
+        assert!(!hop.contains_key(c), "{hop:?}");
+    }
+    for c in ["ts", "switch_id", "hw_id", "seq", "report_index", "node_id"] {
+        assert!(hop.contains_key(c), "{hop:?}");
+    }
+    // The groups mix flows under one (ts, switch_id, hw_id, seq).
+    let (code, out, err) = query(
+        &data,
+        &[
+            "sql",
+            "SELECT count(*) AS n FROM (SELECT ts, switch_id, hw_id, seq FROM int_reports \
+             GROUP BY 1, 2, 3, 4 HAVING count(DISTINCT flow_key) > 1)",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(rows(&out)[0]["n"].as_u64().unwrap() > 10, "{out:?}");
+
+    let (code, out, err) = query(&data, &["int", "flows", "-n", "100"]);
+    assert_eq!(code, 0, "{err}");
+    let flows = rows(&out);
+    assert_eq!(flows.len(), truth.flows.len());
+    for f in flows {
+        let t = truth
+            .flows
+            .iter()
+            .find(|t| {
+                f["vlan"].as_u64() == Some(u64::from(t.vlan))
+                    && f["src_port"].as_u64() == Some(u64::from(t.src_port))
+                    && f["dst_port"].as_u64() == Some(u64::from(t.dst_port))
+            })
+            .unwrap_or_else(|| panic!("{f} not sent"));
+        assert_eq!(f["reports"].as_u64(), Some(t.reports), "{f}");
+        let key = f["flow_key"].to_string();
+        let (code, out, err) = query(&data, &["int", "hops", "--flow", &key]);
+        assert_eq!(code, 0, "{err}");
+        let hops = rows(&out);
+        let path = &t.paths[0];
+        assert_eq!(hops.len(), path.len(), "{key}: {hops:?}");
+        for (h, node) in hops.iter().zip(path) {
+            assert_eq!(h["node_id"].as_u64(), Some(u64::from(*node)), "{key}: {h}");
+            assert_eq!(h["reports"].as_u64(), Some(t.reports), "{key}: {h}");
+        }
+    }
+}

@@ -272,6 +272,8 @@ pub struct IntDecoder {
     batch: IntBatch,
     /// Sender of the datagram being decoded (IPv4 mapped into IPv6); `None` when unknown.
     reporter: Option<[u8; 16]>,
+    /// Place of the report being decoded in its datagram (`report_index`; v2.0 groups).
+    report_index: u16,
 }
 
 impl IntDecoder {
@@ -292,6 +294,7 @@ impl IntDecoder {
             evc_epoch: 1,
             batch,
             reporter: None,
+            report_index: 0,
         }
     }
 
@@ -489,7 +492,10 @@ impl IntDecoder {
         let mut observed = false;
         let mut off = 8;
         // Each individual report is at least its 4-byte header: the loop ends.
+        let mut index = 0u16;
         while off < b.len() {
+            self.report_index = index;
+            index = index.wrapping_add(1);
             self.stats.reports += 1;
             let sc = &mut *self.scratch;
             sc.rep = wire::Rep {
@@ -539,6 +545,7 @@ impl IntDecoder {
                 }
             }
         }
+        self.report_index = 0;
         if !observed {
             self.seq.observe(node, hw_id, bits, seq, ts, false);
         }
@@ -755,6 +762,7 @@ impl IntDecoder {
             .report_version(Some(rep.version))
             .hw_id(Some(rep.hw_id))
             .seq(Some(rep.seq))
+            .report_index(Some(self.report_index))
             .seq_gap(Some(gap))
             .dropped(Some(rep.d))
             .congested(Some(rep.q))
@@ -800,9 +808,9 @@ impl IntDecoder {
         for (i, hop) in hops.iter().enumerate() {
             b.hops
                 .row(ts, rep.switch_id)
+                .hw_id(Some(rep.hw_id))
                 .seq(Some(rep.seq))
-                .flow_key(flow_key)
-                .vlan(inner.vlan)
+                .report_index(Some(self.report_index))
                 .hop_index(Some(i as u8))
                 .node_id(hop.node_id)
                 .ingress_port(hop.ingress_port)

@@ -224,11 +224,15 @@ fn amlight_test_vector_decodes_exactly() {
         ("latency_ns", Some(1456)),
         ("l2_ingress_port", None),
         ("tx_util", None),
-        ("vlan", Some(42)),
+        ("report_index", Some(0)),
     ] {
         assert_eq!(cell(h, col, 0), v, "{col}");
     }
-    assert_eq!(cell(h, "flow_key", 0), cell(r, "flow_key", 0));
+    // The hop row names its report; the flow and VLAN are the report's only.
+    for col in ["switch_id", "hw_id", "seq", "report_index"] {
+        assert_eq!(cell(h, col, 0), cell(r, col, 0), "{col}");
+    }
+    assert!(h.column_by_name("flow_key").is_none() && h.column_by_name("vlan").is_none());
     assert_eq!(t.drops.num_rows(), 0);
 }
 

@@ -121,6 +121,22 @@ fn cell(a: &dyn Array, f: &ArrayFormatter<'_>, i: usize) -> Cell {
     Cell { json, text }
 }
 
+/// ` AND <the hop row's report is of flow `f`>` for a query over `int_hops` aliased `h`: hop
+/// rows do not repeat report-level columns, a hop belongs to the `int_reports` row with the same
+/// (`ts`, `switch_id`, `hw_id`, `seq`, `report_index`). A semi-join (`EXISTS`), so a report
+/// stored twice never counts its hops twice; `win` bounds the reports read.
+fn of_flow(flow: Option<u64>, win: &str) -> String {
+    flow.map(|f| {
+        format!(
+            " AND EXISTS (SELECT 1 FROM int_reports r WHERE r.{} AND r.flow_key = {f} \
+             AND r.ts = h.ts AND r.switch_id = h.switch_id AND r.hw_id = h.hw_id \
+             AND r.seq = h.seq AND r.report_index = h.report_index)",
+            win.replace(" AND ts ", " AND r.ts ")
+        )
+    })
+    .unwrap_or_default()
+}
+
 fn sql(a: &Args, from: i64, to: i64) -> (String, &'static str) {
     let win = format!("ts >= to_timestamp_nanos({from}) AND ts < to_timestamp_nanos({to})");
     match a.what {
@@ -139,10 +155,7 @@ fn sql(a: &Args, from: i64, to: i64) -> (String, &'static str) {
             "int_reports",
         ),
         What::Hops => {
-            let flow = a
-                .flow
-                .map(|f| format!(" AND flow_key = {f}"))
-                .unwrap_or_default();
+            let flow = of_flow(a.flow, &win);
             (
                 format!(
                     "SELECT hop_index, node_id, count(*) AS reports, \
@@ -150,7 +163,7 @@ fn sql(a: &Args, from: i64, to: i64) -> (String, &'static str) {
                      max(latency_ns) AS max_latency_ns, \
                      CAST(avg(queue_occupancy) AS BIGINT) AS avg_queue_occupancy, \
                      max(queue_occupancy) AS max_queue_occupancy \
-                     FROM int_hops WHERE {win}{flow} \
+                     FROM int_hops h WHERE {win}{flow} \
                      GROUP BY hop_index, node_id ORDER BY hop_index, node_id"
                 ),
                 "int_hops",
@@ -211,10 +224,9 @@ async fn series(
         What::Hops => (
             format!(
                 "SELECT {t} AS t, concat('hop ', CAST(hop_index AS VARCHAR)) AS s, \
-                     CAST(avg(latency_ns) AS DOUBLE) / 1000 AS v FROM int_hops WHERE {win}{} \
+                     CAST(avg(latency_ns) AS DOUBLE) / 1000 AS v FROM int_hops h WHERE {win}{} \
                      GROUP BY 1, 2 ORDER BY 2, 1",
-                flow.map(|f| format!(" AND flow_key = {f}"))
-                    .unwrap_or_default()
+                of_flow(flow, &win)
             ),
             crate::chart::Labels {
                 title: "mean latency per hop",

@@ -1361,6 +1361,7 @@ mod tests {
                 .report_version(Some(1))
                 .hw_id(Some((i % 4) as u8))
                 .seq(Some(seq))
+                .report_index(Some((i % 3) as u16))
                 .seq_gap(Some(u32::from(i % 97 == 0)))
                 .dropped(Some(i % 13 == 0))
                 .congested((i % 7 != 0).then_some(i % 5 == 0))
@@ -1402,9 +1403,9 @@ mod tests {
             for h in 0..5u64 {
                 b.hops
                     .row(ts, switch)
+                    .hw_id(Some((i % 4) as u8))
                     .seq(Some(seq))
-                    .flow_key(Some(flow))
-                    .vlan(Some(vlan))
+                    .report_index(Some((i % 3) as u16))
                     .hop_index(Some(h as u8))
                     .node_id(Some(0xFB65_D600 + (mix(i + h) % 12) as u32))
                     .ingress_port(Some((mix(h + i % 300) % 48) as u32))

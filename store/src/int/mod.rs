@@ -14,8 +14,8 @@
 //!
 //! | table | one row per | key columns |
 //! |---|---|---|
-//! | [`Table::Reports`] `int_reports` | individual telemetry report | `switch_id`, `hw_id`, `seq`, `flow_key`, `evc_id` |
-//! | [`Table::Hops`] `int_hops` | hop of a report's INT stack (path order, `hop_index` 0 = first switch) | `switch_id`, `seq`, `flow_key`, `node_id` |
+//! | [`Table::Reports`] `int_reports` | individual telemetry report | (`ts`, `switch_id`, `hw_id`, `seq`, `report_index`) names the report; `flow_key`, `evc_id` |
+//! | [`Table::Hops`] `int_hops` | hop of a report's INT stack (path order, `hop_index` 0 = first switch) | the report's (`ts`, `switch_id`, `hw_id`, `seq`, `report_index`), `node_id` |
 //! | [`Table::Drops`] `int_drops` | report with drop information (v0.5 drop header, D flag, drop-reason metadata) | `switch_id`, `drop_reason` |
 //!
 //! Unavailable values (all-ones on the wire, or metadata a report does not carry) are nulls.
@@ -716,6 +716,9 @@ table! {
         hw_id: U8,
         /// Report sequence number (32 bits in v0.5/v1.0, 22 or 24 in v2.0).
         seq: U32,
+        /// Place of the report in its datagram: 0, 1, … for the individual reports of a v2.0
+        /// group (they share the group's sequence number), 0 for v0.5/v1.0 (one per datagram).
+        report_index: U16,
         /// Reports of this (switch, hw_id) missing right before this one (0 = in order); a late
         /// report that fills an earlier gap has 0 and its gap shrinks in the loss counters.
         seq_gap: U32,
@@ -760,7 +763,8 @@ table! {
         src_port: U16,
         dst_port: U16,
         dscp: U8,
-        /// Hash of (VLAN, inner VLAN, addresses, protocol, ports): the flow, joinable with `int_hops`.
+        /// Hash of (VLAN, inner VLAN, addresses, protocol, ports): the flow (its hops: `int_hops`
+        /// rows with this report's key).
         flow_key: U64,
         /// INT header version: 0 (v0.5), 1 (v1.0), 2 (v2.x INT-MD).
         int_version: U8,
@@ -792,10 +796,12 @@ table! {
 table! {
     /// `int_hops`: one row per hop of a report's INT stack, in path order.
     Hops, HopWriter, HopsView, HopBit {
-        /// Report sequence number (joins with `int_reports` on switch_id, seq, ts).
+        /// The report this hop belongs to: its `int_reports` row has the same `ts`,
+        /// `switch_id`, `hw_id`, `seq` and `report_index` (report-level columns such as
+        /// `flow_key`, `vlan` and the EVC are there, not repeated per hop).
+        hw_id: U8,
         seq: U32,
-        flow_key: U64,
-        vlan: U16,
+        report_index: U16,
         /// 0 = the first switch of the path (the bottom of the stack).
         hop_index: U8,
         /// Switch id / Node ID of this hop.

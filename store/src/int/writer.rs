@@ -532,7 +532,7 @@ mod tests {
             b.hops
                 .row(ts, sw)
                 .seq(Some(seq))
-                .flow_key(Some(1))
+                .report_index(Some(0))
                 .hop_index(Some(0))
                 .node_id(Some(sw))
                 .done();
