@@ -39,12 +39,15 @@
 //!   - coalesced: UDP GSO (`UDP_SEGMENT`) buffers of 64 same-size reports, handed to the GRO
 //!     socket whole and cut on the decode thread: `e2e_reports_per_cpu_s_coalesced`, ….
 //!
-//!   `e2e_reports_per_cpu_s*` = reports decoded per CPU-second of everything but the sender
-//!   threads (on loopback the kernel delivers in the senders' context, so their CPU holds the
-//!   kernel's receive path too): receive + decode + the Parquet sink incl. its final flush;
-//!   `e2e_cpu_s_by_thread*` splits it by thread (`stel-int-0`: receive + decode;
-//!   `stel-int-parque(t)`: the writer) and `e2e_int_thread_ns_per_report*` is the receive +
-//!   decode thread per report (its decode share is `1 / reports_per_s`). `lost` = sent −
+//!   `e2e_reports_per_cpu_s*` = reports decoded per CPU-second of the collector's threads: the
+//!   process less the sender threads (on loopback the kernel delivers in the senders' context,
+//!   so their CPU holds the kernel's receive path too) and less the bench's own thread (it polls
+//!   the decoder's progress every ms for the senders' window): receive + decode + the Parquet
+//!   sink incl. its final flush; `e2e_cpu_s_by_thread*` splits it by thread (`stel-int-0`:
+//!   receive + decode; `stel-int-parquet`: the writer, the rest, all of its work counted however
+//!   far behind the decoder it was), `e2e_int_thread_ns_per_report*` and
+//!   `e2e_writer_ns_per_report*` are the two per report (the decode share of the first is
+//!   `1 / reports_per_s`), `e2e_batches*` the batches the decoder handed over. `lost` = sent −
 //!   decoded (kernel drops, loopback backlog drops, truncation, malformed: all counted);
 //!   `unaccounted` = sent − decoded − every counted loss (must be 0); `e2e_sink_shed_rows`: rows
 //!   the sink shed (its writer behind). Baseline: a plain `recv` loop + the per-report parse on
@@ -387,11 +390,12 @@ pub fn bench(quick: bool) -> Result<Value, String> {
     let (e2e_base, e2e_base_cpu) = e2e_baseline(&data, &offs, e2e_n)?;
     for (what, e) in [("plain", &e2e), ("coalesced (UDP GSO -> GRO)", &gro)] {
         eprintln!(
-            "int: end to end {what} (UDP -> INT source -> Parquet, {} senders): {:.2} M reports/s ({:.2} M per daemon CPU-second; INT thread {:.0} ns/report), senders {:.2} M/s, {} sent, {} lost ({} kernel drops, {} backlog drops), {} unaccounted, {} rows written ({} shed by the sink), GRO {} datagrams in {} receives; daemon CPU-s by thread {:?}",
+            "int: end to end {what} (UDP -> INT source -> Parquet, {} senders): {:.2} M reports/s ({:.2} M per daemon CPU-second; INT thread {:.0} ns/report, writer {:.0} ns/report), senders {:.2} M/s, {} sent, {} lost ({} kernel drops, {} backlog drops), {} unaccounted, {} rows written ({} shed by the sink), GRO {} datagrams in {} receives, {} batches to the sink; daemon CPU-s by thread {:?}",
             senders(),
             e.rate / 1e6,
             e.per_cpu_s / 1e6,
             e.int_thread_ns_per_report,
+            e.writer_ns_per_report,
             e.send_rate / 1e6,
             e.sent,
             e.lost,
@@ -402,6 +406,7 @@ pub fn bench(quick: bool) -> Result<Value, String> {
             e.sink_shed_rows,
             e.gro_datagrams,
             e.gro_receives,
+            e.batches,
             e.threads,
         );
     }
@@ -428,8 +433,12 @@ pub fn bench(quick: bool) -> Result<Value, String> {
         "e2e_reports_per_s_coalesced": gro.rate.round(),
         "e2e_int_thread_ns_per_report": e2e.int_thread_ns_per_report.round(),
         "e2e_int_thread_ns_per_report_coalesced": gro.int_thread_ns_per_report.round(),
+        "e2e_writer_ns_per_report": e2e.writer_ns_per_report.round(),
+        "e2e_writer_ns_per_report_coalesced": gro.writer_ns_per_report.round(),
         "e2e_cpu_s_by_thread": threads(&e2e),
         "e2e_cpu_s_by_thread_coalesced": threads(&gro),
+        "e2e_batches": e2e.batches,
+        "e2e_batches_coalesced": gro.batches,
         "e2e_gro_datagrams": gro.gro_datagrams,
         "e2e_gro_receives": gro.gro_receives,
         "e2e_baseline_reports_per_cpu_s": e2e_base_cpu.round(),
@@ -477,6 +486,10 @@ struct E2e {
     threads: Vec<(String, f64)>,
     /// CPU-seconds of the INT receive/decode thread(s), per report (ns).
     int_thread_ns_per_report: f64,
+    /// CPU-seconds of the writer thread, per report (ns).
+    writer_ns_per_report: f64,
+    /// Batches the decoder handed to the sink (the writer's work comes in these).
+    batches: u64,
 }
 
 /// Datagrams per `sendmmsg`; reports per UDP GSO buffer (the kernel's UDP_MAX_SEGMENTS is 64
@@ -660,6 +673,9 @@ fn e2e_run(
         .collect::<Result<_, String>>()?;
     let t = Instant::now();
     let cpu0 = crate::parquet::process_cpu_s();
+    // This thread polls the decoder's progress every ms for the senders' window: the bench's
+    // flow control, not the collector's work (the daemon reads its figures once a second).
+    let main0 = crate::parquet::thread_cpu_s();
     let backlog0 = softnet_drops();
     let per = n.div_ceil(k);
     let window = Window::default();
@@ -722,10 +738,12 @@ fn e2e_run(
         last_decode = t.elapsed();
     }
     let reader = src.stats().reader;
-    // The daemon's threads (by name) before they exit: INT receive/decode, the Parquet writer.
+    // The receive/decode threads' CPU before they exit (they are done: everything sent is
+    // decoded or counted).
     let after = threads_cpu();
     let fin = src.shutdown();
-    let receiver_cpu = (crate::parquet::process_cpu_s() - cpu0 - send_cpu).max(1e-3);
+    let main_cpu = crate::parquet::thread_cpu_s() - main0;
+    let receiver_cpu = (crate::parquet::process_cpu_s() - cpu0 - send_cpu - main_cpu).max(1e-3);
     let decoded = fin.decode.reports_decoded;
     let backlog_drops = softnet_drops().saturating_sub(backlog0);
     let counted =
@@ -745,6 +763,14 @@ fn e2e_run(
         .filter(|(k, _)| k.starts_with("stel-int-") && k[9..].parse::<u32>().is_ok())
         .map(|(_, v)| v)
         .sum();
+    // The writer thread: the rest of the collector's CPU. Read before shutdown it missed what
+    // the writer still had queued when the decoder was done (a writer behind a fast decoder:
+    // most of its work) and the final publish.
+    by_name.retain(|k, _| !k.starts_with("stel-int-parque"));
+    by_name.insert(
+        "stel-int-parquet".into(),
+        (receiver_cpu - int_thread).max(0.0),
+    );
     Ok(E2e {
         rate: decoded as f64 / last_decode.as_secs_f64(),
         per_cpu_s: decoded as f64 / receiver_cpu,
@@ -762,6 +788,8 @@ fn e2e_run(
         gro_receives: fin.decode.gro_receives,
         threads: by_name.into_iter().collect(),
         int_thread_ns_per_report: int_thread * 1e9 / decoded.max(1) as f64,
+        writer_ns_per_report: (receiver_cpu - int_thread).max(0.0) * 1e9 / decoded.max(1) as f64,
+        batches: fin.decode.batches,
     })
 }
 

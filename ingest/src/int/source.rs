@@ -67,6 +67,12 @@ use crate::{
 /// AmLight's INT collector port (Kytos `telemetry_int`'s default).
 pub const DEFAULT_PORT: u16 = 5900;
 
+/// How long a receive wait may collect datagrams before it returns (io_uring `min_wait_usec`,
+/// kernel 6.12+, as the netlink reader's `batch_wait_us`): while reports stream in, the thread
+/// wakes once per this many µs for all that arrived, not once per datagram or two; a wait that
+/// began longer ago returns at the first datagram, so a quiet feed waits no longer.
+pub const BATCH_WAIT_US: u32 = 200;
+
 /// `[int]`: INT telemetry reports over UDP.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -554,8 +560,7 @@ impl IntSource {
             // The largest UDP payload plus io_uring's recvmsg header: no report is truncated.
             slot_bytes: 65_536 + 64,
             poll_timeout_ms: 20,
-            // INT reports are small and their rate varies; not measured with batching waits.
-            batch_wait_us: 0,
+            batch_wait_us: BATCH_WAIT_US,
         };
         let halt = Arc::new(AtomicBool::new(false));
         let evc_generation = Arc::new(AtomicU64::new(0));
