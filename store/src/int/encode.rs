@@ -1028,28 +1028,25 @@ impl DictColumn {
         }
     }
 
-    /// Indices of `n` integer values into `self.idx`, one map lookup per run of equal values.
-    fn index_ints(&mut self, vals: impl Iterator<Item = u64>, n: usize) {
-        self.idx.reserve(n);
-        let mut vals = vals.peekable();
+    /// Indices of the integer values `vals` into `self.idx`, one lookup per run of equal
+    /// values (the index vector is extended in one go: no capacity check per value).
+    fn index_ints(&mut self, vals: &[u64]) {
+        let Some(&first) = vals.first() else {
+            return;
+        };
         if self.near.is_empty() {
-            if let Some(&first) = vals.peek() {
-                self.near = vec![0; NEAR];
-                self.near_base = first.saturating_sub(NEAR as u64 / 8);
+            self.near = vec![0; NEAR];
+            self.near_base = first.saturating_sub(NEAR as u64 / 8);
+        }
+        let mut idx = std::mem::take(&mut self.idx);
+        let mut last = (first, self.index_int(first));
+        idx.extend(vals.iter().map(|&k| {
+            if k != last.0 {
+                last = (k, self.index_int(k));
             }
-        }
-        let mut last: Option<(u64, u32)> = None;
-        for k in vals {
-            let i = match last {
-                Some((lk, li)) if lk == k => li,
-                _ => {
-                    let i = self.index_int(k);
-                    last = Some((k, i));
-                    i
-                }
-            };
-            self.idx.push(i);
-        }
+            last.1
+        }));
+        self.idx = idx;
     }
 
     /// Indices of `keys` (one per row; `valid` = which rows count) into `self.idx`, one map
@@ -1083,7 +1080,7 @@ impl DictColumn {
         match (self.kind, c) {
             (DictKind::Int32 | DictKind::Int64, _) => {
                 let v = s.ints(c, rows, valid)?;
-                self.index_ints(v.iter().copied(), v.len());
+                self.index_ints(v);
             }
             (DictKind::Flba16, ColumnRef::Addr(v)) => {
                 let key = |a: &i128| u128::from_le_bytes(Addr::bytes(*a));

@@ -317,8 +317,10 @@ fn nulls_of(valid: &[u64], and: u64, or: u64, bit: u32) -> Option<NullBuffer> {
 pub const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
 /// Row indices of `keys` grouped by key (more than one key), groups in order of first
-/// appearance, rows in order within each.
+/// appearance, rows in order within each. A row of another group than the last is found by a
+/// scan of the groups while there are few (a batch's switches), a hash map beyond.
 fn group_rows<K: Copy + Eq + std::hash::Hash>(keys: impl Iterator<Item = K>) -> Vec<(K, Vec<u32>)> {
+    const SCAN: usize = 32;
     let mut groups: Vec<(K, Vec<u32>)> = Vec::new();
     let mut index: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
     let mut last: Option<(K, usize)> = None;
@@ -326,8 +328,19 @@ fn group_rows<K: Copy + Eq + std::hash::Hash>(keys: impl Iterator<Item = K>) -> 
         let g = match last {
             Some((lk, g)) if lk == k => g,
             _ => {
-                let g = *index.entry(k).or_insert_with(|| {
+                let found = if groups.len() <= SCAN {
+                    groups.iter().position(|(gk, _)| *gk == k)
+                } else {
+                    if index.is_empty() {
+                        index.extend(groups.iter().enumerate().map(|(g, (gk, _))| (*gk, g)));
+                    }
+                    index.get(&k).copied()
+                };
+                let g = found.unwrap_or_else(|| {
                     groups.push((k, Vec::new()));
+                    if groups.len() > SCAN + 1 {
+                        index.insert(k, groups.len() - 1);
+                    }
                     groups.len() - 1
                 });
                 last = Some((k, g));

@@ -1082,15 +1082,11 @@ impl ColumnState {
             (vals[0], vals[0])
         };
         if self.unsigned {
-            for &v in vals {
-                lo = lo.min(v);
-                hi = hi.max(v);
-            }
+            let (a, b) = min_max(vals, |v| v, (lo, hi));
+            (lo, hi) = (a, b);
         } else {
-            for &v in vals {
-                lo = (lo as i64).min(v as i64) as u64;
-                hi = (hi as i64).max(v as i64) as u64;
-            }
+            let (a, b) = min_max(vals, |v| v as i64, (lo as i64, hi as i64));
+            (lo, hi) = (a as u64, b as u64);
         }
         self.min = lo;
         self.max = hi;
@@ -1142,10 +1138,7 @@ impl ColumnState {
             return;
         }
         let deltas = &mut self.block[..];
-        // One pass for both ends (a fold vectorises; `Iterator::min` did not, measured).
-        let (min, max) = deltas[..n]
-            .iter()
-            .fold((i64::MAX, i64::MIN), |(lo, hi), &d| (lo.min(d), hi.max(d)));
+        let (min, max) = min_max(&deltas[..n], |d| d, (i64::MAX, i64::MIN));
         for d in &mut deltas[n..] {
             *d = min;
         }
@@ -1460,6 +1453,32 @@ pub(crate) fn put_vlq(out: &mut Vec<u8>, mut v: u64) {
         v >>= 7;
     }
     out.push(v as u8);
+}
+
+/// The smallest and largest of `v` and `init`: four independent lanes, so the compares do not
+/// wait on each other (64-bit min/max has no vector instruction below AVX-512; one chain of
+/// them was ~7 % of the INT encoder in `perf`).
+#[inline(always)]
+fn min_max<T: Copy, K: Copy + Ord>(v: &[T], key: impl Fn(T) -> K, init: (K, K)) -> (K, K) {
+    let mut lo = [init.0; 4];
+    let mut hi = [init.1; 4];
+    let mut quads = v.chunks_exact(4);
+    for q in &mut quads {
+        for j in 0..4 {
+            let x = key(q[j]);
+            lo[j] = lo[j].min(x);
+            hi[j] = hi[j].max(x);
+        }
+    }
+    for &x in quads.remainder() {
+        let x = key(x);
+        lo[0] = lo[0].min(x);
+        hi[0] = hi[0].max(x);
+    }
+    (
+        lo[0].min(lo[1]).min(lo[2].min(lo[3])),
+        hi[0].max(hi[1]).max(hi[2].max(hi[3])),
+    )
 }
 
 fn put_zigzag_vlq(out: &mut Vec<u8>, v: i64) {
