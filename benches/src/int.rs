@@ -27,7 +27,8 @@
 //!   AmLight's int_collector): bounds-checked slices into one owned struct per report with a
 //!   `Vec` of hops, pushed onto a `Vec` — no columns, no loss, no flow state, no EVC.
 //! * `ratio_vs_baseline` (`_1hop`) = the two medians of the same run.
-//! * `STEL_INT_DECODE_ONLY=1`: stop here (profiling the decoder).
+//! * `STEL_INT_DECODE_ONLY=1`: stop here (profiling the decoder). `STEL_INT_BATCH`: reports per
+//!   batch the decoder hands over (default `[int.decode] batch_reports`), decode and end to end.
 //!
 //! * end to end, twice: `STEL_INT_SENDERS` sender threads (default 2), each with its own
 //!   socket, send the same reports to a loopback UDP socket of the daemon's INT source
@@ -202,6 +203,19 @@ fn baseline_parse(p: &[u8]) -> Option<BaseReport> {
     Some(r)
 }
 
+/// AmLight's decoder settings; `STEL_INT_BATCH` sets the reports per batch handed to the sink
+/// (decode and end to end).
+fn decode_config() -> IntDecodeConfig {
+    let mut c = IntDecodeConfig::amlight();
+    if let Some(n) = std::env::var("STEL_INT_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        c.batch_reports = n;
+    }
+    c
+}
+
 /// Decode figures of one workload (`hops` per report), medians of `runs`.
 struct DecodeRates {
     /// Reports per CPU-second of the decoding thread.
@@ -233,14 +247,7 @@ fn decode_rates(hops: usize, n: usize, runs: usize, passes: usize) -> Result<Dec
     );
     let src = "10.0.0.1".parse().map_err(|e| format!("{e}"))?;
 
-    let batch_reports = std::env::var("STEL_INT_BATCH")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(IntDecodeConfig::default().batch_reports);
-    let mut d = IntDecoder::new(IntDecodeConfig {
-        batch_reports,
-        ..IntDecodeConfig::amlight()
-    });
+    let mut d = IntDecoder::new(decode_config());
     d.set_evc_map(Arc::clone(&map));
     let mut sink = KeepSink(0, Vec::new());
     let mut ts = 1_700_000_000_000_000_000i64;
@@ -651,7 +658,7 @@ fn e2e_run(
     let mut cfg = IntConfig {
         listen: vec!["127.0.0.1:0".parse().map_err(|e| format!("{e}"))?],
         publish_ms: 10,
-        decode: IntDecodeConfig::amlight(),
+        decode: decode_config(),
         ..IntConfig::default()
     };
     cfg.parquet.dir = dir.path().join("data");
