@@ -171,6 +171,9 @@ pub struct Buckets {
     pub first: Option<(i64, Vec<u64>, Vec<bool>)>,
     /// Rows scanned.
     pub rows: u64,
+    /// Scratch of [`Buckets::add_batch`]: (bucket, row) pairs whose values become the bucket's
+    /// last ones, in batch order.
+    picks: Vec<(usize, usize)>,
 }
 
 impl Buckets {
@@ -192,6 +195,7 @@ impl Buckets {
             count: vec![0; s],
             first: None,
             rows: 0,
+            picks: Vec::new(),
         }
     }
 
@@ -258,7 +262,10 @@ impl Buckets {
             self.first = Some((fts, v, ok));
         }
         let w = self.width_ns;
-        let bucket = |t: i64| ((t - self.origin_ns) / w) as usize;
+        let origin = self.origin_ns;
+        let bucket = |t: i64| ((t - origin) / w) as usize;
+        let mut picks = std::mem::take(&mut self.picks);
+        picks.clear();
         let mut start = 0;
         while start < ts.len() {
             if !inside(ts[start]) {
@@ -278,11 +285,7 @@ impl Buckets {
             if b0 < self.n {
                 if lts >= self.last_ts[b0] {
                     self.last_ts[b0] = lts;
-                    let base = b0 * self.cols;
-                    for (c, a) in cols.iter().enumerate() {
-                        self.last[base + c] = a.values()[li];
-                        self.valid[base + c] = a.is_valid(li);
-                    }
+                    picks.push((b0, li));
                 }
                 if aggs.stats {
                     let base = b0 * self.cols;
@@ -315,6 +318,31 @@ impl Buckets {
             }
             start = end;
         }
+        // The picked rows' values, a tile of rows at a time and one column at a time within it:
+        // each column is read in runs, and the tile's buckets stay in cache across the columns
+        // (row by row, every row read one value from each of hundreds of columns).
+        const TILE: usize = 64;
+        let stride = self.cols;
+        for tile in picks.chunks(TILE) {
+            for (c, a) in cols.iter().enumerate() {
+                let v = a.values();
+                match a.nulls() {
+                    None => {
+                        for &(b0, li) in tile {
+                            self.last[b0 * stride + c] = v[li];
+                            self.valid[b0 * stride + c] = true;
+                        }
+                    }
+                    Some(nb) => {
+                        for &(b0, li) in tile {
+                            self.last[b0 * stride + c] = v[li];
+                            self.valid[b0 * stride + c] = nb.is_valid(li);
+                        }
+                    }
+                }
+            }
+        }
+        self.picks = picks;
     }
 
     fn merge(&mut self, o: &Buckets, aggs: Aggs) {
@@ -634,6 +662,34 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn last_values_across_tiles_with_nulls_and_unsorted_rows() {
+        // 300 rows of one bucket each (more than one tile of picked rows), some null, then
+        // rows that land in earlier buckets again: a later row of a bucket replaces its last
+        // value only when it is not older.
+        let aggs = Aggs::default();
+        let n = 300;
+        let mut ts: Vec<i64> = (0..n as i64).map(|i| i * 10 + 5).collect();
+        let mut v: Vec<Option<u64>> = (0..n as u64)
+            .map(|i| (i % 7 != 3).then_some(i * 3))
+            .collect();
+        ts.extend([15, 12, 2_000]);
+        v.extend([Some(1_000), Some(2_000), None]);
+        let mut b = Buckets::new(0, 10, n, 1, aggs);
+        b.add_batch(&batch(&ts, &v), aggs, 0, n as i64 * 10);
+        for (i, &vi) in v.iter().enumerate().take(n) {
+            let want = match i {
+                // A row as new as the bucket's last replaces it (15 again); older ones do not
+                // (12 in bucket 1, 2,000 in bucket 200).
+                1 => Some(1_000),
+                _ => vi,
+            };
+            assert_eq!(b.last(i, 0), want, "bucket {i}");
+        }
+        assert_eq!(b.last_ts[1], 15);
+        assert_eq!(b.rows, n as u64 + 3);
     }
 
     #[test]

@@ -189,7 +189,7 @@ fn rate_stats(group: &str) -> rates::RateStats {
     }
 }
 
-fn rate_entry(switch: Option<&str>, row: crate::cmd::rates::RateRow, speeds: &Speeds) -> Entry {
+fn rate_entry(switch: Option<&str>, row: crate::cmd::rates::RateRow<'_>, speeds: &Speeds) -> Entry {
     let x = row.rates;
     Entry {
         switch: switch.map(str::to_string),
@@ -199,7 +199,7 @@ fn rate_entry(switch: Option<&str>, row: crate::cmd::rates::RateRow, speeds: &Sp
             ("RX_BPS".into(), x.rx_bps.unwrap_or(0.0)),
             ("TX_BPS".into(), x.tx_bps.unwrap_or(0.0)),
         ],
-        rates: Some((x, speeds.of(&row.object))),
+        rates: Some((x, speeds.of(row.object))),
     }
 }
 
@@ -259,7 +259,7 @@ async fn local_entries(
                 None,
                 progress,
                 |row| {
-                    out.push(rate_entry(switch, row, &speeds));
+                    out.push(rate_entry(switch, *row, &speeds));
                     Ok(())
                 },
             )
@@ -452,10 +452,10 @@ async fn spark_entries(
             for sw in per {
                 scanned += sw.value.rows;
                 let mut feed = feed.fresh();
-                let mut keep = |row: crate::cmd::rates::RateRow| {
+                let mut keep = |row: &crate::cmd::rates::RateRow<'_>| {
                     let x = &row.rates;
                     if x.rx_bps.is_some() || x.tx_bps.is_some() {
-                        out.push(rate_entry(Some(&sw.switch), row, &speeds));
+                        out.push(rate_entry(Some(&sw.switch), *row, &speeds));
                     }
                     Ok(())
                 };

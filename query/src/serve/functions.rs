@@ -368,10 +368,10 @@ impl RateBuilders {
         }
     }
 
-    fn push(&mut self, row: &RateRow, speed: f64) {
+    fn push(&mut self, row: &RateRow<'_>, speed: f64) {
         let x: &Rates = &row.rates;
         self.ts.append_value(row.t_ns);
-        self.iface.append_value(&*row.object);
+        self.iface.append_value(row.object);
         self.ok[0].append_option(x.rx_ok);
         self.f[0].append_option(x.rx_bps);
         self.f[1].append_option(x.rx_pps);
@@ -448,7 +448,7 @@ impl PartitionStream for RatesPartition {
                         None,
                         &progress,
                         |row| {
-                            b.push(&row, speed);
+                            b.push(row, speed);
                             if b.rows >= BATCH_ROWS {
                                 let batch = b.finish(&schema)?;
                                 send_blocking(&mut tx, Ok(batch))?;
