@@ -8,9 +8,27 @@ use crate::{
     engine::{Aggs, Progress},
     error::Result,
     rates,
-    settings::{parse_duration_ns, TimeRange},
-    spark::compile::{BurstParams, Series},
+    window::{parse_duration_ns, TimeRange},
 };
+
+/// One utilisation series: an object, a direction label and its octets column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Series {
+    pub object: String,
+    pub dir: String,
+    pub column: String,
+}
+
+/// Burst detection parameters (as `stel-query bursts` takes them).
+#[derive(Debug, Clone, Copy)]
+pub struct BurstParams {
+    /// Line rate, bytes/s.
+    pub bytes_per_s: f64,
+    /// Utilisation threshold, %.
+    pub threshold: f64,
+    /// Shortest burst kept, ns.
+    pub min_ns: i64,
+}
 
 /// Which octet counters a burst is looked for in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

@@ -35,7 +35,7 @@ use url::Url;
 use crate::{
     error::{Error, Result},
     quarantine::{HidingStore, Quarantine, Shape},
-    settings::{fmt_ts, TimeRange},
+    window::{fmt_ts, TimeRange},
 };
 
 /// One counter column of a session's wide table.

@@ -19,7 +19,7 @@ use plotters::{
 use crate::{
     error::{Error, Result},
     plot::Series,
-    settings::fmt_ts,
+    window::fmt_ts,
 };
 
 /// Image size in pixels (SVG user units).

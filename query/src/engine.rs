@@ -27,7 +27,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::{
     catalog::{Catalog, Session},
     error::{Error, Result},
-    settings::TimeRange,
+    window::TimeRange,
 };
 
 /// What SQL a user hands in (`stel-query sql`, the Flight SQL server) may do.
@@ -472,7 +472,7 @@ pub async fn resolve_resolution(
     match res {
         None => Ok(None),
         Some("stream") | Some("native") => Ok(Some(stream_interval(cat, s, r).await?)),
-        Some(d) => Ok(Some(crate::settings::parse_duration_ns(d)?)),
+        Some(d) => Ok(Some(crate::window::parse_duration_ns(d)?)),
     }
 }
 

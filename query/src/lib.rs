@@ -20,6 +20,7 @@ pub mod burst;
 pub mod catalog;
 pub mod chart;
 pub mod cmd;
+pub mod diag;
 pub mod engine;
 pub mod error;
 pub mod fleet;
@@ -32,5 +33,6 @@ pub mod serve;
 pub mod settings;
 pub mod spark;
 pub mod tiers;
+pub mod window;
 
 pub use error::{Error, Result};

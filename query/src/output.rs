@@ -9,36 +9,17 @@
 //!
 //! A table's column widths come from its first [`TABLE_SAMPLE`] rows; later rows stream.
 
-use std::{
-    io::{self, BufWriter, Stdout, Write},
-    sync::atomic::{AtomicBool, Ordering},
-};
+use std::io::{self, BufWriter, Stdout, Write};
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::error::Result;
 
-/// Whether diagnostics on stderr are JSON lines (`--json`) or `stel-query: …` text.
-static JSON_DIAGNOSTICS: AtomicBool = AtomicBool::new(false);
+pub use crate::diag::warn;
 
 /// Chooses how [`warn`] writes (the process's output format; set once by `main`).
 pub fn set_diagnostics(format: Format) {
-    JSON_DIAGNOSTICS.store(format == Format::Json, Ordering::Relaxed);
-}
-
-/// A warning on stderr: `stel-query: warning: <message>`, or with `--json` one
-/// `{"type":"warning","data":{"message":…, …data}}` line.
-pub fn warn(message: &str, data: Value) {
-    if JSON_DIAGNOSTICS.load(Ordering::Relaxed) {
-        let mut d = match data {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        d.insert("message".into(), Value::String(message.to_string()));
-        eprintln!("{}", json!({"type": "warning", "data": d}));
-    } else {
-        eprintln!("stel-query: warning: {message}");
-    }
+    crate::diag::set_json(format == Format::Json);
 }
 
 /// The keys of JSON rows for `header`: each lowercased name, quoted and escaped, with its
@@ -130,7 +111,7 @@ impl Cell {
         }
     }
     pub fn time(ns: i64) -> Self {
-        Self::str(crate::settings::fmt_ts(ns))
+        Self::str(crate::window::fmt_ts(ns))
     }
 }
 
@@ -455,7 +436,7 @@ mod tests {
                 Cell::na(),
             ]
         };
-        let mut m = Map::new();
+        let mut m = serde_json::Map::new();
         for (h, c) in header.iter().zip(cells()) {
             m.insert(h.to_lowercase(), c.json);
         }

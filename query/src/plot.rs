@@ -1,7 +1,7 @@
 //! `--plot`: a line chart in the terminal (no dependency: a character grid with one marker per
 //! series, y-axis labels in human units, start and end time under the x axis).
 
-use crate::settings::fmt_ts;
+use crate::window::fmt_ts;
 
 /// Markers for up to eight series.
 const MARKS: &[char] = &['*', '+', 'o', 'x', '#', '@', '%', '&'];

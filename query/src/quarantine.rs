@@ -91,7 +91,7 @@ impl Quarantine {
         }
         let n = SKIPPED.fetch_add(1, Ordering::Relaxed);
         if n < MAX_WARNINGS {
-            crate::output::warn(
+            crate::diag::warn(
                 &format!("skipping {shown}: {reason}"),
                 serde_json::json!({"path": shown, "reason": reason}),
             );

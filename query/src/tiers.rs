@@ -31,7 +31,7 @@ use crate::{
     catalog::{Catalog, Session},
     engine::{scan_buckets, Aggs, Buckets, Grid, Progress, MAX_CELLS},
     error::{Error, Result},
-    settings::{fmt_ts, TimeRange},
+    window::{fmt_ts, TimeRange},
 };
 
 /// One tier of a session, registered as its own table.
@@ -180,7 +180,7 @@ async fn discover_in(
     let mut out = Vec::new();
     for t in names {
         let name = stel_store::paths::unescape_value(t).unwrap_or_else(|| t.clone());
-        let Ok(interval_ns) = crate::settings::parse_duration_ns(&name) else {
+        let Ok(interval_ns) = crate::window::parse_duration_ns(&name) else {
             continue;
         };
         let groups = loc

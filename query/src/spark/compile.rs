@@ -18,7 +18,8 @@
 //! are written in the same order of operations as the local engine's Rust, so both compare the
 //! same doubles with a threshold.
 
-use crate::settings::TimeRange;
+pub use crate::burst::{BurstParams, Series};
+use crate::window::TimeRange;
 
 /// What a question covers.
 #[derive(Debug, Clone)]
@@ -138,25 +139,6 @@ pub fn buckets_sql(
         base_ctes(s, columns),
         agg.join(", ")
     )
-}
-
-/// One utilisation series: an object, a direction label and its octets column.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Series {
-    pub object: String,
-    pub dir: String,
-    pub column: String,
-}
-
-/// Burst detection parameters (as `stel-query bursts` takes them).
-#[derive(Debug, Clone, Copy)]
-pub struct BurstParams {
-    /// Line rate, bytes/s.
-    pub bytes_per_s: f64,
-    /// Utilisation threshold, %.
-    pub threshold: f64,
-    /// Shortest burst kept, ns.
-    pub min_ns: i64,
 }
 
 /// The microbursts of every series: consecutive snapshots whose utilisation since the previous

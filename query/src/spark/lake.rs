@@ -65,7 +65,7 @@ async fn lake_tiers(client: &SparkClient, root: &str, data: &str) -> Vec<LakeTie
     let dir = stel_store::paths::TIERS_DIR;
     let mut out = Vec::new();
     for t in loc.subdirs_pub(dir, "tier").await.unwrap_or_default() {
-        let Ok(interval_ns) = crate::settings::parse_duration_ns(&t) else {
+        let Ok(interval_ns) = crate::window::parse_duration_ns(&t) else {
             continue;
         };
         let view = format!("{VIEW}_{}", t.to_ascii_lowercase());
