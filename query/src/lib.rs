@@ -5,12 +5,13 @@
 //! daemon writes (local or `s3://…`) as one DataFusion table per HFT session, with Hive
 //! partition pruning and `ts` statistics pruning; [`engine`] runs the vectorised bucket scan the
 //! time-series commands share; [`rates`] is SONiC's rate math and portstat's formatting;
-//! [`output`] prints tables, CSV or JSON Lines; [`cmd`] holds one module per subcommand;
+//! [`output`] prints tables, CSV or JSON Lines (warnings through [`diag`]); [`cmd`] holds one
+//! module per subcommand; [`window`] is the time window and time as text;
 //! [`tiers`] plans a question over the raw files and the rollup tiers (the coarsest source
 //! that is exact for each part of the window);
 //! [`fleet`] runs a command over every switch of a lake (`switch=<name>/` roots) in this
 //! process; [`spark`] compiles the fleet questions to Spark SQL for a Spark Connect server;
-//! [`serve`] answers SQL over Arrow Flight SQL from the same catalog.
+//! [`cmd::serve`] answers SQL over Arrow Flight SQL from the same catalog.
 //!
 //! It is its own crate because it links DataFusion (a large, slow-to-build engine) which the
 //! daemon must never link; it depends on `stel-store` only for names and the file contract.
@@ -29,7 +30,6 @@ pub mod output;
 pub mod plot;
 pub mod quarantine;
 pub mod rates;
-pub mod serve;
 pub mod settings;
 pub mod spark;
 pub mod tiers;

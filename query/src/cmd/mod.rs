@@ -8,6 +8,7 @@ pub mod history;
 pub mod inspect;
 pub mod int;
 pub mod rates;
+pub mod serve;
 pub mod sql;
 pub mod stat;
 pub mod top;
@@ -66,7 +67,7 @@ pub enum Cmd {
     Export(export::Args),
     Int(int::Args),
     Stat(stat::Args),
-    Serve(crate::serve::Args),
+    Serve(serve::Args),
     Completions(completions::Args),
 }
 
@@ -96,7 +97,7 @@ impl Cmd {
         match self {
             Cmd::Stat(a) => return stat::run(a),
             Cmd::Completions(a) => return completions::run(a),
-            Cmd::Serve(a) => return crate::serve::run(a),
+            Cmd::Serve(a) => return serve::run(a),
             _ => {}
         }
         let remote_ok = matches!(
