@@ -16,6 +16,25 @@ impl IntSink for ToSink<'_> {
     }
 }
 
+/// Decodes `n` of the generator's packets (those it sends) into the sink, 1 µs apart from
+/// a fixed time, then flushes the decoder.
+fn decode_into(g: &mut Generator, d: &mut IntDecoder, sink: &ParquetIntSink, n: i64) {
+    let mut buf = Vec::new();
+    let t0 = 1_700_000_000_000_000_000i64;
+    for i in 0..n {
+        let p = g.next_packet(&mut buf);
+        if p.send {
+            d.decode(
+                "10.0.0.1".parse().unwrap(),
+                t0 + i * 1000,
+                p.payload,
+                &mut ToSink(sink),
+            );
+        }
+    }
+    d.flush(t0, &mut ToSink(sink));
+}
+
 fn query(data: &std::path::Path, args: &[&str]) -> (i32, Vec<Value>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_stel-query"))
         .args(args)
@@ -59,20 +78,7 @@ fn int_questions_and_sql_over_the_int_tables() {
     let sink = ParquetIntSink::start(IntSinkConfig::for_test(&data)).unwrap();
     let mut d = IntDecoder::new(IntDecodeConfig::amlight());
     d.set_evc_map(Arc::new(map));
-    let mut buf = Vec::new();
-    let t0 = 1_700_000_000_000_000_000i64;
-    for i in 0..3000i64 {
-        let p = g.next_packet(&mut buf);
-        if p.send {
-            d.decode(
-                "10.0.0.1".parse().unwrap(),
-                t0 + i * 1000,
-                p.payload,
-                &mut ToSink(&sink),
-            );
-        }
-    }
-    d.flush(t0, &mut ToSink(&sink));
+    decode_into(&mut g, &mut d, &sink, 3000);
     sink.shutdown().unwrap();
     let truth = g.truth();
 
@@ -187,20 +193,7 @@ fn hops_of_a_flow_through_the_reports_key_with_coalesced_v2_groups() {
     });
     let sink = ParquetIntSink::start(IntSinkConfig::for_test(&data)).unwrap();
     let mut d = IntDecoder::new(IntDecodeConfig::default());
-    let mut buf = Vec::new();
-    let t0 = 1_700_000_000_000_000_000i64;
-    for i in 0..500i64 {
-        let p = g.next_packet(&mut buf);
-        if p.send {
-            d.decode(
-                "10.0.0.1".parse().unwrap(),
-                t0 + i * 1000,
-                p.payload,
-                &mut ToSink(&sink),
-            );
-        }
-    }
-    d.flush(t0, &mut ToSink(&sink));
+    decode_into(&mut g, &mut d, &sink, 500);
     sink.shutdown().unwrap();
     let truth = g.truth();
 
