@@ -426,6 +426,16 @@ fn v2_coalesced_reports_exact() {
     assert_eq!(cell(h, "ingress_ts", 0), Some(1000));
     assert_eq!(cell(h, "egress_ts", 1), Some(3700));
     assert_eq!(cell(h, "ingress_port", 0), None);
+    // The group's reports share hw_id and sequence number; report_index tells them apart, and
+    // the hop rows carry the key of the report they belong to (the second one).
+    assert_eq!(cell(r, "report_index", 0), Some(0));
+    assert_eq!(cell(r, "report_index", 1), Some(1));
+    for row in 0..2 {
+        assert_eq!(cell(h, "switch_id", row), Some(0x0102_0304));
+        assert_eq!(cell(h, "hw_id", row), Some(3));
+        assert_eq!(cell(h, "seq", row), Some(0x3F_FFFF));
+        assert_eq!(cell(h, "report_index", row), Some(1));
+    }
 }
 
 #[test]
