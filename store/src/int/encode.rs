@@ -31,7 +31,7 @@ use ::parquet::{
     arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter},
     basic::{Compression, Encoding, Type as PhysicalType},
     column::{
-        page::{CompressedPage, Page, PageWriter},
+        page::{CompressedPage, Page},
         writer::ColumnCloseResult,
     },
     data_type::{ByteArray, FixedLenByteArray},
@@ -40,7 +40,7 @@ use ::parquet::{
         metadata::{ColumnChunkMetaData, KeyValue},
         properties::{WriterProperties, WriterVersion},
         statistics::Statistics,
-        writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite},
+        writer::SerializedFileWriter,
     },
     schema::types::ColumnDescPtr,
 };
@@ -51,8 +51,8 @@ use bytes::Bytes;
 use super::{Addr, ColumnRef, EvcName, IntSinkConfig, Piece, Table};
 use crate::parquet::{
     chunk::{
-        compress, pack32, put_def_levels_runs, put_vlq, write_page_v2, ColumnState, EncodeOptions,
-        PageV2,
+        compress, pack32, put_def_levels_runs, put_vlq, write_page_v2, Chunk, ColumnState,
+        EncodeOptions, PageV2,
     },
     CounterEncoding,
 };
@@ -375,8 +375,8 @@ impl<W: Write + Send> IntFile<W> {
         self.finish_pages()?;
         let mut rg = self.file.next_row_group()?;
         for (col, descr) in self.cols.iter_mut().zip(&self.descrs) {
-            let (bytes, close) = col.take_chunk(descr, self.compression, &self.opts)?;
-            rg.append_column(&bytes, close)?;
+            let (chunk, close) = col.take_chunk(descr, self.compression, &self.opts)?;
+            rg.append_column(&chunk, close)?;
         }
         rg.close()?;
         self.rows_in_group = 0;
@@ -537,7 +537,7 @@ impl Column {
         descr: &ColumnDescPtr,
         compression: Compression,
         opts: &EncodeOptions,
-    ) -> Result<(Bytes, ColumnCloseResult)> {
+    ) -> Result<(Chunk, ColumnCloseResult)> {
         match self {
             Self::Delta { state, .. } => state.take_chunk(descr, compression),
             Self::Dict(d) => d.take_chunk(descr, compression, opts),
@@ -557,8 +557,8 @@ impl Column {
     fn encoded(&self) -> usize {
         match self {
             Self::Delta { state, .. } => state.memory(),
-            Self::Dict(d) => d.pages.chunk.bytes_written() + d.dict_bytes(),
-            Self::Bool(b) => b.pages.chunk.bytes_written(),
+            Self::Dict(d) => d.pages.chunk.len() + d.dict_bytes(),
+            Self::Bool(b) => b.pages.chunk.len(),
         }
     }
 }
@@ -577,7 +577,7 @@ struct Pages {
     page_nulls: u32,
     /// Validity of the open page's rows (LSB first), only once a null was seen.
     validity: Option<Vec<u8>>,
-    chunk: TrackedWrite<Vec<u8>>,
+    chunk: Chunk,
     chunk_compressed: u64,
     chunk_uncompressed: u64,
     chunk_rows: u64,
@@ -593,7 +593,7 @@ impl Pages {
             page_rows: 0,
             page_nulls: 0,
             validity: None,
-            chunk: TrackedWrite::new(Vec::new()),
+            chunk: Chunk::default(),
             chunk_compressed: 0,
             chunk_uncompressed: 0,
             chunk_rows: 0,
@@ -673,21 +673,19 @@ impl Pages {
         &mut self,
         descr: &ColumnDescPtr,
         compression: Compression,
-        dictionary: Option<(Vec<u8>, u64, u64)>,
+        dictionary: Option<(Chunk, u64, u64)>,
         stats: Stats,
-    ) -> Result<(Bytes, ColumnCloseResult)> {
-        self.chunk.flush()?;
-        let data = std::mem::take(self.chunk.inner_mut());
-        self.chunk = TrackedWrite::new(Vec::new());
-        let (mut bytes, dict_len, dict_compressed, dict_uncompressed) = match dictionary {
+    ) -> Result<(Chunk, ColumnCloseResult)> {
+        let data = std::mem::take(&mut self.chunk);
+        let (mut chunk, dict_len, dict_compressed, dict_uncompressed) = match dictionary {
             Some((d, c, u)) => {
                 let n = d.len();
                 (d, Some(n), c, u)
             }
-            None => (Vec::new(), None, 0, 0),
+            None => (Chunk::default(), None, 0, 0),
         };
-        let data_offset = bytes.len() as i64;
-        bytes.extend_from_slice(&data);
+        let data_offset = chunk.len() as i64;
+        chunk.append(data);
         let mut encodings = Vec::new();
         if dict_len.is_some() {
             encodings.push(Encoding::PLAIN);
@@ -751,11 +749,11 @@ impl Pages {
         self.chunk_uncompressed = 0;
         self.chunk_rows = 0;
         self.chunk_nulls = 0;
-        Ok((Bytes::from(bytes), close))
+        Ok((chunk, close))
     }
 
     fn memory(&self) -> usize {
-        self.chunk.inner().capacity() + self.validity.as_ref().map_or(0, Vec::capacity)
+        self.chunk.memory() + self.validity.as_ref().map_or(0, Vec::capacity)
     }
 }
 
@@ -1166,7 +1164,7 @@ impl DictColumn {
         descr: &ColumnDescPtr,
         compression: Compression,
         opts: &EncodeOptions,
-    ) -> Result<(Bytes, ColumnCloseResult)> {
+    ) -> Result<(Chunk, ColumnCloseResult)> {
         // The dictionary page: PLAIN values, compressed with the column's codec (a dictionary
         // page has no flag saying it is not).
         let mut plain = Vec::with_capacity(self.dict_bytes());
@@ -1206,12 +1204,10 @@ impl DictColumn {
             encoding: Encoding::PLAIN,
             is_sorted: false,
         };
-        let mut w = TrackedWrite::new(Vec::new());
-        let spec =
-            SerializedPageWriter::new(&mut w).write_page(CompressedPage::new(page, plain.len()))?;
+        let mut w = Chunk::default();
+        let spec = w.write_page(CompressedPage::new(page, plain.len()))?;
         let dictionary = (
-            w.into_inner()
-                .map_err(|e| ParquetError::General(e.to_string()))?,
+            w,
             spec.compressed_size as u64,
             spec.uncompressed_size as u64,
         );

@@ -22,13 +22,14 @@ use ::parquet::{
     arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter},
     basic::{Compression, Encoding, ZstdLevel},
     column::{
-        page::{CompressedPage, Page, PageWriter},
+        page::{CompressedPage, Page, PageWriteSpec, PageWriter},
         writer::ColumnCloseResult,
     },
     errors::{ParquetError, Result},
     file::{
         metadata::{ColumnChunkMetaData, KeyValue},
         properties::WriterProperties,
+        reader::{ChunkReader, Length},
         statistics::Statistics,
         writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite},
     },
@@ -653,8 +654,8 @@ impl<W: Write + Send> PartFile<W> {
         let mut rg = self.file.next_row_group()?;
         let cols = std::iter::once(&mut self.ts).chain(self.shards.iter_mut().flatten());
         for (col, descr) in cols.zip(&self.descrs) {
-            let (bytes, close) = col.take_chunk(descr, compression)?;
-            rg.append_column(&bytes, close)?;
+            let (chunk, close) = col.take_chunk(descr, compression)?;
+            rg.append_column(&chunk, close)?;
         }
         rg.close()?;
         self.rows_in_group = 0;
@@ -851,8 +852,7 @@ pub(crate) struct ColumnState {
     /// The page's values (PLAIN / BYTE_STREAM_SPLIT).
     raw: Vec<u64>,
     // The chunk (row group) so far.
-    chunk: TrackedWrite<Vec<u8>>,
-    chunk_base: u64,
+    chunk: Chunk,
     chunk_pages: u32,
     first_page_offset: u64,
     chunk_compressed: u64,
@@ -882,8 +882,7 @@ impl ColumnState {
             in_block: 0,
             packed: Vec::new(),
             raw: Vec::new(),
-            chunk: TrackedWrite::new(Vec::new()),
-            chunk_base: 0,
+            chunk: Chunk::default(),
             chunk_pages: 0,
             first_page_offset: 0,
             chunk_compressed: 0,
@@ -983,7 +982,7 @@ impl ColumnState {
     pub(crate) fn memory(&self) -> usize {
         self.packed.capacity()
             + self.raw.capacity() * 8
-            + self.chunk.inner().capacity()
+            + self.chunk.memory()
             + self.validity.as_ref().map_or(0, Vec::capacity)
     }
 
@@ -1225,11 +1224,8 @@ impl ColumnState {
         &mut self,
         descr: &ColumnDescPtr,
         compression: Compression,
-    ) -> Result<(Bytes, ColumnCloseResult)> {
-        self.chunk.flush()?;
-        let bytes = Bytes::from(std::mem::take(self.chunk.inner_mut()));
-        let base = self.chunk_base;
-        self.chunk_base = self.chunk.bytes_written() as u64;
+    ) -> Result<(Chunk, ColumnCloseResult)> {
+        let chunk = std::mem::take(&mut self.chunk);
         let mut encodings = vec![self.encoding.parquet()];
         if self.nullable {
             encodings.push(Encoding::RLE);
@@ -1258,7 +1254,7 @@ impl ColumnState {
             .set_num_values(self.chunk_rows as i64)
             .set_total_compressed_size(self.chunk_compressed as i64)
             .set_total_uncompressed_size(self.chunk_uncompressed as i64)
-            .set_data_page_offset((self.first_page_offset - base) as i64)
+            .set_data_page_offset(self.first_page_offset as i64)
             .set_statistics(stats)
             .build()?;
         let close = ColumnCloseResult {
@@ -1275,7 +1271,7 @@ impl ColumnState {
         self.chunk_rows = 0;
         self.chunk_nulls = 0;
         self.any = false;
-        Ok((bytes, close))
+        Ok((chunk, close))
     }
 }
 
@@ -1292,7 +1288,7 @@ pub(crate) struct PageV2<'a> {
 /// Writes `page` into `chunk`, its values compressed with the configured codec where that
 /// makes them smaller (a DATA_PAGE_V2 says per page whether its values are compressed).
 pub(crate) fn write_page_v2(
-    chunk: &mut TrackedWrite<Vec<u8>>,
+    chunk: &mut Chunk,
     opts: &EncodeOptions,
     page: PageV2<'_>,
     compressed: &mut Vec<u8>,
@@ -1327,7 +1323,140 @@ pub(crate) fn write_page_v2(
         is_compressed,
         statistics: None,
     };
-    SerializedPageWriter::new(chunk).write_page(CompressedPage::new(page, uncompressed))
+    chunk.write_page(CompressedPage::new(page, uncompressed))
+}
+
+/// A column chunk's pages as written, each page (header and body) in a buffer of its own
+/// size: no buffer grows (and is copied again) as the pages of a row group arrive, nothing is
+/// concatenated when the chunk is done, and the memory held is the encoded bytes. The file
+/// writer reads the pages in order (`append_column`, [`ChunkReader`]).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Chunk {
+    pages: Vec<Bytes>,
+    len: usize,
+}
+
+thread_local! {
+    /// Where a page is serialized (header + body) before it is copied into its own buffer.
+    static PAGE: std::cell::RefCell<TrackedWrite<Vec<u8>>> =
+        std::cell::RefCell::new(TrackedWrite::new(Vec::new()));
+}
+
+impl Chunk {
+    /// Appends `page` (header and body) as the chunk's next page; the spec's offset is the
+    /// page's within the chunk.
+    pub(crate) fn write_page(&mut self, page: CompressedPage) -> Result<PageWriteSpec> {
+        PAGE.with(|w| {
+            let mut w = w.borrow_mut();
+            let mut spec = SerializedPageWriter::new(&mut *w).write_page(page)?;
+            w.flush()?;
+            let buf = w.inner_mut();
+            let bytes = Bytes::copy_from_slice(buf);
+            buf.clear();
+            spec.offset = self.len as u64;
+            self.push(bytes);
+            Ok(spec)
+        })
+    }
+
+    /// Appends bytes already serialized as pages.
+    pub(crate) fn push(&mut self, bytes: Bytes) {
+        self.len += bytes.len();
+        self.pages.push(bytes);
+    }
+
+    /// Appends the pages of `other` (moved, not copied).
+    pub(crate) fn append(&mut self, other: Chunk) {
+        self.len += other.len;
+        self.pages.extend(other.pages);
+    }
+
+    /// Bytes of the pages.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes held: the pages and the list of them.
+    pub(crate) fn memory(&self) -> usize {
+        self.len + self.pages.capacity() * std::mem::size_of::<Bytes>()
+    }
+}
+
+impl Length for Chunk {
+    fn len(&self) -> u64 {
+        self.len as u64
+    }
+}
+
+impl ChunkReader for Chunk {
+    type T = ChunkRead;
+
+    fn get_read(&self, start: u64) -> Result<ChunkRead> {
+        let mut r = ChunkRead {
+            pages: self.pages.clone(),
+            page: 0,
+            at: 0,
+        };
+        let mut skip = start as usize;
+        while skip > 0 && r.page < r.pages.len() {
+            let n = (r.pages[r.page].len() - r.at).min(skip);
+            r.at += n;
+            skip -= n;
+            if r.at == r.pages[r.page].len() {
+                r.page += 1;
+                r.at = 0;
+            }
+        }
+        Ok(r)
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> Result<Bytes> {
+        let mut out = Vec::with_capacity(length);
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(self.get_read(start)?, length as u64),
+            &mut out,
+        )?;
+        if out.len() < length {
+            return Err(ParquetError::EOF(format!(
+                "{length} bytes at {start} of a {}-byte chunk",
+                self.len
+            )));
+        }
+        Ok(Bytes::from(out))
+    }
+}
+
+/// Reads a [`Chunk`]'s pages in order.
+#[derive(Debug)]
+pub(crate) struct ChunkRead {
+    pages: Vec<Bytes>,
+    page: usize,
+    at: usize,
+}
+
+impl std::io::Read for ChunkRead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // (An empty page must not read as the end.)
+        while self
+            .pages
+            .get(self.page)
+            .is_some_and(|p| p.len() == self.at)
+        {
+            self.page += 1;
+            self.at = 0;
+        }
+        let Some(p) = self.pages.get(self.page) else {
+            return Ok(0);
+        };
+        let n = (p.len() - self.at).min(buf.len());
+        buf[..n].copy_from_slice(&p[self.at..self.at + n]);
+        self.at += n;
+        if self.at == p.len() {
+            self.page += 1;
+            self.at = 0;
+        }
+        Ok(n)
+    }
 }
 
 /// `data` compressed with the configured codec into `out` (`None`: no codec).
@@ -1645,6 +1774,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A chunk reads back as its pages end to end, from any offset (what `append_column`
+    /// and `get_bytes` see).
+    #[test]
+    fn chunk_reads_its_pages_in_order_from_any_offset() {
+        let mut c = Chunk::default();
+        let all: Vec<u8> = (0..=255u8).collect();
+        for part in [&all[..3], &all[3..3], &all[3..200], &all[200..]] {
+            c.push(Bytes::copy_from_slice(part));
+        }
+        assert_eq!(Length::len(&c), 256);
+        for start in [0usize, 1, 3, 150, 200, 255, 256] {
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut c.get_read(start as u64).unwrap(), &mut got).unwrap();
+            assert_eq!(got, &all[start..], "from {start}");
+            let n = (256 - start).min(60);
+            assert_eq!(
+                &c.get_bytes(start as u64, n).unwrap()[..],
+                &all[start..start + n]
+            );
+        }
+        assert!(c.get_bytes(250, 7).is_err());
+        let mut d = Chunk::default();
+        d.push(Bytes::from_static(b"xy"));
+        d.append(c);
+        assert_eq!(d.len(), 258);
+        assert_eq!(&d.get_bytes(1, 3).unwrap()[..], &[b'y', 0, 1]);
     }
 
     #[test]

@@ -5,16 +5,12 @@
 //! blocks, LZ4 only where it pays, DATA_PAGE_V2), so the pages are what any reader already
 //! reads in the raw files.
 
-use std::io::Write;
-
+use super::{Chunk, ColumnState, EncodeOptions};
+use crate::parquet::CounterEncoding;
 use ::parquet::{
     basic::Compression, column::writer::ColumnCloseResult, errors::Result,
     schema::types::ColumnDescPtr,
 };
-use bytes::Bytes;
-
-use super::{ColumnState, EncodeOptions};
-use crate::parquet::CounterEncoding;
 
 /// One series' page, encoded as its values arrive.
 pub(crate) struct SeriesPage(ColumnState);
@@ -89,14 +85,12 @@ impl PagedChunk {
             return Ok(());
         }
         p.finish_page(&self.opts)?;
-        p.chunk.flush()?;
-        let bytes = std::mem::take(p.chunk.inner_mut());
+        let pages = std::mem::take(&mut p.chunk);
         let s = &mut self.state;
-        let at = s.chunk.bytes_written() as u64 - s.chunk_base;
-        s.chunk.write_all(&bytes)?;
         if s.chunk_pages == 0 {
-            s.first_page_offset = s.chunk_base + at + p.first_page_offset;
+            s.first_page_offset = s.chunk.len() as u64 + p.first_page_offset;
         }
+        s.chunk.append(pages);
         s.chunk_pages += p.chunk_pages;
         s.chunk_compressed += p.chunk_compressed;
         s.chunk_uncompressed += p.chunk_uncompressed;
@@ -126,7 +120,7 @@ impl PagedChunk {
         mut self,
         descr: &ColumnDescPtr,
         compression: Compression,
-    ) -> Result<(Bytes, ColumnCloseResult)> {
+    ) -> Result<(Chunk, ColumnCloseResult)> {
         self.state.take_chunk(descr, compression)
     }
 }
