@@ -21,7 +21,10 @@ use std::{
 
 use serde_json::Value;
 use stel_emu::int::{Format, GenConfig, Generator};
-use stel_store::metrics::{Label, Metric, Snapshot};
+use stel_store::{
+    int::POOL_MAX_BYTES,
+    metrics::{Label, Metric, Snapshot},
+};
 use stel_testkit::python3_json;
 
 /// A `VmXXX:` line of `/proc/<pid>/status`, in bytes.
@@ -242,12 +245,13 @@ fn made_up_switch_ids_over_udp_stay_in_budget_and_a_real_network_stays_exact() {
     assert_eq!(m.get(Metric::IntDecodedReports), total, "{st}");
     assert!(m.get(Metric::IntOpenSwitches) <= max_switches, "{st}");
     // The budget: the INT sink's memory budget (queue, open files, unfinished row groups),
-    // plus the decoder's batch buffers outside it (the one being filled, the pool of emptied
-    // ones, the one being written and the writer's regrouping buffers: at most 7 of 8192
-    // reports × (report + 6 hops) rows, ~8 MiB each), plus the decoder's per-sender state for
+    // plus the decoder's batch buffers outside it (the pool of emptied ones, at most
+    // `POOL_MAX_BYTES`; the one being filled, the one being written and the writer's
+    // regrouping buffers: 3 batches, under 8 MiB each even at 8192 reports × (report + 6 hops)
+    // rows), plus the decoder's per-sender state for
     // the made-up ids (sequence streams, bounded by [int.decode]; measured ~100 MiB for 240 k
     // ids), plus room for the allocator.
-    let stated = before + budget + 7 * 8 * MIB + 128 * MIB + 16 * MIB;
+    let stated = before + budget + POOL_MAX_BYTES as u64 + 3 * 8 * MIB + 128 * MIB + 16 * MIB;
     assert!(
         peak <= stated,
         "peak RSS {peak} above the stated budget {stated} (before the flood {before})"

@@ -99,7 +99,9 @@ pub struct IntDecodeConfig {
     /// (`seq_resyncs`) after 4 consecutive numbers, and counted `seq_suspect` until then. At
     /// least `reorder_window`.
     pub max_seq_gap: u32,
-    /// Reports per batch handed to the sink.
+    /// Reports per batch handed to the sink. 1024 (~1 MiB of column buffers with 6 hops per
+    /// report) keeps the buffers the decoder writes within its core's L2 cache: 5-hop decode
+    /// ~10 % and 1-hop ~20 % faster than at 8192.
     pub batch_reports: usize,
 }
 
@@ -121,7 +123,7 @@ impl Default for IntDecodeConfig {
             max_streams: 4096,
             stream_idle_timeout_ms: 3_600_000,
             max_seq_gap: 1 << 20,
-            batch_reports: 8192,
+            batch_reports: 1024,
         }
     }
 }

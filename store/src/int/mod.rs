@@ -357,14 +357,15 @@ fn gather<S: Copy>(v: &[S], idx: &[u32]) -> Vec<S> {
     idx.iter().map(|&i| v[i as usize]).collect()
 }
 
-/// Emptied batches kept for reuse: a decoder's batch is several MB, and a fresh allocation of
-/// that size is fresh pages (a page fault per 4 KiB, measured at ~15 % of decode time), so
-/// whoever is done with a batch whose buffers it still holds hands it back
-/// ([`IntBatch::recycle`]) and [`IntBatch::with_capacity`] takes it. One short lock per batch,
-/// never per row; at most [`POOL_MAX`] batches are kept (outside the sink's memory budget).
+/// Emptied batches kept for reuse: a fresh allocation of a decoder's batch is fresh pages (a
+/// page fault per 4 KiB, measured at ~15 % of decode time), so whoever is done with a batch
+/// whose buffers it still holds hands it back ([`IntBatch::recycle`]) and
+/// [`IntBatch::with_capacity`] takes it. One short lock per batch, never per row; at most
+/// [`POOL_MAX_BYTES`] of buffers are kept (outside the sink's memory budget).
 static POOL: Mutex<Vec<IntBatch>> = Mutex::new(Vec::new());
-/// Most emptied batches [`POOL`] keeps.
-pub const POOL_MAX: usize = 4;
+/// Most buffer bytes [`POOL`] keeps (its batches' [`IntBatch::bytes`]): ~38 batches at
+/// `batch_reports = 1024`, enough for the batches queued while the writer is behind.
+pub const POOL_MAX_BYTES: usize = 32 << 20;
 
 /// Name of the time column of every INT table: when the collector received the report (ns since
 /// the epoch, UTC). Device timestamps (32-bit wrapping ns in v0.5/v1.0) are kept in their own
@@ -932,7 +933,8 @@ impl IntBatch {
     }
 
     /// Gives the batch's buffers back for reuse by [`IntBatch::with_capacity`] (rows dropped;
-    /// freed instead when the pool is full or the buffers went to Arrow with `finish`).
+    /// freed instead when the pool holds [`POOL_MAX_BYTES`] or the buffers went to Arrow with
+    /// `finish`).
     pub fn recycle(mut self) {
         if self.reports.capacity() == 0 || self.hops.capacity() == 0 {
             return;
@@ -940,9 +942,15 @@ impl IntBatch {
         self.clear();
         self.evcs = Arc::new([]);
         if let Ok(mut pool) = POOL.lock() {
-            if pool.len() < POOL_MAX {
-                pool.push(self);
-            }
+            self.into_pool(&mut pool);
+        }
+    }
+
+    /// Keeps the batch in `pool` if the pool stays within [`POOL_MAX_BYTES`]; drops it else.
+    fn into_pool(self, pool: &mut Vec<IntBatch>) {
+        let held: usize = pool.iter().map(IntBatch::bytes).sum();
+        if held + self.bytes() <= POOL_MAX_BYTES {
+            pool.push(self);
         }
     }
 
@@ -1135,6 +1143,26 @@ mod tests {
         assert_eq!(evc.value(0), "one");
         assert!(evc.is_null(1));
         assert_eq!(b.reports.rows(), 0);
+    }
+
+    #[test]
+    fn pool_keeps_emptied_batches_up_to_its_bytes() {
+        // Small batches (the decoder's default) are kept many at a time: the writer may hand
+        // back more than a handful while the decoder is between batches.
+        let mut pool = Vec::new();
+        let small = IntBatch::with_capacity(1024, 6 * 1024);
+        let fit = POOL_MAX_BYTES / small.bytes();
+        assert!(fit >= 16, "{fit}");
+        for _ in 0..fit + 3 {
+            small.clone().into_pool(&mut pool);
+        }
+        assert_eq!(pool.len(), fit);
+        assert!(pool.iter().map(IntBatch::bytes).sum::<usize>() <= POOL_MAX_BYTES);
+        // A batch past the bound is dropped, however few are pooled.
+        let mut pool = Vec::new();
+        let big = IntBatch::with_capacity(POOL_MAX_BYTES / Reports::ROW_BYTES + 1, 1);
+        big.into_pool(&mut pool);
+        assert!(pool.is_empty());
     }
 
     #[test]
