@@ -29,6 +29,7 @@
 //! * `ratio_vs_baseline` (`_1hop`) = the two medians of the same run.
 //! * `STEL_INT_DECODE_ONLY=1`: stop here (profiling the decoder). `STEL_INT_BATCH`: reports per
 //!   batch the decoder hands over (default `[int.decode] batch_reports`), decode and end to end.
+//!   `STEL_INT_SLOTS`: the INT socket's receive slots (default `[int] slots`), end to end.
 //!
 //! * end to end, twice: `STEL_INT_SENDERS` sender threads (default 2), each with its own
 //!   socket, send the same reports to a loopback UDP socket of the daemon's INT source
@@ -662,6 +663,12 @@ fn e2e_run(
         ..IntConfig::default()
     };
     cfg.parquet.dir = dir.path().join("data");
+    if let Some(n) = std::env::var("STEL_INT_SLOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.slots = n;
+    }
     if let Some(c) = codec_from_env() {
         cfg.parquet.compression = c;
     }
@@ -749,6 +756,10 @@ fn e2e_run(
     // decoded or counted).
     let after = threads_cpu();
     let fin = src.shutdown();
+    eprintln!(
+        "int: end to end {wire:?}: {} datagrams in {} receive waits, {} of which ran out of slots",
+        fin.recv.datagrams, fin.recv.polls, fin.recv.rearms_no_buffers
+    );
     let main_cpu = crate::parquet::thread_cpu_s() - main0;
     let receiver_cpu = (crate::parquet::process_cpu_s() - cpu0 - send_cpu - main_cpu).max(1e-3);
     let decoded = fin.decode.reports_decoded;

@@ -259,29 +259,43 @@ impl Plan {
         p
     }
 
+    /// The common instruction set (switch id, ports, hop latency, queue, timestamps: AmLight's
+    /// 0xFC00 in v1.0 and v2.x) without the per-item dispatch: the whole of `md` is written,
+    /// each field once. `false` (nothing written): not that set; use [`Self::read`].
+    #[inline]
+    pub(crate) fn read_common(&self, b: &[u8], md: &mut Md) -> bool {
+        if self.key.1 != 0xFC00 || !matches!(self.key.0, 1 | 2) {
+            return false;
+        }
+        let (ingress_ts, egress_ts, ts_bits) = match (self.key.0, b.get(..32), b.get(..24)) {
+            (1, _, Some(b)) => (
+                avail32(be32(b, 16)).map(u64::from),
+                avail32(be32(b, 20)).map(u64::from),
+                32,
+            ),
+            (2, Some(b), _) => (avail64(be64(b, 16)), avail64(be64(b, 24)), 64),
+            _ => return false,
+        };
+        let (ingress_port, egress_port) = pair16(be32(b, 4));
+        let (queue_id, queue_occupancy) = id24(be32(b, 12));
+        *md = Md {
+            node_id: avail32(be32(b, 0)),
+            ingress_port,
+            egress_port,
+            hop_latency: avail32(be32(b, 8)),
+            queue_id,
+            queue_occupancy,
+            ingress_ts,
+            egress_ts,
+            ts_bits,
+            ..Md::default()
+        };
+        true
+    }
+
     /// Reads the items from `b` (at least `self.bytes` long) into `md`.
     #[inline]
     pub(crate) fn read(&self, b: &[u8], md: &mut Md) {
-        // The common instruction set (switch id, ports, hop latency, queue, timestamps: AmLight's
-        // 0xFC00 in v1.0 and v2.x) without the per-item dispatch.
-        if self.key.1 == 0xFC00 && matches!(self.key.0, 1 | 2) && b.len() >= 24 {
-            md.node_id = avail32(be32(b, 0));
-            (md.ingress_port, md.egress_port) = pair16(be32(b, 4));
-            md.hop_latency = avail32(be32(b, 8));
-            (md.queue_id, md.queue_occupancy) = id24(be32(b, 12));
-            if self.key.0 == 1 {
-                md.ingress_ts = avail32(be32(b, 16)).map(u64::from);
-                md.egress_ts = avail32(be32(b, 20)).map(u64::from);
-                md.ts_bits = 32;
-                return;
-            }
-            if b.len() >= 32 {
-                md.ingress_ts = avail64(be64(b, 16));
-                md.egress_ts = avail64(be64(b, 24));
-                md.ts_bits = 64;
-                return;
-            }
-        }
         let mut o = 0;
         for &it in &self.items[..self.n as usize] {
             match it {
@@ -927,11 +941,14 @@ impl Scratch {
         let ts_bits = if ver == 2 { 64 } else { 32 };
         for i in 0..hops {
             let md = &mut self.hops[hops - 1 - i];
-            *md = Md {
-                ts_bits,
-                ..Md::default()
-            };
-            plan.read(&stack[i * hop_bytes..(i + 1) * hop_bytes], md);
+            let hop = &stack[i * hop_bytes..(i + 1) * hop_bytes];
+            if !plan.read_common(hop, md) {
+                *md = Md {
+                    ts_bits,
+                    ..Md::default()
+                };
+                plan.read(hop, md);
+            }
         }
         self.int = Some(IntHdr {
             version: ver,
