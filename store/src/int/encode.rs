@@ -1263,8 +1263,18 @@ fn rle_hybrid(idx: &[u32], width: u32, out: &mut Vec<u8>) {
     let mut lit = 0;
     let mut i = 0;
     while i + 8 <= n {
+        // Most values start no run: 16 at a time while none equals the next (one vector
+        // compare), then one compare per value.
+        if i + 17 <= n
+            && !idx[i..i + 16]
+                .iter()
+                .zip(&idx[i + 1..i + 17])
+                .fold(false, |eq, (a, b)| eq | (a == b))
+        {
+            i += 16;
+            continue;
+        }
         let v = idx[i];
-        // Most values start no run: one compare decides.
         if idx[i + 1] != v {
             i += 1;
             continue;
@@ -1551,11 +1561,14 @@ print(json.dumps(out))
 
     #[test]
     fn rle_hybrid_round_trips() {
-        // Runs shorter and longer than 8, at every alignment, and a tail.
+        // Runs shorter and longer than 8, at every alignment, stretches of up to 60 values
+        // without a run (the 16-at-a-time scan), and a tail.
         let mut idx = Vec::new();
         for k in 0..400u32 {
             let run = (mix(u64::from(k)) % 20) as usize + 1;
             idx.extend(std::iter::repeat_n(k % 37, run));
+            let distinct = (mix(u64::from(k) + 1000) % 61) as u32;
+            idx.extend((0..distinct).map(|j| (k + 1 + j) % 37));
         }
         for width in [6u32, 8, 13] {
             let mut out = Vec::new();

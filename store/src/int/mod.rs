@@ -316,28 +316,31 @@ fn nulls_of(valid: &[u64], and: u64, or: u64, bit: u32) -> Option<NullBuffer> {
 /// Nanoseconds per hour: files are split at UTC hour boundaries.
 pub const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
-/// Row indices of `keys` grouped by key (more than one key), groups in order of first
-/// appearance, rows in order within each. A row of another group than the last is found by a
+/// The groups of `keys` (distinct keys in order of first appearance) and each row's group
+/// (index into them) appended to `gid`. A row of another group than the last is found by a
 /// scan of the groups while there are few (a batch's switches), a hash map beyond.
-fn group_rows<K: Copy + Eq + std::hash::Hash>(keys: impl Iterator<Item = K>) -> Vec<(K, Vec<u32>)> {
+fn group_ids<K: Copy + Eq + std::hash::Hash>(
+    keys: impl Iterator<Item = K>,
+    gid: &mut Vec<u32>,
+) -> Vec<K> {
     const SCAN: usize = 32;
-    let mut groups: Vec<(K, Vec<u32>)> = Vec::new();
+    let mut groups: Vec<K> = Vec::new();
     let mut index: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
     let mut last: Option<(K, usize)> = None;
-    for (i, k) in keys.enumerate() {
+    gid.extend(keys.map(|k| {
         let g = match last {
             Some((lk, g)) if lk == k => g,
             _ => {
                 let found = if groups.len() <= SCAN {
-                    groups.iter().position(|(gk, _)| *gk == k)
+                    groups.iter().position(|gk| *gk == k)
                 } else {
                     if index.is_empty() {
-                        index.extend(groups.iter().enumerate().map(|(g, (gk, _))| (*gk, g)));
+                        index.extend(groups.iter().enumerate().map(|(g, gk)| (*gk, g)));
                     }
                     index.get(&k).copied()
                 };
                 let g = found.unwrap_or_else(|| {
-                    groups.push((k, Vec::new()));
+                    groups.push(k);
                     if groups.len() > SCAN + 1 {
                         index.insert(k, groups.len() - 1);
                     }
@@ -347,9 +350,43 @@ fn group_rows<K: Copy + Eq + std::hash::Hash>(keys: impl Iterator<Item = K>) -> 
                 g
             }
         };
-        groups[g].1.push(i as u32);
-    }
+        g as u32
+    }));
     groups
+}
+
+/// Each row's place in the grouped order (groups in order, rows in order within each), from
+/// the groups' keys and each row's group (`gid`, turned into the places), and each group's key
+/// and places.
+fn places<K>(keys: Vec<K>, mut gid: Vec<u32>) -> (Vec<u32>, Vec<(K, std::ops::Range<usize>)>) {
+    let mut next = vec![0u32; keys.len()];
+    for &g in &gid {
+        next[g as usize] += 1;
+    }
+    let mut at = 0u32;
+    let spans = keys
+        .into_iter()
+        .zip(&mut next)
+        .map(|(k, c)| {
+            let span = at as usize..(at + *c) as usize;
+            (at, *c) = (at + *c, at);
+            (k, span)
+        })
+        .collect();
+    for g in &mut gid {
+        let p = &mut next[*g as usize];
+        *g = *p;
+        *p += 1;
+    }
+    (gid, spans)
+}
+
+/// How a table's committed rows fall into (reporting switch, UTC hour) groups.
+enum Grouping {
+    Empty,
+    One((u32, i64)),
+    /// The groups in order of first appearance, and each row's group.
+    Many(Vec<(u32, i64)>, Vec<u32>),
 }
 
 /// The slots of `v` at `idx`.
@@ -563,39 +600,59 @@ macro_rules! table {
             /// order of first appearance: `None` when every row is in the one group (the usual
             /// case), else each group's row indices in order.
             pub fn groups(&self) -> Vec<((u32, i64), Option<Vec<u32>>)> {
+                match self.grouping() {
+                    Grouping::Empty => Vec::new(),
+                    Grouping::One(k) => vec![(k, None)],
+                    Grouping::Many(keys, gid) => {
+                        let mut out: Vec<_> = keys.into_iter().map(|k| (k, Some(Vec::new()))).collect();
+                        for (i, &g) in gid.iter().enumerate() {
+                            if let Some(idx) = &mut out[g as usize].1 {
+                                idx.push(i as u32);
+                            }
+                        }
+                        out
+                    }
+                }
+            }
+
+            /// The committed rows' (reporting switch, UTC hour number) groups in order of first
+            /// appearance, and each row's group when there are several.
+            fn grouping(&self) -> Grouping {
                 let n = self.rows;
                 let (sw, ts) = (&self.switch_id, &self.ts);
                 let key = |i: usize| (sw[i], ts[i].div_euclid(NS_PER_HOUR));
                 let Some(k0) = (n > 0).then(|| key(0)) else {
-                    return Vec::new();
+                    return Grouping::Empty;
                 };
                 if (1..n).all(|i| key(i) == k0) {
-                    return vec![(k0, None)];
+                    return Grouping::One(k0);
                 }
-                group_rows((0..n).map(key))
-                    .into_iter()
-                    .map(|(k, idx)| (k, Some(idx)))
-                    .collect()
+                let mut gid = Vec::with_capacity(n);
+                let keys = group_ids((0..n).map(key), &mut gid);
+                Grouping::Many(keys, gid)
             }
 
-            /// Copies the committed rows at `order` (row indices) into `dst` as its rows, in that
-            /// order, one column at a time (each column's reads stay in cache); a column null in
-            /// every row is not copied (its slots are never read).
-            pub fn gather_into(&self, order: &[u32], dst: &mut Self) {
-                let n = order.len();
+            /// Copies the committed rows into `dst` as its rows, row `i` at place `places[i]` (a
+            /// permutation of the rows), one column at a time: each column is
+            /// read in order (the batch was just written by the decoder, on another core) and
+            /// written to as many places in `dst` as there are groups; a column null in every
+            /// row is not copied (its slots are never read).
+            pub fn scatter_into(&self, places: &[u32], dst: &mut Self) {
+                let n = places.len().min(self.rows);
                 dst.clear();
                 dst.reserve(n);
-                fn col<S: Copy>(src: &[S], order: &[u32], dst: &mut [S]) {
-                    for (d, &i) in dst.iter_mut().zip(order) {
-                        *d = src[i as usize];
+                fn col<S: Copy>(src: &[S], places: &[u32], dst: &mut [S]) {
+                    for (&v, &p) in src.iter().zip(places) {
+                        dst[p as usize] = v;
                     }
                 }
-                col(&self.ts, order, &mut dst.ts);
-                col(&self.switch_id, order, &mut dst.switch_id);
-                col(&self.valid, order, &mut dst.valid);
-                let any = dst.valid[..n].iter().fold(0u64, |o, &v| o | v);
+                let places = &places[..n];
+                col(&self.ts[..n], places, &mut dst.ts);
+                col(&self.switch_id[..n], places, &mut dst.switch_id);
+                col(&self.valid[..n], places, &mut dst.valid);
+                let any = self.valid[..n].iter().fold(0u64, |o, &v| o | v);
                 $(if any >> $bits::$col & 1 == 1 {
-                    col(&self.$col, order, &mut dst.$col);
+                    col(&self.$col[..n], places, &mut dst.$col);
                 })*
                 dst.rows = n;
             }
@@ -1013,30 +1070,32 @@ impl IntBatch {
     /// The rows per (table, reporting switch, UTC hour number), groups in order of first
     /// appearance, as [`Piece`]s of consecutive rows: of `self` where a table's rows are one
     /// group (the usual case), else of `scratch`, which receives that table's rows grouped
-    /// (copied column by column; no Arrow arrays, no allocation once `scratch` is warm).
+    /// (copied column by column into buffers `scratch` keeps; no Arrow arrays, one place per
+    /// row computed per batch).
     pub fn split<'a>(&'a self, scratch: &'a mut IntBatch) -> Vec<Piece<'a>> {
         scratch.clear();
         scratch.evcs = Arc::clone(&self.evcs);
         let mut spans = Vec::new();
-        for (t, groups) in [
-            (Table::Reports, self.reports.groups()),
-            (Table::Hops, self.hops.groups()),
-            (Table::Drops, self.drops.groups()),
+        for (t, grouping) in [
+            (Table::Reports, self.reports.grouping()),
+            (Table::Hops, self.hops.grouping()),
+            (Table::Drops, self.drops.grouping()),
         ] {
-            if let [((sw, h), None)] = groups[..] {
-                spans.push((false, t, sw, h, 0..self.table_rows(t)));
-                continue;
-            }
-            let mut order = Vec::with_capacity(self.table_rows(t));
-            for ((sw, h), idx) in groups {
-                let idx = idx.unwrap_or_default();
-                spans.push((true, t, sw, h, order.len()..order.len() + idx.len()));
-                order.extend_from_slice(&idx);
+            let (places, groups) = match grouping {
+                Grouping::Empty => continue,
+                Grouping::One((sw, h)) => {
+                    spans.push((false, t, sw, h, 0..self.table_rows(t)));
+                    continue;
+                }
+                Grouping::Many(keys, gid) => places(keys, gid),
+            };
+            for ((sw, h), rows) in groups {
+                spans.push((true, t, sw, h, rows));
             }
             match t {
-                Table::Reports => self.reports.gather_into(&order, &mut scratch.reports),
-                Table::Hops => self.hops.gather_into(&order, &mut scratch.hops),
-                Table::Drops => self.drops.gather_into(&order, &mut scratch.drops),
+                Table::Reports => self.reports.scatter_into(&places, &mut scratch.reports),
+                Table::Hops => self.hops.scatter_into(&places, &mut scratch.hops),
+                Table::Drops => self.drops.scatter_into(&places, &mut scratch.drops),
             }
         }
         let scratch = &*scratch;
