@@ -884,7 +884,8 @@ impl ThreadCtx {
                 return;
             }
         };
-        let mut leases = Vec::with_capacity(64);
+        // A poll delivers at most one lease per slot: the list never grows while receiving.
+        let mut leases = Vec::with_capacity(usize::from(self.reader_cfg.slots.max(2)));
         let mut seen_generation = 0;
         let mut last_publish = Instant::now();
         let mut last_data = Instant::now();
