@@ -70,14 +70,17 @@ use stel_ingest::int::{
 };
 use stel_store::int::Table;
 
-/// Counts rows and keeps the first batches (the transpose is measured on them afterwards; in
-/// the daemon it runs on the sink's thread); the others go back to the batch pool as the
-/// daemon's writer hands them back.
+/// Counts rows and keeps the first batches, [`KEEP_REPORTS`] reports' worth whatever the batch
+/// size (the transpose and the encoders are measured on them afterwards; in the daemon they
+/// run on the sink's thread); the others go back to the batch pool as the daemon's writer
+/// hands them back.
 struct KeepSink(u64, Vec<IntBatch>);
+/// Reports the encode figures are measured on (files of ~8 k reports per switch and table).
+const KEEP_REPORTS: usize = 100_000;
 impl IntSink for KeepSink {
     fn on_batch(&mut self, b: IntBatch) {
         self.0 += b.reports.rows() as u64;
-        if self.1.len() < 16 {
+        if self.1.iter().map(|b| b.reports.rows()).sum::<usize>() < KEEP_REPORTS {
             self.1.push(b);
         } else {
             // What the daemon's writer does once a batch is written.
