@@ -15,10 +15,10 @@
 //!   hour) (`IntBatch::finish_split`: what `ArrowWriter` needs as input; the daemon's writer
 //!   no longer builds them).
 //! * `encode_reports_per_cpu_s`: the INT sink's writer work on the 5-hop batches, as the writer
-//!   does it: split per (table, switch, hour) (`IntBatch::split`, a mixed batch's rows
-//!   regrouped column by column), each group encoded straight from the column buffers by the
-//!   column-chunk encoder (`store::int::encode`), one file per (table, switch), footers
-//!   included; `encode_arrow_writer_reports_per_cpu_s` parquet's `ArrowWriter` on the
+//!   does it (`store::int::encode::encode_batches`): batch after batch, split per (table,
+//!   switch, hour) (`IntBatch::split`, a mixed batch's rows regrouped column by column), each
+//!   piece encoded straight from the column buffers by the column-chunk encoder into its file
+//!   (kept open across batches), one file per (table, switch, hour), footers included; `encode_arrow_writer_reports_per_cpu_s` parquet's `ArrowWriter` on the
 //!   transposed record batches (transpose not counted) with the properties the sink used
 //!   before (same run, `encode_ratio_vs_arrow_writer`), and the bytes per report of both
 //!   (`encode_bytes_per_report`, …). `STEL_INT_ENCODE_ONLY=1`: stop after these (profiling
@@ -894,7 +894,7 @@ fn encode_bench(
     runs: usize,
 ) -> Result<Encode, String> {
     use std::collections::BTreeMap;
-    use stel_store::int::{encode, IntSinkConfig, Piece};
+    use stel_store::int::{encode, IntSinkConfig};
     let mut files: BTreeMap<(Table, u32), Vec<arrow_array::RecordBatch>> = BTreeMap::new();
     for (t, sw, _, rb) in pieces {
         files.entry((*t, *sw)).or_default().push(rb.clone());
@@ -903,30 +903,18 @@ fn encode_bench(
     if let Some(c) = codec_from_env() {
         cfg.compression = c;
     }
-    // Ours: what the writer thread does with a batch (split per table and switch, encode the
-    // rows from the batch's buffers), one file per (table, switch).
+    // Ours: what the writer thread does with a batch (split per table, switch and hour, each
+    // piece encoded from the batch's buffers into its file), one file per (table, switch,
+    // hour).
     let mut rates = Vec::new();
     let mut ours_bytes = 0;
-    // Kept across runs as the writer keeps its regrouping buffers (the first run pays their
-    // first touch; the figure is the median).
-    let mut scratch: Vec<IntBatch> = kept.iter().map(|_| IntBatch::default()).collect();
     for _ in 0..runs {
         let c = crate::parquet::thread_cpu_s();
-        // The writer regroups a mixed batch into buffers it keeps; here each batch needs its
-        // own until the files are encoded.
-        let splits: Vec<_> = kept.iter().zip(scratch.iter_mut()).collect();
-        let mut by_file: BTreeMap<(Table, u32), Vec<Piece<'_>>> = BTreeMap::new();
-        for (b, s) in splits {
-            for p in b.split(s) {
-                by_file.entry((p.table, p.switch)).or_default().push(p);
-            }
-        }
-        ours_bytes = 0;
-        for pieces in by_file.values() {
-            ours_bytes += encode::encode_in_memory(pieces, &cfg)
-                .map_err(|e| format!("encode: {e}"))?
-                .len();
-        }
+        ours_bytes = encode::encode_batches(kept, &cfg)
+            .map_err(|e| format!("encode: {e}"))?
+            .iter()
+            .map(|(_, f)| f.len())
+            .sum();
         rates.push(reports as f64 / (crate::parquet::thread_cpu_s() - c).max(1e-6));
     }
     let (ours, ours_bytes) = (median(rates), ours_bytes as f64 / reports as f64);

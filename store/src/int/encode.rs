@@ -48,7 +48,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::DataType;
 use bytes::Bytes;
 
-use super::{Addr, ColumnRef, EvcName, IntSinkConfig, Piece, Table};
+use super::{Addr, ColumnRef, EvcName, IntBatch, IntSinkConfig, Piece, Table};
 use crate::parquet::{
     chunk::{
         compress, pack32, put_def_levels_runs, put_vlq, write_page_v2, Chunk, ColumnState,
@@ -130,6 +130,43 @@ pub fn encode_in_memory(pieces: &[Piece<'_>], cfg: &IntSinkConfig) -> Result<Vec
         f.write(p)?;
     }
     f.into_inner()
+}
+
+/// (table, reporting switch, UTC hour number): one file of [`encode_batches`].
+pub type FileKey = (Table, u32, i64);
+
+/// What the INT writer does with `batches`, in memory: one batch after the other, its rows
+/// split per (table, reporting switch, UTC hour) ([`IntBatch::split`], a mixed batch's rows
+/// regrouped into buffers kept from batch to batch) and each piece encoded into its file
+/// while the regrouped rows are still in cache; one file per (table, switch, hour), kept open
+/// across batches, footers included; the files in key order. For benchmarks and tests.
+///
+/// # Errors
+/// An encoder error (a bug).
+pub fn encode_batches(
+    batches: &[IntBatch],
+    cfg: &IntSinkConfig,
+) -> Result<Vec<(FileKey, Vec<u8>)>> {
+    let mut files: std::collections::BTreeMap<FileKey, IntFile<Vec<u8>>> = Default::default();
+    let mut scratch = IntBatch::default();
+    for b in batches {
+        for p in b.split(&mut scratch) {
+            let f = match files.entry((p.table, p.switch, p.hour)) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(IntFile::try_new(
+                    Vec::new(),
+                    &p.table.schema(),
+                    file_properties(Vec::new()),
+                    EncodeOptions::from(cfg),
+                )?),
+            };
+            f.write(&p)?;
+        }
+    }
+    files
+        .into_iter()
+        .map(|(k, f)| Ok((k, f.into_inner()?)))
+        .collect()
 }
 
 /// The same as [`encode_in_memory`] through parquet's `ArrowWriter` with the properties the
@@ -1491,6 +1528,34 @@ mod tests {
                 let sw = g.switch;
                 assert_same(bytes, rb, g.table, &format!("switch {sw}, {codec:?}"));
             }
+        }
+    }
+
+    /// Batches encoded one after the other into files kept open (what the writer does) give
+    /// the files of all their rows per (table, switch, hour) encoded at once.
+    #[test]
+    fn batches_encoded_one_after_the_other_are_their_rows_encoded_at_once() {
+        let (b1, b2) = (rows(5_000), rows(9_000));
+        let cfg = IntSinkConfig {
+            row_group_rows: 20_000,
+            ..IntSinkConfig::for_test("/nonexistent")
+        };
+        let (mut s1, mut s2) = (IntBatch::default(), IntBatch::default());
+        let mut want: std::collections::BTreeMap<_, Vec<Piece<'_>>> = Default::default();
+        for p in b1.split(&mut s1).into_iter().chain(b2.split(&mut s2)) {
+            want.entry((p.table, p.switch, p.hour)).or_default().push(p);
+        }
+        assert_eq!(want.len(), 9, "three switches, three tables");
+        let got = encode_batches(&[b1.clone(), b2.clone()], &cfg).unwrap();
+        assert_eq!(
+            got.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            want.keys().copied().collect::<Vec<_>>()
+        );
+        for (k, bytes) in got {
+            assert!(
+                bytes == encode_in_memory(&want[&k], &cfg).unwrap(),
+                "{k:?}: not the file of its rows"
+            );
         }
     }
 
