@@ -495,12 +495,19 @@ macro_rules! table {
             /// Buffer bytes per row (every column, the validity word, ts and switch_id).
             pub const ROW_BYTES: usize = 8 + 4 + 8 $(+ std::mem::size_of::<<$kind as Kind>::S>())*;
 
-            /// Buffers for `n` rows.
+            /// Buffers for `n` rows, zeroed by the allocator (`vec![0; n]` asks for zeroed
+            /// memory): fresh pages are mapped on first write, so rows never written (a batch's
+            /// spare hop rows, most drop rows) cost neither a page fault nor a pass of zeroes.
             pub fn with_capacity(n: usize) -> Self {
                 let () = Self::_FIT;
-                let mut t = Self::default();
-                t.grow_to(n);
-                t
+                Self {
+                    rows: 0,
+                    cap: n,
+                    ts: vec![0; n],
+                    switch_id: vec![0; n],
+                    valid: vec![0; n],
+                    $($col: vec![Default::default(); n],)*
+                }
             }
 
             /// Resizes every buffer to `n` rows (`n` ≥ `rows()`).
@@ -1202,6 +1209,30 @@ mod tests {
         assert_eq!(evc.value(0), "one");
         assert!(evc.is_null(1));
         assert_eq!(b.reports.rows(), 0);
+    }
+
+    /// Resident bytes of this process (`/proc/self/statm`).
+    fn rss_bytes() -> usize {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * 4096
+    }
+
+    #[test]
+    fn new_buffers_are_not_touched_until_rows_are_written() {
+        // 256 MiB of hop buffers: zeroed by the allocator, so none of it is resident yet (a
+        // pass of zeroes would fault in every page).
+        let before = rss_bytes();
+        let mut hops = Hops::with_capacity((256 << 20) / Hops::ROW_BYTES);
+        let grown = rss_bytes().saturating_sub(before);
+        assert!(
+            grown < hops.bytes() / 8,
+            "{grown} of {} resident",
+            hops.bytes()
+        );
+        hops.row(1, 2).node_id(Some(3)).done();
+        assert_eq!(hops.view().node_id, [3]);
+        assert_eq!(hops.view().ts, [1]);
     }
 
     #[test]
