@@ -128,17 +128,19 @@ impl Writer {
         self.enforce_retention(true);
     }
 
-    pub(crate) fn push(&mut self, mut batch: IntBatch) {
+    pub(crate) fn push(&mut self, batch: IntBatch) {
         let now = Instant::now();
-        // Rows of switches without a slot go first, before anything is built for them: a
-        // batch of made-up switch ids would otherwise become a record batch per id.
-        self.admit(&mut batch, now);
         // Rows are grouped by (table, switch, hour) and encoded straight from the batch's
         // column buffers (one pass over each column per file, no Arrow arrays in between).
         let mut regrouped = std::mem::take(&mut self.regrouped);
-        for piece in batch.split(&mut regrouped) {
+        let pieces = batch.split(&mut regrouped);
+        // Switches without a slot: decided once per switch and batch from the groups (no
+        // pass over the rows); their pieces are not written.
+        let groups: Vec<(u32, u64)> = pieces.iter().map(|p| (p.switch, p.len() as u64)).collect();
+        let refused = self.admit(&groups, now);
+        for piece in pieces {
             let rows = piece.len() as u64;
-            if rows == 0 {
+            if rows == 0 || refused.contains(&piece.switch) {
                 continue;
             }
             if let Some(until) = self.paused_until {
@@ -156,11 +158,13 @@ impl Writer {
         self.update_memory();
     }
 
-    /// Keeps the rows of switches that have a slot or get one (a free slot and an admission
-    /// token, in order of first appearance), and drops the others: counted by reason
-    /// (`switch_limit`: no free slot; `switch_rate`: new ids faster than `new_switches_per_s`;
-    /// one refusal per switch id per batch) and logged at most every 10 s.
-    fn admit(&mut self, batch: &mut IntBatch, now: Instant) {
+    /// Decides, for the (switch, rows) groups of a batch in order, which switches have a slot
+    /// or get one (a free slot and an admission token, in order of first appearance), and
+    /// returns the others, whose rows are not written: counted by reason (`switch_limit`: no
+    /// free slot; `switch_rate`: new ids faster than `new_switches_per_s`; one refusal per
+    /// switch id per batch) and logged at most every 10 s. A batch of made-up ids costs its
+    /// grouping and regroup (bounded by the batch), nothing per id beyond.
+    fn admit(&mut self, groups: &[(u32, u64)], now: Instant) -> HashSet<u32> {
         let max = self.cfg.max_switches;
         let elapsed = now.saturating_duration_since(self.admit_refilled);
         self.admit_refilled = now;
@@ -199,22 +203,15 @@ impl Writer {
             last = Some((switch, v));
             v
         };
-        let mut keep = |switch: u32| match verdict(switch) {
-            Verdict::Keep => true,
-            Verdict::NoSlot => {
-                no_slot += 1;
-                false
+        for &(switch, rows) in groups {
+            match verdict(switch) {
+                Verdict::Keep => {}
+                Verdict::NoSlot => no_slot += rows,
+                Verdict::TooFast => too_fast += rows,
             }
-            Verdict::TooFast => {
-                too_fast += 1;
-                false
-            }
-        };
-        batch.reports.retain_switches(&mut keep);
-        batch.hops.retain_switches(&mut keep);
-        batch.drops.retain_switches(&mut keep);
+        }
         if refused.is_empty() {
-            return;
+            return refused;
         }
         self.c.shed_switch_limit_rows.fetch_add(no_slot, Relaxed);
         self.c.shed_switch_rate_rows.fetch_add(too_fast, Relaxed);
@@ -232,6 +229,7 @@ impl Writer {
                 "INT: rows of new switch ids refused: max_switches switches are being written, or new ids arrive faster than new_switches_per_s (a slot frees when a switch sends nothing for idle_publish_ms; raise int.parquet.max_switches for a larger fleet, or set [int.filter] senders if the ids are made up)."
             );
         }
+        refused
     }
 
     fn write_piece(&mut self, piece: &Piece<'_>) {
