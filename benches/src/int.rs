@@ -31,8 +31,10 @@
 //!   batch the decoder hands over (default `[int.decode] batch_reports`), decode and end to end.
 //!   `STEL_INT_SLOTS`: the INT socket's receive slots (default `[int] slots`), end to end.
 //!
-//! * end to end, twice: `STEL_INT_SENDERS` sender threads (default 2), each with its own
-//!   socket, send the same reports to a loopback UDP socket of the daemon's INT source
+//! * end to end, twice: a stream of 1 M (`--quick`; else 4 M) reports of the same network,
+//!   split by reporting switch among `STEL_INT_SENDERS` sender threads (default 2), each with
+//!   its own socket: every switch's reports arrive once and in order, from one sender, as from
+//!   a switch. They are sent to a loopback UDP socket of the daemon's INT source
 //!   (`ingest::int::source`: io_uring reader with UDP GRO, decoder, INT Parquet sink into a temp
 //!   dir), keeping at most 100 k reports in flight (so the figure is the collector's, not the
 //!   kernel dropping what outruns it), until every report is decoded or counted:
@@ -95,7 +97,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The workload: payloads laid end to end, and their offsets.
-pub fn amlight_reports(n: usize, hops: usize) -> (Vec<u8>, Vec<(usize, usize)>, Generator) {
+pub fn amlight_reports(n: usize, hops: usize) -> (Vec<u8>, Offsets, Generator) {
+    let (data, mut offs, g) = amlight_streams(n, hops, 1);
+    (data, offs.pop().unwrap_or_default(), g)
+}
+
+/// Where each report of a workload is in its payload buffer: (offset, length).
+type Offsets = Vec<(usize, usize)>;
+
+/// `n` reports of one network, payloads laid end to end, with their offsets split into `k`
+/// lists by reporting switch (switch id mod `k`): each list holds whole per-switch streams in
+/// order, so `k` senders sending one list each deliver every switch's reports in their order,
+/// each report once — as switches do.
+fn amlight_streams(n: usize, hops: usize, k: usize) -> (Vec<u8>, Vec<Offsets>, Generator) {
+    let k = k.max(1);
     let mut g = Generator::new(GenConfig {
         format: Format::Amlight,
         flows: 1024,
@@ -107,11 +122,11 @@ pub fn amlight_reports(n: usize, hops: usize) -> (Vec<u8>, Vec<(usize, usize)>, 
         ..GenConfig::default()
     });
     let mut data = Vec::with_capacity(n * 210);
-    let mut offs = Vec::with_capacity(n);
+    let mut offs = vec![Vec::with_capacity(n.div_ceil(k)); k];
     let mut buf = Vec::new();
     for _ in 0..n {
         let p = g.next_packet(&mut buf);
-        offs.push((data.len(), p.payload.len()));
+        offs[p.switch_id as usize % k].push((data.len(), p.payload.len()));
         data.extend_from_slice(p.payload);
     }
     (data, offs, g)
@@ -396,8 +411,11 @@ pub fn bench(quick: bool) -> Result<Value, String> {
     }
     let e2e_n = if quick { 1_000_000 } else { 4_000_000 };
     let evcs = g.kytos_evcs_json();
-    let e2e = e2e_run(&data, &offs, e2e_n, &evcs, Wire::Plain)?;
-    let gro = e2e_run(&data, &offs, e2e_n, &evcs, Wire::Coalesced)?;
+    let (stream_data, streams, sg) = amlight_streams(e2e_n, hops, senders());
+    debug_assert_eq!(sg.kytos_evcs_json(), evcs);
+    let e2e = e2e_run(&stream_data, &streams, &evcs, Wire::Plain)?;
+    let gro = e2e_run(&stream_data, &streams, &evcs, Wire::Coalesced)?;
+    drop(stream_data);
     let (e2e_base, e2e_base_cpu) = e2e_baseline(&data, &offs, e2e_n)?;
     for (what, e) in [("plain", &e2e), ("coalesced (UDP GSO -> GRO)", &gro)] {
         eprintln!(
@@ -649,13 +667,8 @@ fn threads_cpu() -> Vec<(u64, String, f64)> {
     out
 }
 
-fn e2e_run(
-    data: &[u8],
-    offs: &[(usize, usize)],
-    n: usize,
-    evcs: &str,
-    wire: Wire,
-) -> Result<E2e, String> {
+/// One end-to-end run: sender `i` sends `streams[i]` (offsets into `data`) once.
+fn e2e_run(data: &[u8], streams: &[Offsets], evcs: &str, wire: Wire) -> Result<E2e, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let evc_file = dir.path().join("evcs.json");
     std::fs::write(&evc_file, evcs).map_err(|e| e.to_string())?;
@@ -680,8 +693,8 @@ fn e2e_run(
     let before: Vec<(u64, String, f64)> = threads_cpu();
     let src = IntSource::start(&cfg, socks, dir.path()).map_err(|e| e.to_string())?;
     let to = src.local_addrs[0];
-    let k = senders();
-    let socks: Vec<UdpSocket> = (0..k)
+    let socks: Vec<UdpSocket> = streams
+        .iter()
         .map(|_| {
             let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
             s.connect(to).map_err(|e| e.to_string())?;
@@ -694,19 +707,17 @@ fn e2e_run(
     // flow control, not the collector's work (the daemon reads its figures once a second).
     let main0 = crate::parquet::thread_cpu_s();
     let backlog0 = softnet_drops();
-    let per = n.div_ceil(k);
     let window = Window::default();
     let (sent, send_s, send_cpu) = std::thread::scope(|sc| {
         let hs: Vec<_> = socks
             .iter()
-            .enumerate()
-            .map(|(i, sock)| {
+            .zip(streams)
+            .map(|(sock, offs)| {
                 let window = &window;
                 sc.spawn(move || {
                     let t = Instant::now();
                     let c = crate::parquet::thread_cpu_s();
-                    let m = per.min(n.saturating_sub(i * per));
-                    let s = send_all(data, offs, i * per, m, sock, wire, Some(window));
+                    let s = send_all(data, offs, 0, offs.len(), sock, wire, Some(window));
                     (
                         s,
                         t.elapsed().as_secs_f64(),
