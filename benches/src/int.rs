@@ -40,8 +40,10 @@
 //!   kernel dropping what outruns it), until every report is decoded or counted:
 //!   - plain: one datagram per report, `sendmmsg` of 64 (what a switch behind a NIC without
 //!     GRO delivers): `e2e_reports_per_cpu_s`, `e2e_reports_per_s`;
-//!   - coalesced: UDP GSO (`UDP_SEGMENT`) buffers of 64 same-size reports, handed to the GRO
-//!     socket whole and cut on the decode thread: `e2e_reports_per_cpu_s_coalesced`, ….
+//!   - coalesced: UDP GSO (`UDP_SEGMENT`) buffers of up to 64 same-size reports of one switch,
+//!     sent from that switch's own socket (GRO merges only one flow's datagrams, and a switch
+//!     sends from its own address), the switches in turn; handed to the GRO socket whole and
+//!     cut on the decode thread: `e2e_reports_per_cpu_s_coalesced`, ….
 //!
 //!   `e2e_reports_per_cpu_s*` = reports decoded per CPU-second of the collector's threads: the
 //!   process less the sender threads (on loopback the kernel delivers in the senders' context,
@@ -98,18 +100,26 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// The workload: payloads laid end to end, and their offsets.
 pub fn amlight_reports(n: usize, hops: usize) -> (Vec<u8>, Offsets, Generator) {
-    let (data, mut offs, g) = amlight_streams(n, hops, 1);
-    (data, offs.pop().unwrap_or_default(), g)
+    let (data, mut streams, g) = amlight_streams(n, hops, 1);
+    (data, streams.pop().unwrap_or_default().offs, g)
 }
 
 /// Where each report of a workload is in its payload buffer: (offset, length).
 type Offsets = Vec<(usize, usize)>;
 
-/// `n` reports of one network, payloads laid end to end, with their offsets split into `k`
-/// lists by reporting switch (switch id mod `k`): each list holds whole per-switch streams in
-/// order, so `k` senders sending one list each deliver every switch's reports in their order,
-/// each report once — as switches do.
-fn amlight_streams(n: usize, hops: usize, k: usize) -> (Vec<u8>, Vec<Offsets>, Generator) {
+/// What one sender sends: its switches' reports in the order the network produced them, and
+/// each one's reporting switch.
+#[derive(Debug, Default, Clone)]
+struct Stream {
+    offs: Offsets,
+    switch: Vec<u32>,
+}
+
+/// `n` reports of one network, payloads laid end to end, split into `k` [`Stream`]s by
+/// reporting switch (switch id mod `k`): each holds whole per-switch streams in order, so `k`
+/// senders sending one each deliver every switch's reports in their order, each report once —
+/// as switches do.
+fn amlight_streams(n: usize, hops: usize, k: usize) -> (Vec<u8>, Vec<Stream>, Generator) {
     let k = k.max(1);
     let mut g = Generator::new(GenConfig {
         format: Format::Amlight,
@@ -122,14 +132,16 @@ fn amlight_streams(n: usize, hops: usize, k: usize) -> (Vec<u8>, Vec<Offsets>, G
         ..GenConfig::default()
     });
     let mut data = Vec::with_capacity(n * 210);
-    let mut offs = vec![Vec::with_capacity(n.div_ceil(k)); k];
+    let mut streams = vec![Stream::default(); k];
     let mut buf = Vec::new();
     for _ in 0..n {
         let p = g.next_packet(&mut buf);
-        offs[p.switch_id as usize % k].push((data.len(), p.payload.len()));
+        let st = &mut streams[p.switch_id as usize % k];
+        st.offs.push((data.len(), p.payload.len()));
+        st.switch.push(p.switch_id);
         data.extend_from_slice(p.payload);
     }
-    (data, offs, g)
+    (data, streams, g)
 }
 
 #[derive(Debug, Default)]
@@ -609,28 +621,85 @@ fn send_all(
             }
             Wire::Coalesced => {
                 // Same-size reports in one buffer (GSO cuts at `seg`; the last may be shorter).
-                gso.clear();
+                batch.clear();
                 let seg = it.peek().map_or(0, |&&(_, l)| l);
-                let mut k = 0u64;
-                while k < SEND_BATCH as u64 {
+                while batch.len() < SEND_BATCH {
                     match it.peek() {
                         Some(&&(o, l)) if l == seg => {
-                            gso.extend_from_slice(&data[o..o + l]);
+                            batch.push(&data[o..o + l]);
                             it.next();
-                            k += 1;
                         }
                         _ => break,
                     }
                 }
-                let seg16 = u16::try_from(seg).unwrap_or(u16::MAX);
-                if let Ok(1) = stel_ingest::sys::send_many_gso(sock.as_fd(), &[&gso], seg16) {
-                    sent += k;
-                }
+                sent += send_gso(sock, &batch, &mut gso);
             }
         }
         if let Some(w) = window {
             w.sent
                 .fetch_add(sent - before, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    sent
+}
+
+/// Sends same-size `reports` as one UDP GSO buffer (cut by the kernel at their size; the last
+/// may be shorter) through `gso`; returns how many the kernel took.
+fn send_gso(sock: &UdpSocket, reports: &[&[u8]], gso: &mut Vec<u8>) -> u64 {
+    use std::os::fd::AsFd;
+    let Some(seg) = reports.first().map(|r| r.len()) else {
+        return 0;
+    };
+    gso.clear();
+    for r in reports {
+        gso.extend_from_slice(r);
+    }
+    let seg = u16::try_from(seg).unwrap_or(u16::MAX);
+    match stel_ingest::sys::send_many_gso(sock.as_fd(), &[gso.as_slice()], seg) {
+        Ok(1) => reports.len() as u64,
+        _ => 0,
+    }
+}
+
+/// Sends `st` with a socket per switch: each switch's reports in order, in GSO buffers of up
+/// to [`SEND_BATCH`], the switches in turn. Returns how many reports the kernel took.
+fn send_per_switch(data: &[u8], st: &Stream, to: std::net::SocketAddr, window: &Window) -> u64 {
+    let mut per: std::collections::BTreeMap<u32, Offsets> = Default::default();
+    for (&o, &sw) in st.offs.iter().zip(&st.switch) {
+        per.entry(sw).or_default().push(o);
+    }
+    let mut lanes: Vec<(UdpSocket, Offsets, usize)> = Vec::new();
+    for (_, offs) in per {
+        let Ok(sock) = UdpSocket::bind("127.0.0.1:0") else {
+            continue;
+        };
+        if sock.connect(to).is_ok() {
+            lanes.push((sock, offs, 0));
+        }
+    }
+    let (mut sent, mut batch, mut gso) = (0u64, Vec::with_capacity(SEND_BATCH), Vec::new());
+    while lanes.iter().any(|(_, offs, at)| *at < offs.len()) {
+        for (sock, offs, at) in &mut lanes {
+            // Same-size reports: the GSO segment size is the first one's.
+            let seg = offs.get(*at).map_or(0, |&(_, l)| l);
+            batch.clear();
+            batch.extend(
+                offs[(*at).min(offs.len())..]
+                    .iter()
+                    .take(SEND_BATCH)
+                    .take_while(|&&(_, l)| l == seg)
+                    .map(|&(o, l)| &data[o..o + l]),
+            );
+            if batch.is_empty() {
+                continue;
+            }
+            window.wait();
+            let k = send_gso(sock, &batch, &mut gso);
+            window
+                .sent
+                .fetch_add(k, std::sync::atomic::Ordering::Relaxed);
+            sent += k;
+            *at += batch.len();
         }
     }
     sent
@@ -667,8 +736,11 @@ fn threads_cpu() -> Vec<(u64, String, f64)> {
     out
 }
 
-/// One end-to-end run: sender `i` sends `streams[i]` (offsets into `data`) once.
-fn e2e_run(data: &[u8], streams: &[Offsets], evcs: &str, wire: Wire) -> Result<E2e, String> {
+/// One end-to-end run: sender `i` sends `streams[i]` (offsets into `data`) once: plain from one
+/// socket in the stream's order; coalesced from one socket per switch (GRO merges only
+/// datagrams of one flow, and a switch sends from its own address), a GSO buffer of each switch
+/// in turn.
+fn e2e_run(data: &[u8], streams: &[Stream], evcs: &str, wire: Wire) -> Result<E2e, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let evc_file = dir.path().join("evcs.json");
     std::fs::write(&evc_file, evcs).map_err(|e| e.to_string())?;
@@ -712,12 +784,17 @@ fn e2e_run(data: &[u8], streams: &[Offsets], evcs: &str, wire: Wire) -> Result<E
         let hs: Vec<_> = socks
             .iter()
             .zip(streams)
-            .map(|(sock, offs)| {
+            .map(|(sock, st)| {
                 let window = &window;
                 sc.spawn(move || {
                     let t = Instant::now();
                     let c = crate::parquet::thread_cpu_s();
-                    let s = send_all(data, offs, 0, offs.len(), sock, wire, Some(window));
+                    let s = match wire {
+                        Wire::Plain => {
+                            send_all(data, &st.offs, 0, st.offs.len(), sock, wire, Some(window))
+                        }
+                        Wire::Coalesced => send_per_switch(data, st, to, window),
+                    };
                     (
                         s,
                         t.elapsed().as_secs_f64(),
