@@ -14,6 +14,8 @@ use crate::error::Result;
 ///   stel-query completions zsh > "${fpath[1]}/_stel-query"
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
+// `${fpath[1]}` is zsh, not a link: this text is the command's --help.
+#[allow(rustdoc::broken_intra_doc_links)]
 pub struct Args {
     /// The shell to complete for.
     pub shell: Shell,

@@ -1,8 +1,8 @@
 //! What one query may use, and how every refusal is told and counted.
 //!
-//! Each refusal is a gRPC status with a code a client can branch on and a message that says what
-//! to change ([`Refusal::status`]); each is counted ([`Stats`], printed when the server stops)
-//! and logged to stderr at most once a second per kind.
+//! Each refusal is a gRPC status with a code a client can branch on ([`Refusal::code`]) and a
+//! message that says what to change ([`Stats::refuse`]); each is counted ([`Stats`], printed
+//! when the server stops) and logged to stderr at most once a second per kind.
 
 use std::{
     sync::{

@@ -6,7 +6,7 @@
 //! under the same read-only gate ([`crate::engine::SqlAccess`]). Around it, what makes it safe
 //! to leave running on a switch:
 //! - it binds loopback unless `--listen` says otherwise; `--token-file` requires a bearer token
-//!   ([`auth`]); `--tls-cert`/`--tls-key` serve TLS (rustls);
+//!   (`auth.rs`); `--tls-cert`/`--tls-key` serve TLS (rustls);
 //! - limits ([`limits`]): `--max-queries` running at once (one more is refused, not queued),
 //!   `--query-memory` per query (DataFusion's memory pool, no spilling), `--query-timeout`;
 //! - every refusal is a gRPC status with its own code, counted; the counts are printed on
