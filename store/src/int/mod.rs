@@ -664,25 +664,6 @@ macro_rules! table {
                 dst.rows = n;
             }
 
-            /// Keeps the committed rows whose `switch_id` `keep` accepts (called once per row, in
-            /// order), in order, compacting every column in place.
-            pub fn retain_switches(&mut self, mut keep: impl FnMut(u32) -> bool) {
-                let mut j = 0;
-                for i in 0..self.rows {
-                    if !keep(self.switch_id[i]) {
-                        continue;
-                    }
-                    if i != j {
-                        self.ts[j] = self.ts[i];
-                        self.switch_id[j] = self.switch_id[i];
-                        self.valid[j] = self.valid[i];
-                        $(self.$col[j] = self.$col[i];)*
-                    }
-                    j += 1;
-                }
-                self.rows = j;
-            }
-
             /// Appends the committed rows of `o` (growing the buffers as needed).
             pub fn extend_from(&mut self, o: &$name) {
                 let n = o.rows;
@@ -1289,25 +1270,6 @@ mod tests {
         // Several groups: the batch keeps its buffers for reuse.
         assert!(b.hops.capacity() >= 5);
         assert_eq!(b.rows(), 0);
-    }
-
-    #[test]
-    fn retain_switches_compacts_every_column() {
-        let mut b = IntBatch::with_capacity(4, 0);
-        for (k, sw) in [1u32, 2, 1, 3].into_iter().enumerate() {
-            b.reports.row(k as i64, sw).seq(Some(k as u32)).done();
-        }
-        let mut seen = Vec::new();
-        b.reports.retain_switches(|sw| {
-            seen.push(sw);
-            sw != 1
-        });
-        assert_eq!(seen, [1, 2, 1, 3]);
-        let v = b.reports.view();
-        assert_eq!(
-            (v.switch_id, v.seq, v.ts),
-            (&[2, 3][..], &[1, 3][..], &[1, 3][..])
-        );
     }
 
     #[test]

@@ -1451,10 +1451,6 @@ impl std::io::Read for ChunkRead {
         let n = (p.len() - self.at).min(buf.len());
         buf[..n].copy_from_slice(&p[self.at..self.at + n]);
         self.at += n;
-        if self.at == p.len() {
-            self.page += 1;
-            self.at = 0;
-        }
         Ok(n)
     }
 }
