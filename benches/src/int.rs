@@ -661,31 +661,43 @@ fn send_gso(sock: &UdpSocket, reports: &[&[u8]], gso: &mut Vec<u8>) -> u64 {
     }
 }
 
-/// Sends `st` with a socket per switch: each switch's reports in order, in GSO buffers of up
-/// to [`SEND_BATCH`], the switches in turn. Returns how many reports the kernel took.
-fn send_per_switch(data: &[u8], st: &Stream, to: std::net::SocketAddr, window: &Window) -> u64 {
-    let mut per: std::collections::BTreeMap<u32, Offsets> = Default::default();
+/// A sender's socket, connected to the daemon, and the reports it sends.
+struct Lane {
+    sock: UdpSocket,
+    offs: Offsets,
+}
+
+/// The lanes of one sender: its whole stream from one socket, or (`per_switch`) each switch's
+/// reports from a socket of its own, in order.
+fn lanes(st: &Stream, per_switch: bool, to: std::net::SocketAddr) -> Result<Vec<Lane>, String> {
+    let mut by: std::collections::BTreeMap<u32, Offsets> = Default::default();
     for (&o, &sw) in st.offs.iter().zip(&st.switch) {
-        per.entry(sw).or_default().push(o);
+        by.entry(if per_switch { sw } else { 0 })
+            .or_default()
+            .push(o);
     }
-    let mut lanes: Vec<(UdpSocket, Offsets, usize)> = Vec::new();
-    for (_, offs) in per {
-        let Ok(sock) = UdpSocket::bind("127.0.0.1:0") else {
-            continue;
-        };
-        if sock.connect(to).is_ok() {
-            lanes.push((sock, offs, 0));
-        }
-    }
+    by.into_values()
+        .map(|offs| {
+            let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            sock.connect(to).map_err(|e| e.to_string())?;
+            Ok(Lane { sock, offs })
+        })
+        .collect()
+}
+
+/// Sends every lane's reports in GSO buffers of up to [`SEND_BATCH`] same-size reports, the
+/// lanes in turn. Returns how many reports the kernel took.
+fn send_lanes(data: &[u8], lanes: &[Lane], window: &Window) -> u64 {
+    let mut at = vec![0usize; lanes.len()];
     let (mut sent, mut batch, mut gso) = (0u64, Vec::with_capacity(SEND_BATCH), Vec::new());
-    while lanes.iter().any(|(_, offs, at)| *at < offs.len()) {
-        for (sock, offs, at) in &mut lanes {
+    while lanes.iter().zip(&at).any(|(l, &a)| a < l.offs.len()) {
+        for (lane, at) in lanes.iter().zip(&mut at) {
             // Same-size reports: the GSO segment size is the first one's.
-            let seg = offs.get(*at).map_or(0, |&(_, l)| l);
+            let rest = &lane.offs[(*at).min(lane.offs.len())..];
+            let seg = rest.first().map_or(0, |&(_, l)| l);
             batch.clear();
             batch.extend(
-                offs[(*at).min(offs.len())..]
-                    .iter()
+                rest.iter()
                     .take(SEND_BATCH)
                     .take_while(|&&(_, l)| l == seg)
                     .map(|&(o, l)| &data[o..o + l]),
@@ -694,7 +706,7 @@ fn send_per_switch(data: &[u8], st: &Stream, to: std::net::SocketAddr, window: &
                 continue;
             }
             window.wait();
-            let k = send_gso(sock, &batch, &mut gso);
+            let k = send_gso(&lane.sock, &batch, &mut gso);
             window
                 .sent
                 .fetch_add(k, std::sync::atomic::Ordering::Relaxed);
@@ -765,13 +777,9 @@ fn e2e_run(data: &[u8], streams: &[Stream], evcs: &str, wire: Wire) -> Result<E2
     let before: Vec<(u64, String, f64)> = threads_cpu();
     let src = IntSource::start(&cfg, socks, dir.path()).map_err(|e| e.to_string())?;
     let to = src.local_addrs[0];
-    let socks: Vec<UdpSocket> = streams
+    let senders: Vec<Vec<Lane>> = streams
         .iter()
-        .map(|_| {
-            let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-            s.connect(to).map_err(|e| e.to_string())?;
-            Ok(s)
-        })
+        .map(|st| lanes(st, wire == Wire::Coalesced, to))
         .collect::<Result<_, String>>()?;
     let t = Instant::now();
     let cpu0 = crate::parquet::process_cpu_s();
@@ -781,19 +789,20 @@ fn e2e_run(data: &[u8], streams: &[Stream], evcs: &str, wire: Wire) -> Result<E2
     let backlog0 = softnet_drops();
     let window = Window::default();
     let (sent, send_s, send_cpu) = std::thread::scope(|sc| {
-        let hs: Vec<_> = socks
+        let hs: Vec<_> = senders
             .iter()
-            .zip(streams)
-            .map(|(sock, st)| {
+            .map(|lanes| {
                 let window = &window;
                 sc.spawn(move || {
                     let t = Instant::now();
                     let c = crate::parquet::thread_cpu_s();
-                    let s = match wire {
-                        Wire::Plain => {
-                            send_all(data, &st.offs, 0, st.offs.len(), sock, wire, Some(window))
+                    let s = match (wire, &lanes[..]) {
+                        (Wire::Plain, [l]) => {
+                            send_all(data, &l.offs, 0, l.offs.len(), &l.sock, wire, Some(window))
                         }
-                        Wire::Coalesced => send_per_switch(data, st, to, window),
+                        // One lane per plain sender; none when its stream is empty.
+                        (Wire::Plain, _) => 0,
+                        (Wire::Coalesced, _) => send_lanes(data, lanes, window),
                     };
                     (
                         s,
