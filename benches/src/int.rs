@@ -30,6 +30,8 @@
 //! * `STEL_INT_DECODE_ONLY=1`: stop here (profiling the decoder). `STEL_INT_BATCH`: reports per
 //!   batch the decoder hands over (default `[int.decode] batch_reports`), decode and end to end.
 //!   `STEL_INT_SLOTS`: the INT socket's receive slots (default `[int] slots`), end to end.
+//!   `STEL_INT_KEEP=<dir>`: keep each end-to-end run's Parquet files in `<dir>/plain` and
+//!   `<dir>/coalesced` (on the same file system as the temp dir; for looking at the bytes).
 //!
 //! * end to end, twice: a stream of 1 M (`--quick`; else 4 M) reports of the same network,
 //!   split by reporting switch among `STEL_INT_SENDERS` sender threads (default 2), each with
@@ -856,6 +858,13 @@ fn e2e_run(data: &[u8], streams: &[Stream], evcs: &str, wire: Wire) -> Result<E2
     // decoded or counted).
     let after = threads_cpu();
     let fin = src.shutdown();
+    if let Some(keep) = std::env::var_os("STEL_INT_KEEP") {
+        let to = std::path::Path::new(&keep).join(format!("{wire:?}").to_lowercase());
+        std::fs::create_dir_all(&keep).map_err(|e| format!("STEL_INT_KEEP {keep:?}: {e}"))?;
+        std::fs::rename(dir.path().join("data"), &to)
+            .map_err(|e| format!("STEL_INT_KEEP: moving the files to {}: {e}", to.display()))?;
+        eprintln!("int: end to end {wire:?}: files kept in {}", to.display());
+    }
     eprintln!(
         "int: end to end {wire:?}: {} datagrams in {} receive waits, {} of which ran out of slots",
         fin.recv.datagrams, fin.recv.polls, fin.recv.rearms_no_buffers
