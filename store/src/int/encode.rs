@@ -221,10 +221,12 @@ enum Validity {
     Mixed,
 }
 
-/// Per-file scratch: a column's values (non-null rows, widened to u64) and its validity.
+/// Per-file scratch: a column's values (non-null rows, widened to u64, or to u32 for the
+/// columns of at most 32 bits) and its validity.
 #[derive(Debug, Default)]
 struct Scratch {
     wide: Vec<u64>,
+    narrow: Vec<u32>,
     ok: Vec<bool>,
 }
 
@@ -278,6 +280,36 @@ impl Scratch {
         }
         self.gather_int(c, rows, valid)?;
         Ok(&self.wide)
+    }
+
+    /// The values of `c` (a column of at most 32 bits) at the rows (valid ones) as u32 into
+    /// `self.narrow`.
+    fn gather_narrow(&mut self, c: ColumnRef<'_>, rows: &Rows<'_>, valid: Validity) -> Result<()> {
+        fn narrow<T: Copy + Into<u32>>(s: &mut Scratch, v: &[T], rows: &Rows<'_>, valid: Validity) {
+            s.narrow.clear();
+            let v = &v[rows.sel.clone()];
+            if valid == Validity::Mixed {
+                s.narrow.extend(
+                    v.iter()
+                        .zip(&s.ok)
+                        .filter(|(_, &ok)| ok)
+                        .map(|(&x, _)| x.into()),
+                );
+            } else {
+                s.narrow.extend(v.iter().map(|&x| x.into()));
+            }
+        }
+        match c {
+            ColumnRef::U8(v) => narrow(self, v, rows, valid),
+            ColumnRef::U16(v) => narrow(self, v, rows, valid),
+            ColumnRef::U32(v) => narrow(self, v, rows, valid),
+            other => {
+                return Err(ParquetError::General(format!(
+                    "column of at most 32 bits expected, got {other:?}"
+                )))
+            }
+        }
+        Ok(())
     }
 
     /// The integer values of `c` at the rows (valid ones) into `self.wide`.
@@ -481,9 +513,11 @@ impl Squeeze {
 
 /// One column's encoder.
 enum Column {
-    /// DELTA_BINARY_PACKED integers (INT64, or INT32 with `ColumnState::int32`).
+    /// DELTA_BINARY_PACKED integers (INT64, or INT32 with `ColumnState::int32`: their values
+    /// on 32-bit lanes).
     Delta {
         state: Box<ColumnState>,
+        int32: bool,
         squeeze: Squeeze,
     },
     Dict(Box<DictColumn>),
@@ -520,13 +554,11 @@ impl Column {
         };
         let state =
             ColumnState::new(CounterEncoding::DeltaBinaryPacked, !signed, nullable).level_runs();
-        let state = if descr.physical_type() == PhysicalType::INT32 {
-            state.int32()
-        } else {
-            state
-        };
+        let int32 = descr.physical_type() == PhysicalType::INT32;
+        let state = if int32 { state.int32() } else { state };
         Ok(Self::Delta {
             state: Box::new(state),
+            int32,
             squeeze: Squeeze::default(),
         })
     }
@@ -541,8 +573,20 @@ impl Column {
     ) -> Result<()> {
         let valid = s.validity(bit, rows);
         match self {
-            Self::Delta { state, .. } => match valid {
+            Self::Delta { state, int32, .. } => match valid {
                 Validity::Null => state.push_nulls(rows.sel.len()),
+                // INT32 columns on 32-bit lanes, a u32 column's rows straight from its buffer.
+                _ if *int32 => match (c, valid) {
+                    (ColumnRef::U32(v), Validity::All) => state.push32(&v[rows.sel.clone()]),
+                    _ => {
+                        s.gather_narrow(c, rows, valid)?;
+                        if valid == Validity::All {
+                            state.push32(&s.narrow);
+                        } else {
+                            state.push_dense32(&s.narrow, &s.ok);
+                        }
+                    }
+                },
                 Validity::All => state.push(s.ints(c, rows, valid)?, None),
                 Validity::Mixed => {
                     s.gather_int(c, rows, valid)?;
@@ -1066,19 +1110,20 @@ impl DictColumn {
 
     /// Indices of the integer values `vals` into `self.idx`, one lookup per run of equal
     /// values (the index vector is extended in one go: no capacity check per value).
-    fn index_ints(&mut self, vals: &[u64]) {
+    fn index_ints<T: Copy + PartialEq + Into<u64>>(&mut self, vals: &[T]) {
         let Some(&first) = vals.first() else {
             return;
         };
+        let first64: u64 = first.into();
         if self.near.is_empty() {
             self.near = vec![0; NEAR];
-            self.near_base = first.saturating_sub(NEAR as u64 / 2);
+            self.near_base = first64.saturating_sub(NEAR as u64 / 2);
         }
         let mut idx = std::mem::take(&mut self.idx);
-        let mut last = (first, self.index_int(first));
+        let mut last = (first, self.index_int(first64));
         idx.extend(vals.iter().map(|&k| {
             if k != last.0 {
-                last = (k, self.index_int(k));
+                last = (k, self.index_int(k.into()));
             }
             last.1
         }));
@@ -1114,6 +1159,16 @@ impl DictColumn {
             return Ok(());
         }
         match (self.kind, c) {
+            // Every row valid: straight from the column's buffer, whatever its width.
+            (DictKind::Int32 | DictKind::Int64, ColumnRef::U8(v)) if valid == Validity::All => {
+                self.index_ints(&v[rows.sel.clone()]);
+            }
+            (DictKind::Int32 | DictKind::Int64, ColumnRef::U16(v)) if valid == Validity::All => {
+                self.index_ints(&v[rows.sel.clone()]);
+            }
+            (DictKind::Int32 | DictKind::Int64, ColumnRef::U32(v)) if valid == Validity::All => {
+                self.index_ints(&v[rows.sel.clone()]);
+            }
             (DictKind::Int32 | DictKind::Int64, _) => {
                 let v = s.ints(c, rows, valid)?;
                 self.index_ints(v);
@@ -1621,6 +1676,92 @@ print(json.dumps(out))
             let encs = g["encodings"].to_string();
             for e in ["DELTA_BINARY_PACKED", "RLE_DICTIONARY"] {
                 assert!(encs.contains(e), "{t}: {encs}");
+            }
+        }
+    }
+
+    /// INT32 DELTA columns on 32-bit lanes: values at both ends of their range, steps that wrap
+    /// at 32 bits (u32::MAX to 0 and back, the largest step either way), constant runs, nulls
+    /// mixed in and whole pages of them, across page and row-group ends: read back exactly, and
+    /// the chunk statistics are the u32 minimum and maximum.
+    #[test]
+    fn int32_delta_lanes_round_trip_at_the_extremes() {
+        let n = 45_000u64;
+        let mut b = IntBatch::with_capacity(n as usize, 1);
+        for i in 0..n {
+            let seq = match i % 7 {
+                0 => 0,
+                1 => u32::MAX,
+                2 => 1 << 31,
+                3 => (1 << 31) - 1,
+                4 => mix(i) as u32,
+                _ => u32::MAX - (i % 3) as u32,
+            };
+            // Long constant stretches, then noise, then nulls only (a page of them).
+            let gap = match i {
+                0..10_000 => Some(7),
+                10_000..20_000 => Some(mix(i) as u32 >> (i % 32)),
+                20_000..37_000 => None,
+                _ => (i % 5 != 0).then_some(u32::MAX - (i % 2) as u32),
+            };
+            b.reports
+                .row(1_700_000_000_000_000_000 + i as i64, 7)
+                .seq(Some(seq))
+                .seq_gap(gap)
+                .hw_id((i % 3 != 0).then_some(if i % 2 == 0 { 0 } else { u8::MAX }))
+                .report_index(Some(if i % 4 < 2 { u16::MAX } else { 0 }))
+                .done();
+        }
+        let rb = b.clone().finish().unwrap()[0].1.clone();
+        let cfg = IntSinkConfig {
+            row_group_rows: 20_000,
+            ..IntSinkConfig::for_test("/nonexistent")
+        };
+        // In pieces of odd sizes: pushes that end mid-block and mid-miniblock.
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        for k in 0.. {
+            let end = (at + 1 + (mix(k) % 3000) as usize).min(n as usize);
+            pieces.push(Piece {
+                batch: &b,
+                table: Table::Reports,
+                switch: 7,
+                hour: 0,
+                rows: at..end,
+            });
+            at = end;
+            if at == n as usize {
+                break;
+            }
+        }
+        let bytes = encode_in_memory(&pieces, &cfg).unwrap();
+        let meta = Arc::clone(
+            ParquetRecordBatchReaderBuilder::try_new(Bytes::from(bytes.clone()))
+                .unwrap()
+                .metadata(),
+        );
+        assert_same(bytes, &rb, Table::Reports, "extremes");
+        let schema = Table::Reports.schema();
+        let col = |name: &str| schema.index_of(name).unwrap();
+        for g in 0..meta.num_row_groups() {
+            let rg = meta.row_group(g);
+            let rows = g * 20_000..((g + 1) * 20_000).min(n as usize);
+            for name in ["seq", "seq_gap"] {
+                let c = rb.column(col(name));
+                let c = c
+                    .as_any()
+                    .downcast_ref::<arrow_array::UInt32Array>()
+                    .unwrap()
+                    .slice(rows.start, rows.len());
+                let vals: Vec<u32> = c.iter().flatten().collect();
+                let stats = rg.column(col(name)).statistics().unwrap();
+                let Statistics::Int32(s) = stats else {
+                    panic!("{name}: {stats:?}")
+                };
+                let want = vals.iter().min().map(|&m| m as i32);
+                assert_eq!(s.min_opt().copied(), want, "{name} row group {g}");
+                let want = vals.iter().max().map(|&m| m as i32);
+                assert_eq!(s.max_opt().copied(), want, "{name} row group {g}");
             }
         }
     }

@@ -846,6 +846,9 @@ pub(crate) struct ColumnState {
     first: u64,
     prev: u64,
     block: [i64; BLOCK],
+    /// INT32 columns: the open block's deltas on 32-bit lanes (`BLOCK` of them; empty for
+    /// INT64 columns, whose deltas are in `block`).
+    block32: Vec<i32>,
     in_block: usize,
     /// DELTA blocks packed so far.
     packed: Vec<u8>,
@@ -879,6 +882,7 @@ impl ColumnState {
             first: 0,
             prev: 0,
             block: [0; BLOCK],
+            block32: Vec::new(),
             in_block: 0,
             packed: Vec::new(),
             raw: Vec::new(),
@@ -900,6 +904,7 @@ impl ColumnState {
     /// the statistics are INT32.
     pub(crate) fn int32(mut self) -> Self {
         self.int32 = true;
+        self.block32 = vec![0; BLOCK];
         self
     }
 
@@ -1030,6 +1035,26 @@ impl ColumnState {
         self.page_rows = (rows + valid.len()) as u32;
     }
 
+    /// [`Self::push`] of an INT32 column's values (u8/u16/u32 zero-extended to u32), every row
+    /// valid: deltas, statistics and miniblock widths on 32-bit lanes.
+    pub(crate) fn push32(&mut self, vals: &[u32]) {
+        let rows = self.page_rows as usize;
+        if let Some(bits) = &mut self.validity {
+            set_valid(bits, rows, vals.len());
+        }
+        self.push_values32(vals);
+        self.page_rows = (rows + vals.len()) as u32;
+    }
+
+    /// [`Self::push_dense`] of an INT32 column's values.
+    pub(crate) fn push_dense32(&mut self, vals: &[u32], valid: &[bool]) {
+        let rows = self.page_rows as usize;
+        let nulls = self.mark_valid(valid);
+        debug_assert_eq!(vals.len() + nulls, valid.len());
+        self.push_values32(vals);
+        self.page_rows = (rows + valid.len()) as u32;
+    }
+
     /// Records the validity of `valid.len()` more rows (the page's row count is the caller's);
     /// returns their nulls, counted in the page.
     fn mark_valid(&mut self, valid: &[bool]) -> usize {
@@ -1057,22 +1082,23 @@ impl ColumnState {
         if vals.is_empty() {
             return;
         }
+        if self.int32 && self.encoding == CounterEncoding::DeltaBinaryPacked {
+            // INT32 values given as u64: their low 32 bits on the 32-bit lanes.
+            let mut v32 = [0u32; BLOCK];
+            for c in vals.chunks(BLOCK) {
+                for (d, &v) in v32.iter_mut().zip(c) {
+                    *d = v as u32;
+                }
+                self.push_values32(&v32[..c.len()]);
+            }
+            return;
+        }
         // A run of the page's last value (constant columns): zero deltas, min/max unchanged.
         if self.encoding == CounterEncoding::DeltaBinaryPacked
             && self.n > 0
             && vals.iter().all(|&v| v == self.prev)
         {
-            self.n += vals.len() as u32;
-            let mut rest = vals.len();
-            while rest > 0 {
-                let take = (BLOCK - self.in_block).min(rest);
-                self.block[self.in_block..self.in_block + take].fill(0);
-                self.in_block += take;
-                if self.in_block == BLOCK {
-                    self.flush_block();
-                }
-                rest -= take;
-            }
+            self.push_zero_deltas(vals.len());
             return;
         }
         let (mut lo, mut hi) = if self.any {
@@ -1108,18 +1134,9 @@ impl ColumnState {
             let take = (BLOCK - self.in_block).min(rest.len());
             let (run, tail) = rest.split_at(take);
             let dst = &mut self.block[self.in_block..self.in_block + take];
-            if self.int32 {
-                let d32 =
-                    |a: u64, b: u64| i64::from((a as u32 as i32).wrapping_sub(b as u32 as i32));
-                dst[0] = d32(run[0], self.prev);
-                for (d, w) in dst[1..].iter_mut().zip(run.windows(2)) {
-                    *d = d32(w[1], w[0]);
-                }
-            } else {
-                dst[0] = (run[0] as i64).wrapping_sub(self.prev as i64);
-                for (d, w) in dst[1..].iter_mut().zip(run.windows(2)) {
-                    *d = (w[1] as i64).wrapping_sub(w[0] as i64);
-                }
+            dst[0] = (run[0] as i64).wrapping_sub(self.prev as i64);
+            for (d, w) in dst[1..].iter_mut().zip(run.windows(2)) {
+                *d = (w[1] as i64).wrapping_sub(w[0] as i64);
             }
             self.prev = run[take - 1];
             self.in_block += take;
@@ -1130,41 +1147,170 @@ impl ColumnState {
         }
     }
 
+    /// `n` more zero deltas (a run of the last value): min/max unchanged.
+    fn push_zero_deltas(&mut self, n: usize) {
+        self.n += n as u32;
+        let mut rest = n;
+        while rest > 0 {
+            let take = (BLOCK - self.in_block).min(rest);
+            if self.int32 {
+                self.block32[self.in_block..self.in_block + take].fill(0);
+            } else {
+                self.block[self.in_block..self.in_block + take].fill(0);
+            }
+            self.in_block += take;
+            if self.in_block == BLOCK {
+                self.flush_block();
+            }
+            rest -= take;
+        }
+    }
+
+    /// [`Self::push_values`] of an INT32 DELTA column on 32-bit lanes: deltas wrap at 32 bits
+    /// (as readers of INT32 DELTA pages decode them); the statistics are those of the u32
+    /// values (unsigned order, as the u64 path has them for zero-extended values).
+    fn push_values32(&mut self, vals: &[u32]) {
+        let Some(&v0) = vals.first() else {
+            return;
+        };
+        if self.n > 0 && vals.iter().all(|&v| v == self.prev as u32) {
+            self.push_zero_deltas(vals.len());
+            return;
+        }
+        let (lo, hi) = if self.any {
+            (self.min as u32, self.max as u32)
+        } else {
+            (v0, v0)
+        };
+        // Eight independent lanes: the compares vectorise.
+        let (mut lo, mut hi) = ([lo.min(v0); 8], [hi.max(v0); 8]);
+        let mut rest = vals;
+        if self.n == 0 {
+            self.first = u64::from(v0);
+            self.prev = u64::from(v0);
+            rest = &rest[1..];
+        }
+        self.n += vals.len() as u32;
+        let mut prev = self.prev as u32;
+        while !rest.is_empty() {
+            let take = (BLOCK - self.in_block).min(rest.len());
+            let (run, tail) = rest.split_at(take);
+            let dst = &mut self.block32[self.in_block..self.in_block + take];
+            dst[0] = run[0].wrapping_sub(prev) as i32;
+            for (d, w) in dst[1..].iter_mut().zip(run.windows(2)) {
+                *d = w[1].wrapping_sub(w[0]) as i32;
+            }
+            let mut oct = run.chunks_exact(8);
+            for o in &mut oct {
+                for j in 0..8 {
+                    lo[j] = lo[j].min(o[j]);
+                    hi[j] = hi[j].max(o[j]);
+                }
+            }
+            for &v in oct.remainder() {
+                lo[0] = lo[0].min(v);
+                hi[0] = hi[0].max(v);
+            }
+            prev = run[take - 1];
+            self.in_block += take;
+            if self.in_block == BLOCK {
+                self.flush_block();
+            }
+            rest = tail;
+        }
+        self.prev = u64::from(prev);
+        self.min = u64::from(lo.into_iter().min().unwrap_or(v0));
+        self.max = u64::from(hi.into_iter().max().unwrap_or(v0));
+        self.any = true;
+    }
+
     /// Packs the deltas of the current block (`in_block` of them; the rest is padding).
     fn flush_block(&mut self) {
         let n = self.in_block;
         if n == 0 {
             return;
         }
-        let deltas = &mut self.block[..];
-        let (min, max) = min_max(&deltas[..n], |d| d, (i64::MAX, i64::MIN));
-        for d in &mut deltas[n..] {
-            *d = min;
+        if self.int32 {
+            return self.flush_block32();
         }
+        // Each miniblock's smallest and largest delta in one pass; the block's minimum is the
+        // smallest of them and a miniblock's width that of its largest delta less it.
+        let deltas = &mut self.block[..];
+        let mut lo = [i64::MAX; MINIBLOCKS];
+        let mut hi = [i64::MIN; MINIBLOCKS];
+        for (m, d) in deltas[..n].chunks(MINI).enumerate() {
+            (lo[m], hi[m]) = min_max(d, |d| d, (i64::MAX, i64::MIN));
+        }
+        let min = lo.into_iter().min().unwrap_or(0);
+        let max = hi.into_iter().max().unwrap_or(0);
         put_zigzag_vlq(&mut self.packed, min);
         let widths_at = self.packed.len();
         self.packed.extend_from_slice(&[0u8; MINIBLOCKS]);
+        self.in_block = 0;
         if min == max {
             // Every delta the same (a constant or evenly stepping column): all widths 0.
-            self.in_block = 0;
             return;
         }
         let mut mini = [0u64; MINI];
-        for m in 0..MINIBLOCKS {
-            let lo = m * MINI;
-            if lo >= n {
-                break; // miniblocks without values are not written (their width byte is 0)
-            }
-            let mut or = 0u64;
-            for (o, &d) in mini.iter_mut().zip(&deltas[lo..lo + MINI]) {
-                *o = d.wrapping_sub(min) as u64;
-                or |= *o;
-            }
-            let w = 64 - or.leading_zeros();
+        for m in 0..n.div_ceil(MINI) {
+            // (Miniblocks without values are not written: their width byte is 0.)
+            let w = 64 - (hi[m].wrapping_sub(min) as u64).leading_zeros();
             self.packed[widths_at + m] = w as u8;
+            let d = &deltas[m * MINI..(m + 1) * MINI];
+            let fill = (n - m * MINI).min(MINI);
+            for (o, &d) in mini.iter_mut().zip(&d[..fill]) {
+                *o = d.wrapping_sub(min) as u64;
+            }
+            // The last miniblock's padding: deltas equal to the minimum.
+            mini[fill..].fill(0);
             pack32(&mini, w, &mut self.packed);
         }
+    }
+
+    /// [`Self::flush_block`] of an INT32 column: the same block on 32-bit lanes (deltas wrap at
+    /// 32 bits, so the widths are at most 32).
+    fn flush_block32(&mut self) {
+        let n = self.in_block;
+        let deltas = &self.block32[..];
+        let mut lo = [i32::MAX; MINIBLOCKS];
+        let mut hi = [i32::MIN; MINIBLOCKS];
+        for (m, d) in deltas[..n].chunks(MINI).enumerate() {
+            let (mut l, mut h) = ([i32::MAX; 8], [i32::MIN; 8]);
+            let mut oct = d.chunks_exact(8);
+            for o in &mut oct {
+                for j in 0..8 {
+                    l[j] = l[j].min(o[j]);
+                    h[j] = h[j].max(o[j]);
+                }
+            }
+            for &x in oct.remainder() {
+                l[0] = l[0].min(x);
+                h[0] = h[0].max(x);
+            }
+            lo[m] = l.into_iter().min().unwrap_or(i32::MAX);
+            hi[m] = h.into_iter().max().unwrap_or(i32::MIN);
+        }
+        let min = lo.into_iter().min().unwrap_or(0);
+        let max = hi.into_iter().max().unwrap_or(0);
+        put_zigzag_vlq(&mut self.packed, i64::from(min));
+        let widths_at = self.packed.len();
+        self.packed.extend_from_slice(&[0u8; MINIBLOCKS]);
         self.in_block = 0;
+        if min == max {
+            return;
+        }
+        let mut mini = [0u64; MINI];
+        for m in 0..n.div_ceil(MINI) {
+            let w = 32 - (hi[m] as u32).wrapping_sub(min as u32).leading_zeros();
+            self.packed[widths_at + m] = w as u8;
+            let d = &deltas[m * MINI..(m + 1) * MINI];
+            let fill = (n - m * MINI).min(MINI);
+            for (o, &d) in mini.iter_mut().zip(&d[..fill]) {
+                *o = u64::from((d as u32).wrapping_sub(min as u32));
+            }
+            mini[fill..].fill(0);
+            pack32(&mini, w, &mut self.packed);
+        }
     }
 
     /// The page's value section (into `out`) and its encoding.
