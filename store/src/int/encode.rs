@@ -725,7 +725,7 @@ impl Pages {
                 &mut self.chunk,
                 &page_opts,
                 PageV2 {
-                    levels,
+                    levels: &levels,
                     values,
                     encoding,
                     rows: self.page_rows,

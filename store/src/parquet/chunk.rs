@@ -20,7 +20,7 @@ use std::{io::Write, sync::Arc};
 
 use ::parquet::{
     arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter},
-    basic::{Compression, Encoding, ZstdLevel},
+    basic::{Compression, Encoding, PageType, ZstdLevel},
     column::{
         page::{CompressedPage, Page, PageWriteSpec, PageWriter},
         writer::ColumnCloseResult,
@@ -940,13 +940,13 @@ impl ColumnState {
             return Ok(());
         }
         thread_local! {
-            static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const {
-                std::cell::RefCell::new((Vec::new(), Vec::new()))
+            static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>, Vec<u8>)> = const {
+                std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new()))
             };
         }
         SCRATCH.with(|s| {
-            let (values, compressed) = &mut *s.borrow_mut();
-            self.finish_page_with(opts, values, compressed)
+            let (values, compressed, levels) = &mut *s.borrow_mut();
+            self.finish_page_with(opts, values, compressed, levels)
         })
     }
 
@@ -955,16 +955,17 @@ impl ColumnState {
         opts: &EncodeOptions,
         values: &mut Vec<u8>,
         compressed: &mut Vec<u8>,
+        levels: &mut Vec<u8>,
     ) -> Result<()> {
         values.clear();
         let encoding = self.finish_values(values);
-        let mut buf = Vec::with_capacity(values.len() / 2 + 64);
-        self.write_def_levels(&mut buf);
+        levels.clear();
+        self.write_def_levels(levels);
         let spec = write_page_v2(
             &mut self.chunk,
             opts,
             PageV2 {
-                levels: buf,
+                levels,
                 values,
                 encoding,
                 rows: self.page_rows,
@@ -1423,8 +1424,8 @@ impl ColumnState {
 
 /// One DATA_PAGE_V2 to write: definition levels (already encoded), values and counts.
 pub(crate) struct PageV2<'a> {
-    /// The page buffer so far: the definition levels (values are appended).
-    pub(crate) levels: Vec<u8>,
+    /// The definition levels, encoded.
+    pub(crate) levels: &'a [u8],
     pub(crate) values: &'a [u8],
     pub(crate) encoding: Encoding,
     pub(crate) rows: u32,
@@ -1432,44 +1433,159 @@ pub(crate) struct PageV2<'a> {
 }
 
 /// Writes `page` into `chunk`, its values compressed with the configured codec where that
-/// makes them smaller (a DATA_PAGE_V2 says per page whether its values are compressed).
+/// makes them smaller (a DATA_PAGE_V2 says per page whether its values are compressed). The
+/// page (header, levels, values) is put together in one buffer of its size, which the chunk
+/// keeps: the values are copied once.
 pub(crate) fn write_page_v2(
     chunk: &mut Chunk,
     opts: &EncodeOptions,
     page: PageV2<'_>,
     compressed: &mut Vec<u8>,
-) -> Result<::parquet::column::page::PageWriteSpec> {
+) -> Result<PageWriteSpec> {
     let PageV2 {
-        levels: mut buf,
+        levels,
         values,
         encoding,
         rows,
         nulls,
     } = page;
-    let def_len = buf.len();
-    let uncompressed = def_len + values.len();
-    let is_compressed = match compress(opts, values, compressed)? {
-        Some(c) if c.len() < values.len() => {
-            buf.extend_from_slice(c);
-            true
-        }
-        _ => {
-            buf.extend_from_slice(values);
-            false
-        }
+    let uncompressed = levels.len() + values.len();
+    let (body, is_compressed) = match compress(opts, values, compressed)? {
+        Some(c) if c.len() < values.len() => (c, true),
+        _ => (values, false),
     };
-    let page = Page::DataPageV2 {
-        buf: Bytes::from(buf),
-        num_values: rows,
+    let meta = page_meta(encoding, rows, nulls, levels.len(), is_compressed);
+    let header = meta.and_then(|m| PageV2Header::new(uncompressed, levels.len() + body.len(), &m));
+    let Some(header) = header else {
+        // Sizes past i32 or an encoding the header writer does not know: parquet's writer.
+        let mut buf = levels.to_vec();
+        buf.extend_from_slice(body);
+        let page = Page::DataPageV2 {
+            buf: Bytes::from(buf),
+            num_values: rows,
+            encoding,
+            num_nulls: nulls,
+            num_rows: rows,
+            def_levels_byte_len: levels.len() as u32,
+            rep_levels_byte_len: 0,
+            is_compressed,
+            statistics: None,
+        };
+        return chunk.write_page(CompressedPage::new(page, uncompressed));
+    };
+    let h = header.bytes();
+    let mut buf = Vec::with_capacity(h.len() + levels.len() + body.len());
+    buf.extend_from_slice(h);
+    buf.extend_from_slice(levels);
+    buf.extend_from_slice(body);
+    let mut spec = PageWriteSpec::new();
+    spec.page_type = PageType::DATA_PAGE_V2;
+    spec.uncompressed_size = uncompressed + h.len();
+    spec.compressed_size = buf.len();
+    spec.num_values = rows;
+    spec.offset = chunk.len() as u64;
+    spec.bytes_written = buf.len() as u64;
+    chunk.push(Bytes::from(buf));
+    Ok(spec)
+}
+
+/// What a DATA_PAGE_V2 header says besides its sizes.
+struct PageMeta {
+    encoding: i32,
+    rows: u32,
+    nulls: u32,
+    def_len: usize,
+    is_compressed: bool,
+}
+
+fn page_meta(
+    encoding: Encoding,
+    rows: u32,
+    nulls: u32,
+    def_len: usize,
+    is_compressed: bool,
+) -> Option<PageMeta> {
+    // The Thrift values of the encodings the encoders write.
+    let encoding = match encoding {
+        Encoding::PLAIN => 0,
+        Encoding::RLE => 3,
+        Encoding::DELTA_BINARY_PACKED => 5,
+        Encoding::RLE_DICTIONARY => 8,
+        Encoding::BYTE_STREAM_SPLIT => 9,
+        _ => return None,
+    };
+    Some(PageMeta {
         encoding,
-        num_nulls: nulls,
-        num_rows: rows,
-        def_levels_byte_len: def_len as u32,
-        rep_levels_byte_len: 0,
+        rows,
+        nulls,
+        def_len,
         is_compressed,
-        statistics: None,
-    };
-    chunk.write_page(CompressedPage::new(page, uncompressed))
+    })
+}
+
+/// A DATA_PAGE_V2 page header in Thrift's compact protocol, byte for byte what parquet's
+/// page writer serializes for the same page (no CRC, no statistics; `page_header_is_parquets`
+/// compares them).
+struct PageV2Header {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl PageV2Header {
+    /// `None` when a size does not fit Thrift's i32.
+    fn new(uncompressed: usize, compressed: usize, meta: &PageMeta) -> Option<Self> {
+        let int = |v: usize| i32::try_from(v).ok();
+        let fields = [
+            int(uncompressed)?,
+            int(compressed)?,
+            i32::try_from(meta.rows).ok()?,
+            i32::try_from(meta.nulls).ok()?,
+            i32::try_from(meta.rows).ok()?,
+            meta.encoding,
+            int(meta.def_len)?,
+        ];
+        let mut h = Self {
+            buf: [0; 64],
+            len: 0,
+        };
+        // Field headers: (id delta << 4) | type (5 = i32, 12 = struct, 1/2 = bool true/false).
+        h.byte(0x15);
+        h.i32(3); // type: DATA_PAGE_V2
+        for &v in &fields[..2] {
+            h.byte(0x15);
+            h.i32(v); // uncompressed_page_size, compressed_page_size
+        }
+        h.byte(0x5c); // field 8: data_page_header_v2
+        for &v in &fields[2..] {
+            h.byte(0x15);
+            h.i32(v); // num_values, num_nulls, num_rows, encoding, definition_levels_byte_length
+        }
+        h.byte(0x15);
+        h.i32(0); // repetition_levels_byte_length
+        h.byte(if meta.is_compressed { 0x11 } else { 0x12 });
+        h.byte(0); // end of data_page_header_v2
+        h.byte(0); // end of the page header
+        Some(h)
+    }
+
+    fn byte(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
+
+    /// A zigzag varint (at most 5 bytes).
+    fn i32(&mut self, v: i32) {
+        let mut z = ((v << 1) ^ (v >> 31)) as u32;
+        while z >= 0x80 {
+            self.byte(z as u8 | 0x80);
+            z >>= 7;
+        }
+        self.byte(z as u8);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
 }
 
 /// A column chunk's pages as written, each page (header and body) in a buffer of its own
@@ -1944,6 +2060,109 @@ mod tests {
         d.append(c);
         assert_eq!(d.len(), 258);
         assert_eq!(&d.get_bytes(1, 3).unwrap()[..], &[b'y', 0, 1]);
+    }
+
+    /// The DATA_PAGE_V2 pages written with our own header are byte for byte what parquet's page
+    /// writer makes of the same page (header, levels, values; the write specs' sizes too), for
+    /// every encoding the encoders use, empty and large pages, with and without nulls, levels
+    /// and compression.
+    #[test]
+    fn page_header_is_parquets() {
+        let mut n = 0;
+        for encoding in [
+            Encoding::PLAIN,
+            Encoding::RLE_DICTIONARY,
+            Encoding::DELTA_BINARY_PACKED,
+            Encoding::BYTE_STREAM_SPLIT,
+        ] {
+            for (rows, nulls) in [
+                (1, 0),
+                (63, 9),
+                (16_384, 0),
+                (16_384, 16_384),
+                (3 << 20, 70_001),
+            ] {
+                for levels_len in [0usize, 3, 300] {
+                    for (values_len, codec) in [
+                        (0usize, Codec::None),
+                        (10, Codec::Lz4),
+                        (70_000, Codec::Lz4),
+                        (70_000, Codec::None),
+                    ] {
+                        // Half noise, half zeroes: LZ4 shrinks the long pages, not the short.
+                        let values: Vec<u8> = (0..values_len)
+                            .map(|i| {
+                                if i < values_len / 2 {
+                                    mix(i as u64) as u8
+                                } else {
+                                    0
+                                }
+                            })
+                            .collect();
+                        let levels: Vec<u8> = (0..levels_len).map(|i| i as u8).collect();
+                        let opts = EncodeOptions {
+                            encoding: CounterEncoding::DeltaBinaryPacked,
+                            codec,
+                            level: 1,
+                            page_rows: 16_384,
+                            row_group_rows: 1 << 20,
+                        };
+                        let page = || PageV2 {
+                            levels: &levels,
+                            values: &values,
+                            encoding,
+                            rows,
+                            nulls,
+                        };
+                        let mut ours = Chunk::default();
+                        ours.push(Bytes::from_static(b"before"));
+                        let spec =
+                            write_page_v2(&mut ours, &opts, page(), &mut Vec::new()).unwrap();
+                        // Parquet's writer on the same page.
+                        let mut c = Vec::new();
+                        let (body, is_compressed) = match compress(&opts, &values, &mut c).unwrap()
+                        {
+                            Some(c) if c.len() < values.len() => (c.to_vec(), true),
+                            _ => (values.clone(), false),
+                        };
+                        let mut buf = levels.clone();
+                        buf.extend_from_slice(&body);
+                        let p = Page::DataPageV2 {
+                            buf: Bytes::from(buf),
+                            num_values: rows,
+                            encoding,
+                            num_nulls: nulls,
+                            num_rows: rows,
+                            def_levels_byte_len: levels_len as u32,
+                            rep_levels_byte_len: 0,
+                            is_compressed,
+                            statistics: None,
+                        };
+                        let mut theirs = Chunk::default();
+                        theirs.push(Bytes::from_static(b"before"));
+                        let want = theirs
+                            .write_page(CompressedPage::new(p, levels_len + values_len))
+                            .unwrap();
+                        let what = format!(
+                            "{encoding:?} {rows} {nulls} {levels_len} {values_len} {codec:?}"
+                        );
+                        assert_eq!(
+                            ours.get_bytes(0, ours.len()).unwrap(),
+                            theirs.get_bytes(0, theirs.len()).unwrap(),
+                            "{what}"
+                        );
+                        assert_eq!(spec.offset, want.offset, "{what}");
+                        assert_eq!(spec.compressed_size, want.compressed_size, "{what}");
+                        assert_eq!(spec.uncompressed_size, want.uncompressed_size, "{what}");
+                        assert_eq!(spec.bytes_written, want.bytes_written, "{what}");
+                        assert_eq!(spec.num_values, want.num_values, "{what}");
+                        assert_eq!(spec.page_type, want.page_type, "{what}");
+                        n += usize::from(is_compressed);
+                    }
+                }
+            }
+        }
+        assert!(n > 0, "some pages compressed");
     }
 
     #[test]
