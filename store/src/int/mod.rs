@@ -381,6 +381,36 @@ fn places<K>(keys: Vec<K>, mut gid: Vec<u32>) -> (Vec<u32>, Vec<(K, std::ops::Ra
     (gid, spans)
 }
 
+/// One UTC hour as a range of `ts` and its number (`ts / NS_PER_HOUR`): the hour of a row is a
+/// compare against the previous row's hour, not a 64-bit division per row.
+#[derive(Debug, Clone, Copy)]
+struct Hour {
+    start: i64,
+    end: i64,
+    number: i64,
+}
+
+impl Hour {
+    fn of(t: i64) -> Self {
+        let number = t.div_euclid(NS_PER_HOUR);
+        // (An hour whose bounds do not fit an i64 is an empty range: every row divides.)
+        let (start, end) = match number.checked_mul(NS_PER_HOUR) {
+            Some(s) => (s, s.checked_add(NS_PER_HOUR).unwrap_or(s)),
+            None => (0, 0),
+        };
+        Self { start, end, number }
+    }
+
+    /// The hour number of `t`, moving to its hour when it is not this one.
+    #[inline]
+    fn number_of(&mut self, t: i64) -> i64 {
+        if !(self.start..self.end).contains(&t) {
+            *self = Self::of(t);
+        }
+        self.number
+    }
+}
+
 /// How a table's committed rows fall into (reporting switch, UTC hour) groups.
 enum Grouping {
     Empty,
@@ -626,16 +656,18 @@ macro_rules! table {
             /// appearance, and each row's group when there are several.
             fn grouping(&self) -> Grouping {
                 let n = self.rows;
-                let (sw, ts) = (&self.switch_id, &self.ts);
-                let key = |i: usize| (sw[i], ts[i].div_euclid(NS_PER_HOUR));
-                let Some(k0) = (n > 0).then(|| key(0)) else {
+                let (sw, ts) = (&self.switch_id[..n], &self.ts[..n]);
+                let (Some(&sw0), Some(&t0)) = (sw.first(), ts.first()) else {
                     return Grouping::Empty;
                 };
-                if (1..n).all(|i| key(i) == k0) {
-                    return Grouping::One(k0);
+                // Hours as ranges of ts: a division only where a row leaves the hour before.
+                let mut hour = Hour::of(t0);
+                let h0 = hour.number;
+                if sw.iter().zip(ts).all(|(&s, &t)| s == sw0 && hour.number_of(t) == h0) {
+                    return Grouping::One((sw0, h0));
                 }
                 let mut gid = Vec::with_capacity(n);
-                let keys = group_ids((0..n).map(key), &mut gid);
+                let keys = group_ids(sw.iter().zip(ts).map(|(&s, &t)| (s, hour.number_of(t))), &mut gid);
                 Grouping::Many(keys, gid)
             }
 
@@ -1270,6 +1302,56 @@ mod tests {
         // Several groups: the batch keeps its buffers for reuse.
         assert!(b.hops.capacity() >= 5);
         assert_eq!(b.rows(), 0);
+    }
+
+    /// Rows at the edges of hours (the last and first ns of an hour, before the epoch, the ends
+    /// of i64) fall in the hour `ts / NS_PER_HOUR` (rounded down) says, in one group or many.
+    #[test]
+    fn split_puts_rows_at_hour_edges_in_their_hours() {
+        let h = NS_PER_HOUR;
+        let edges = [
+            0,
+            h - 1,
+            h,
+            -1,
+            -h,
+            -h - 1,
+            5 * h - 1,
+            5 * h,
+            i64::MIN,
+            i64::MIN + 1,
+            i64::MAX,
+            i64::MAX - 1,
+            h - 1,
+        ];
+        let mut b = IntBatch::with_capacity(edges.len(), 1);
+        for &t in &edges {
+            b.reports.row(t, 9).done();
+        }
+        let mut want: Vec<(i64, Vec<i64>)> = Vec::new();
+        for &t in &edges {
+            let hour = t.div_euclid(h);
+            match want.iter_mut().find(|(k, _)| *k == hour) {
+                Some((_, ts)) => ts.push(t),
+                None => want.push((hour, vec![t])),
+            }
+        }
+        let mut scratch = IntBatch::default();
+        let got: Vec<(i64, Vec<i64>)> = b
+            .split(&mut scratch)
+            .iter()
+            .map(|p| (p.hour, p.batch.reports.view().ts[p.rows.clone()].to_vec()))
+            .collect();
+        assert_eq!(got, want);
+        // Within one hour, up to its last ns: one group, the batch's own rows.
+        let mut one = IntBatch::with_capacity(3, 1);
+        for t in [-h, -1, -h + 7] {
+            one.reports.row(t, 9).done();
+        }
+        let pieces = one.split(&mut scratch);
+        assert_eq!(pieces.len(), 1);
+        assert_eq!((pieces[0].hour, pieces[0].len()), (-1, 3));
+        assert!(std::ptr::eq(pieces[0].batch, &raw const one));
     }
 
     #[test]

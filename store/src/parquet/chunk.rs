@@ -1896,7 +1896,9 @@ pub(crate) fn pack32(vals: &[u64; MINI], w: u32, out: &mut Vec<u8>) {
 
 #[inline(always)]
 fn pack32_w<const W: u32>(vals: &[u64; MINI], out: &mut Vec<u8>) {
-    let mut words = [0u64; 32];
+    // The words go to a stack buffer, then out in one copy of a constant 4W bytes (growing
+    // `out` by zeroes first and copying a variable tail cost a memset and a memcpy call).
+    let mut buf = [0u8; 4 * 64 + 8];
     let mut word = 0;
     let mut acc = 0u64;
     let mut bits = 0u32;
@@ -1904,23 +1906,17 @@ fn pack32_w<const W: u32>(vals: &[u64; MINI], out: &mut Vec<u8>) {
         acc |= v << bits;
         bits += W;
         if bits >= 64 {
-            words[word] = acc;
+            buf[word * 8..word * 8 + 8].copy_from_slice(&acc.to_le_bytes());
             word += 1;
             bits -= 64;
             acc = if bits > 0 { v >> (W - bits) } else { 0 };
         }
     }
-    // 32 × W bits = W words of 32 bits = 4W bytes: whole 64-bit words plus at most one half.
-    let start = out.len();
-    out.resize(start + 4 * W as usize, 0);
-    let dst = &mut out[start..];
-    for (chunk, w) in dst.chunks_exact_mut(8).zip(&words[..word]) {
-        chunk.copy_from_slice(&w.to_le_bytes());
-    }
+    // 32 × W bits = 4W bytes: whole 64-bit words plus at most one half.
     if bits > 0 {
-        let tail = &mut dst[word * 8..];
-        tail.copy_from_slice(&acc.to_le_bytes()[..tail.len()]);
+        buf[word * 8..word * 8 + 8].copy_from_slice(&acc.to_le_bytes());
     }
+    out.extend_from_slice(&buf[..4 * W as usize]);
 }
 
 #[cfg(test)]
