@@ -34,11 +34,12 @@ use self::bounded::{Aged, Bounded};
 use serde::{Deserialize, Serialize};
 pub use stats::{IntStats, Malformed, MalformedCounts};
 pub use stel_store::int::IntBatch;
+use stel_store::int::{HopBit, HopRows};
 
 use self::{
     evc::EvcMap,
     seq::{SeqLimits, SeqTracker},
-    wire::{Ctx, Md, Scratch, MAX_HOPS},
+    wire::{common_md, Ctx, Md, Scratch, MAX_HOPS},
 };
 
 /// How a Telemetry Report v2.0 group header is laid out.
@@ -244,10 +245,6 @@ fn idle_ns(ms: u64) -> i64 {
         .saturating_mul(1_000_000)
 }
 
-/// Hops whose latency [`IntDecoder::push`] keeps between the sum and the rows (AmLight: ≤ 10;
-/// deeper stacks compute the rest twice).
-const LAT_HOPS: usize = 16;
-
 /// One cheap mixing step (rotate, xor, multiply) for chaining words into a key.
 #[inline]
 fn fold(h: u64, v: u64) -> u64 {
@@ -361,6 +358,7 @@ impl IntDecoder {
             IpAddr::V4(a) => Some(a.to_ipv6_mapped().octets()),
             IpAddr::V6(a) => Some(a.octets()),
         };
+        self.scratch.base = payload.as_ptr() as usize;
         let Some(&first) = payload.first() else {
             self.stats.reports += 1;
             self.stats.count(Malformed::Empty);
@@ -448,7 +446,7 @@ impl IntDecoder {
         let (sw, hw, seq) = (sc.rep.switch_id, sc.rep.hw_id, sc.rep.seq);
         let gap = self.seq.observe(sw, hw, 32, seq, ts, res.is_ok()).gap;
         match res {
-            Ok(()) => self.push(ts, gap, sink),
+            Ok(()) => self.push(ts, gap, b, sink),
             Err(m) => self.stats.count(m),
         }
     }
@@ -480,7 +478,7 @@ impl IntDecoder {
         });
         let gap = self.seq.observe(sw, hw, 32, seq, ts, res.is_ok()).gap;
         match res {
-            Ok(()) => self.push(ts, gap, sink),
+            Ok(()) => self.push(ts, gap, b, sink),
             Err(m) => self.stats.count(m),
         }
     }
@@ -522,7 +520,7 @@ impl IntDecoder {
                         observed = true;
                         self.seq.observe(node, hw_id, bits, seq, ts, true).gap
                     };
-                    self.push(ts, gap, sink);
+                    self.push(ts, gap, b, sink);
                     match len {
                         Some(n) => off += n,
                         None => break,
@@ -572,13 +570,35 @@ impl IntDecoder {
         })
     }
 
-    /// Appends the scratch's report (and its hops and drop row) to the batch.
-    fn push<S: IntSink>(&mut self, ts: i64, gap: u32, sink: &mut S) {
+    /// Appends the scratch's report (and its hops and drop row) to the batch; `payload` is the
+    /// datagram it came from (a common-layout stack is read from there).
+    fn push<S: IntSink>(&mut self, ts: i64, gap: u32, payload: &[u8], sink: &mut S) {
+        // Rows refer to EVCs by index into the map's list: a batch holds one map's list.
+        if !Arc::ptr_eq(&self.batch.evcs, self.evc.names()) {
+            if !self.batch.is_empty() {
+                let b = std::mem::replace(&mut self.batch, Self::new_batch(&self.cfg));
+                self.stats.batches += 1;
+                sink.on_batch(b);
+            }
+            self.batch.evcs = Arc::clone(self.evc.names());
+        }
         let sc = &*self.scratch;
         let rep = &sc.rep;
         let inner = &sc.inner;
-        let nh = sc.int.map_or(0, |h| usize::from(h.hops)).min(MAX_HOPS);
-        let hops = &sc.hops[..nh];
+        let ih = sc.int;
+        let nh = ih.map_or(0, |h| usize::from(h.hops)).min(MAX_HOPS);
+        // Hop `i` in path order: from the datagram (the common layout; the stack's top, the
+        // last switch, comes first) or from the scratch.
+        let stack = ih
+            .and_then(|h| h.common)
+            .map(|(at, hb)| (&payload[at..at + nh * hb], hb));
+        let int_version = ih.map_or(0, |h| h.version);
+        let hop = |i: usize| -> Md {
+            match stack {
+                Some((s, hb)) => common_md(int_version, &s[(nh - 1 - i) * hb..]),
+                None => sc.hops[i],
+            }
+        };
         let st = &mut self.stats;
         st.reports_decoded += 1;
 
@@ -605,28 +625,38 @@ impl IntDecoder {
             mix(h, ports)
         });
 
-        // The path (switch ids in order) and the sum of per-hop latencies.
-        let mut sum: Option<u64> = (nh > 0).then_some(0);
-        let mut path: Option<u64> = (nh > 0).then_some(0x5157_4e41_4d50_4154);
-        let mut lat = [None; LAT_HOPS];
-        for (i, h) in hops.iter().enumerate() {
-            let l = Self::hop_latency(h, &mut st.negative_hop_latency);
-            if let Some(slot) = lat.get_mut(i) {
-                *slot = l;
+        // The hop rows (committed with the report's row), the path (switch ids in order) and
+        // the sum of per-hop latencies, in one pass over the hops.
+        let b = &mut self.batch;
+        b.hops.reserve(nh);
+        let h0 = b.hops.rows();
+        let mut acc = HopAcc {
+            key: (ts, rep.switch_id, rep.hw_id, rep.seq, self.report_index),
+            negative: &mut st.negative_hop_latency,
+            sum: (nh > 0).then_some(0),
+            path: (nh > 0).then_some(0x5157_4e41_4d50_4154),
+        };
+        // Two loops, so that a common-layout hop is decoded in registers and written at once.
+        let mut c = b.hops.rows_mut(h0, nh);
+        match stack {
+            Some((s, hb)) => {
+                for i in 0..nh {
+                    let h = common_md(int_version, &s[(nh - 1 - i) * hb..]);
+                    acc.hop(&mut c, i, &h);
+                }
             }
-            sum = match (sum, l) {
-                (Some(s), Some(l)) => Some(s.saturating_add(l)),
-                _ => None,
-            };
-            path = match (path, h.node_id) {
-                (Some(p), Some(n)) => Some(fold(p, u64::from(n))),
-                _ => None,
-            };
+            None => {
+                for (i, h) in sc.hops[..nh].iter().enumerate() {
+                    acc.hop(&mut c, i, h);
+                }
+            }
         }
+        let (sum, path) = (acc.sum, acc.path);
         let path = path.map(|p| mix(p, nh as u64));
         let e2e = if self.cfg.clocks_synchronized && nh > 0 {
-            match (hops[0].ingress_ts, hops[nh - 1].egress_ts) {
-                (Some(i), Some(e)) => ts_diff(e, i, hops[0].ts_bits),
+            let (first, last) = (hop(0), hop(nh - 1));
+            match (first.ingress_ts, last.egress_ts) {
+                (Some(i), Some(e)) => ts_diff(e, i, first.ts_bits),
                 _ => None,
             }
         } else {
@@ -719,12 +749,12 @@ impl IntDecoder {
             Some(c) => c.checked_sub(1),
             None => {
                 let idx = inner.vlan.and_then(|vlan| {
-                    let sink_port = hops
-                        .last()
-                        .and_then(|h| h.egress_port)
+                    let sink_port = (nh > 0)
+                        .then(|| hop(nh - 1).egress_port)
+                        .flatten()
                         .or(rep.md.egress_port);
-                    let first = hops
-                        .first()
+                    let first = (nh > 0)
+                        .then(|| hop(0))
                         .and_then(|h| h.node_id.map(|n| (n, h.ingress_port)));
                     let mut keys = [(rep.switch_id, sink_port), (0, None)];
                     let n = match first {
@@ -751,19 +781,9 @@ impl IntDecoder {
             }
         }
 
-        // Rows refer to EVCs by index into the map's list: a batch holds one map's list.
-        if !Arc::ptr_eq(&self.batch.evcs, self.evc.names()) {
-            if !self.batch.is_empty() {
-                let b = std::mem::replace(&mut self.batch, Self::new_batch(&self.cfg));
-                st.batches += 1;
-                sink.on_batch(b);
-            }
-            self.batch.evcs = Arc::clone(self.evc.names());
-        }
         let b = &mut self.batch;
         let md = &rep.md;
         let ip = inner.ip_version.is_some();
-        let ih = sc.int;
         b.reports
             .row(ts, rep.switch_id)
             .report_version(Some(rep.version))
@@ -812,33 +832,7 @@ impl IntDecoder {
             .evc_id(evc_index)
             .evc_name(evc_index)
             .done();
-        for (i, hop) in hops.iter().enumerate() {
-            b.hops
-                .row(ts, rep.switch_id)
-                .hw_id(Some(rep.hw_id))
-                .seq(Some(rep.seq))
-                .report_index(Some(self.report_index))
-                .hop_index(Some(i as u8))
-                .node_id(hop.node_id)
-                .ingress_port(hop.ingress_port)
-                .egress_port(hop.egress_port)
-                .l2_ingress_port(hop.l2_ingress_port)
-                .l2_egress_port(hop.l2_egress_port)
-                .hop_latency(hop.hop_latency)
-                .queue_id(hop.queue_id)
-                .queue_occupancy(hop.queue_occupancy)
-                .queue_congestion(hop.queue_congestion)
-                .ingress_ts(hop.ingress_ts)
-                .egress_ts(hop.egress_ts)
-                .tx_util(hop.tx_util)
-                .buffer_id(hop.buffer_id)
-                .buffer_occupancy(hop.buffer_occupancy)
-                .latency_ns(match lat.get(i) {
-                    Some(&l) => l,
-                    None => Self::hop_latency(hop, &mut 0),
-                })
-                .done();
-        }
+        b.hops.commit(nh);
         st.hops += nh as u64;
         if nh > 0 {
             st.int_stacks += 1;
@@ -867,6 +861,121 @@ impl IntDecoder {
                 .done();
             st.drops += 1;
         }
+    }
+}
+
+/// What [`IntDecoder::push`] carries over a report's hops: the report's key (ts, switch, hw_id,
+/// seq, report_index), the latency sum and the path hash so far.
+struct HopAcc<'a> {
+    key: (i64, u32, u8, u32, u16),
+    negative: &'a mut u64,
+    sum: Option<u64>,
+    path: Option<u64>,
+}
+
+/// Stores `v` in `slot` and its bit in `valid`, without a branch (a null's slot gets the
+/// default: it is never read). For the columns most layouts carry.
+#[inline(always)]
+fn put<T: Default>(slot: &mut T, valid: &mut u64, bit: u32, v: Option<T>) {
+    *valid |= u64::from(v.is_some()) << bit;
+    *slot = v.unwrap_or_default();
+}
+
+/// Stores `v` in `slot` and its bit in `valid` when present: for the columns most layouts leave
+/// null (their buffers stay untouched).
+#[inline(always)]
+fn put_some<T>(slot: &mut T, valid: &mut u64, bit: u32, v: Option<T>) {
+    if let Some(v) = v {
+        *slot = v;
+        *valid |= 1 << bit;
+    }
+}
+
+impl HopAcc<'_> {
+    /// Writes hop `i` (path order) as row `i` of `c` and adds it to the sum and the path.
+    #[inline(always)]
+    fn hop(&mut self, c: &mut HopRows<'_>, i: usize, h: &Md) {
+        let l = IntDecoder::hop_latency(h, self.negative);
+        self.sum = match (self.sum, l) {
+            (Some(s), Some(l)) => Some(s.saturating_add(l)),
+            _ => None,
+        };
+        self.path = match (self.path, h.node_id) {
+            (Some(p), Some(n)) => Some(fold(p, u64::from(n))),
+            _ => None,
+        };
+        let (ts, switch, hw_id, seq, report_index) = self.key;
+        c.ts[i] = ts;
+        c.switch_id[i] = switch;
+        c.hw_id[i] = hw_id;
+        c.seq[i] = seq;
+        c.report_index[i] = report_index;
+        c.hop_index[i] = i as u8;
+        let mut v = 1 << HopBit::hw_id
+            | 1 << HopBit::seq
+            | 1 << HopBit::report_index
+            | 1 << HopBit::hop_index;
+        put(&mut c.node_id[i], &mut v, HopBit::node_id, h.node_id);
+        put(
+            &mut c.ingress_port[i],
+            &mut v,
+            HopBit::ingress_port,
+            h.ingress_port,
+        );
+        put(
+            &mut c.egress_port[i],
+            &mut v,
+            HopBit::egress_port,
+            h.egress_port,
+        );
+        put(
+            &mut c.hop_latency[i],
+            &mut v,
+            HopBit::hop_latency,
+            h.hop_latency,
+        );
+        put(&mut c.queue_id[i], &mut v, HopBit::queue_id, h.queue_id);
+        put(
+            &mut c.queue_occupancy[i],
+            &mut v,
+            HopBit::queue_occupancy,
+            h.queue_occupancy,
+        );
+        put(
+            &mut c.ingress_ts[i],
+            &mut v,
+            HopBit::ingress_ts,
+            h.ingress_ts,
+        );
+        put(&mut c.egress_ts[i], &mut v, HopBit::egress_ts, h.egress_ts);
+        put(&mut c.latency_ns[i], &mut v, HopBit::latency_ns, l);
+        put_some(
+            &mut c.l2_ingress_port[i],
+            &mut v,
+            HopBit::l2_ingress_port,
+            h.l2_ingress_port,
+        );
+        put_some(
+            &mut c.l2_egress_port[i],
+            &mut v,
+            HopBit::l2_egress_port,
+            h.l2_egress_port,
+        );
+        put_some(
+            &mut c.queue_congestion[i],
+            &mut v,
+            HopBit::queue_congestion,
+            h.queue_congestion,
+        );
+        put_some(&mut c.tx_util[i], &mut v, HopBit::tx_util, h.tx_util);
+        put_some(&mut c.buffer_id[i], &mut v, HopBit::buffer_id, h.buffer_id);
+        put_some(
+            &mut c.buffer_occupancy[i],
+            &mut v,
+            HopBit::buffer_occupancy,
+            h.buffer_occupancy,
+        );
+        c.valid[i] = v;
     }
 }
 

@@ -9,28 +9,26 @@ pub(crate) const MAX_HOPS: usize = 64;
 
 type R<T = ()> = Result<T, Malformed>;
 
-#[inline]
+// One bounds check and one load per word (a byte-by-byte array checks each byte).
+#[inline(always)]
 fn be16(b: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes([b[o], b[o + 1]])
+    let mut w = [0u8; 2];
+    w.copy_from_slice(&b[o..o + 2]);
+    u16::from_be_bytes(w)
 }
 
-#[inline]
+#[inline(always)]
 fn be32(b: &[u8], o: usize) -> u32 {
-    u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[o..o + 4]);
+    u32::from_be_bytes(w)
 }
 
-#[inline]
+#[inline(always)]
 fn be64(b: &[u8], o: usize) -> u64 {
-    u64::from_be_bytes([
-        b[o],
-        b[o + 1],
-        b[o + 2],
-        b[o + 3],
-        b[o + 4],
-        b[o + 5],
-        b[o + 6],
-        b[o + 7],
-    ])
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[o..o + 8]);
+    u64::from_be_bytes(w)
 }
 
 #[inline]
@@ -259,38 +257,12 @@ impl Plan {
         p
     }
 
-    /// The common instruction set (switch id, ports, hop latency, queue, timestamps: AmLight's
-    /// 0xFC00 in v1.0 and v2.x) without the per-item dispatch: the whole of `md` is written,
-    /// each field once. `false` (nothing written): not that set; use [`Self::read`].
+    /// Whether this is the common instruction set (switch id, ports, hop latency, queue,
+    /// timestamps: AmLight's 0xFC00 in v1.0 and v2.x), whose hops [`common_md`] reads without
+    /// the per-item dispatch.
     #[inline]
-    pub(crate) fn read_common(&self, b: &[u8], md: &mut Md) -> bool {
-        if self.key.1 != 0xFC00 || !matches!(self.key.0, 1 | 2) {
-            return false;
-        }
-        let (ingress_ts, egress_ts, ts_bits) = match (self.key.0, b.get(..32), b.get(..24)) {
-            (1, _, Some(b)) => (
-                avail32(be32(b, 16)).map(u64::from),
-                avail32(be32(b, 20)).map(u64::from),
-                32,
-            ),
-            (2, Some(b), _) => (avail64(be64(b, 16)), avail64(be64(b, 24)), 64),
-            _ => return false,
-        };
-        let (ingress_port, egress_port) = pair16(be32(b, 4));
-        let (queue_id, queue_occupancy) = id24(be32(b, 12));
-        *md = Md {
-            node_id: avail32(be32(b, 0)),
-            ingress_port,
-            egress_port,
-            hop_latency: avail32(be32(b, 8)),
-            queue_id,
-            queue_occupancy,
-            ingress_ts,
-            egress_ts,
-            ts_bits,
-            ..Md::default()
-        };
-        true
+    pub(crate) fn is_common(&self) -> bool {
+        self.key.1 == 0xFC00 && matches!(self.key.0, 1 | 2)
     }
 
     /// Reads the items from `b` (at least `self.bytes` long) into `md`.
@@ -334,6 +306,38 @@ impl Plan {
     }
 }
 
+/// One hop of the common instruction set ([`Plan::is_common`]) of INT `version` 1 (32-bit
+/// timestamps, 24 bytes) or 2 (64-bit, 32 bytes) from `b` (at least that long): the whole `Md`,
+/// each field once.
+#[inline(always)]
+pub(crate) fn common_md(version: u8, b: &[u8]) -> Md {
+    // The hop's 24 (v1.0) or 32 (v2.x) bytes, checked once.
+    let b = &b[..if version == 1 { 24 } else { 32 }];
+    let (ingress_ts, egress_ts, ts_bits) = if version == 1 {
+        (
+            avail32(be32(b, 16)).map(u64::from),
+            avail32(be32(b, 20)).map(u64::from),
+            32,
+        )
+    } else {
+        (avail64(be64(b, 16)), avail64(be64(b, 24)), 64)
+    };
+    let (ingress_port, egress_port) = pair16(be32(b, 4));
+    let (queue_id, queue_occupancy) = id24(be32(b, 12));
+    Md {
+        node_id: avail32(be32(b, 0)),
+        ingress_port,
+        egress_port,
+        hop_latency: avail32(be32(b, 8)),
+        queue_id,
+        queue_occupancy,
+        ingress_ts,
+        egress_ts,
+        ts_bits,
+        ..Md::default()
+    }
+}
+
 /// The flow fields of the inner packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Inner {
@@ -356,6 +360,10 @@ pub(crate) struct IntHdr {
     pub instructions: u16,
     pub rhc: Option<u8>,
     pub hops: u8,
+    /// A stack of the common instruction set ([`Plan::is_common`]): its offset in the datagram
+    /// and its bytes per hop. Its hops are not copied into the scratch's `hops`: the decoder
+    /// reads them from the datagram with [`common_md`] as it writes their rows.
+    pub common: Option<(usize, usize)>,
 }
 
 /// Header fields of one (individual) report.
@@ -386,8 +394,12 @@ pub(crate) struct Scratch {
     pub rep: Rep,
     pub inner: Inner,
     pub int: Option<IntHdr>,
-    /// Hops in **path order** (index 0 = first switch); `int.hops` of them are valid.
+    /// Hops in **path order** (index 0 = first switch); `int.hops` of them are valid, unless
+    /// `int.common` is set.
     pub hops: [Md; MAX_HOPS],
+    /// Address of the datagram being decoded (set before parsing it): `int.common`'s offset
+    /// is taken from it.
+    pub base: usize,
     plan: Option<Plan>,
 }
 
@@ -398,6 +410,7 @@ impl Default for Scratch {
             inner: Inner::default(),
             int: None,
             hops: [Md::default(); MAX_HOPS],
+            base: 0,
             plan: None,
         }
     }
@@ -938,16 +951,18 @@ impl Scratch {
             }
         }
         let stack = &b[hdr_len..hdr_len + hops * hop_bytes];
-        let ts_bits = if ver == 2 { 64 } else { 32 };
-        for i in 0..hops {
-            let md = &mut self.hops[hops - 1 - i];
-            let hop = &stack[i * hop_bytes..(i + 1) * hop_bytes];
-            if !plan.read_common(hop, md) {
+        let common = plan
+            .is_common()
+            .then(|| (stack.as_ptr() as usize - self.base, hop_bytes));
+        if common.is_none() {
+            let ts_bits = if ver == 2 { 64 } else { 32 };
+            for i in 0..hops {
+                let md = &mut self.hops[hops - 1 - i];
                 *md = Md {
                     ts_bits,
                     ..Md::default()
                 };
-                plan.read(hop, md);
+                plan.read(&stack[i * hop_bytes..(i + 1) * hop_bytes], md);
             }
         }
         self.int = Some(IntHdr {
@@ -956,6 +971,7 @@ impl Scratch {
             instructions: bitmap,
             rhc,
             hops: hops as u8,
+            common,
         });
         Ok(())
     }

@@ -444,7 +444,7 @@ pub const TABLE_KEY: &str = "stel.table";
 pub const SWITCH_COLUMN: &str = "switch_id";
 
 macro_rules! table {
-    ($(#[doc = $tdoc:literal])* $name:ident, $writer:ident, $view:ident, $bits:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
+    ($(#[doc = $tdoc:literal])* $name:ident, $writer:ident, $view:ident, $rows:ident, $bits:ident { $($(#[doc = $doc:literal])* $col:ident : $kind:ident,)* }) => {
         #[doc = concat!("Bit of each nullable column of [`", stringify!($name), "`] in a row's validity word.")]
         #[allow(non_upper_case_globals)]
         #[derive(Debug)]
@@ -518,6 +518,16 @@ macro_rules! table {
             $($(#[doc = $doc])* pub $col: &'a [<$kind as Kind>::S],)*
         }
 
+        #[doc = concat!("Rows of [`", stringify!($name), "`] being written column by column ([`", stringify!($name), "::rows_mut`]): every buffer's slots for those rows (all the same length), indexed from 0.")]
+        #[derive(Debug)]
+        pub struct $rows<'a> {
+            pub ts: &'a mut [i64],
+            pub switch_id: &'a mut [u32],
+            /// Validity word of each row: set every row's.
+            pub valid: &'a mut [u64],
+            $($(#[doc = $doc])* pub $col: &'a mut [<$kind as Kind>::S],)*
+        }
+
         impl $name {
             /// Nullable columns (bits of the validity word).
             pub const COLUMNS: usize = [$(stringify!($col),)*].len();
@@ -579,6 +589,24 @@ macro_rules! table {
                 self.ts[i] = ts;
                 self.switch_id[i] = switch_id;
                 $writer { t: self, i, valid: 0, commit: false }
+            }
+
+            /// Rows `at..at + n` (`rows()` ≤ `at`, see [`Self::reserve`]) of every buffer, to
+            /// write several rows at once with one bounds check per column rather than per value;
+            /// committed by [`Self::commit`] as [`Self::row_at`]'s. A column's slot is read only
+            /// where the row's validity word has the column's bit.
+            ///
+            /// # Panics
+            /// Past `capacity()`.
+            #[inline(always)]
+            pub fn rows_mut(&mut self, at: usize, n: usize) -> $rows<'_> {
+                let r = at..at + n;
+                $rows {
+                    ts: &mut self.ts[r.clone()],
+                    switch_id: &mut self.switch_id[r.clone()],
+                    valid: &mut self.valid[r.clone()],
+                    $($col: &mut self.$col[r.clone()],)*
+                }
             }
 
             /// Commits rows `rows()..rows() + n` written with [`Self::row_at`].
@@ -800,7 +828,7 @@ macro_rules! table {
 
 table! {
     /// `int_reports`: one row per individual telemetry report.
-    Reports, ReportWriter, ReportsView, ReportBit {
+    Reports, ReportWriter, ReportsView, ReportRows, ReportBit {
         /// Telemetry Report version: 0 (v0.5), 1 (v1.0), 2 (v2.0).
         report_version: U8,
         /// Sub-system of the reporting switch (6 bits; 4 with the Tofino v2.0 variant).
@@ -886,7 +914,7 @@ table! {
 
 table! {
     /// `int_hops`: one row per hop of a report's INT stack, in path order.
-    Hops, HopWriter, HopsView, HopBit {
+    Hops, HopWriter, HopsView, HopRows, HopBit {
         /// The report this hop belongs to: its `int_reports` row has the same `ts`,
         /// `switch_id`, `hw_id`, `seq` and `report_index` (report-level columns such as
         /// `flow_key`, `vlan` and the EVC are there, not repeated per hop).
@@ -922,7 +950,7 @@ table! {
 
 table! {
     /// `int_drops`: one row per report that says a packet was dropped.
-    Drops, DropWriter, DropsView, DropBit {
+    Drops, DropWriter, DropsView, DropRows, DropBit {
         report_version: U8,
         hw_id: U8,
         seq: U32,
