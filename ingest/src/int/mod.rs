@@ -625,6 +625,10 @@ impl IntDecoder {
             mix(h, ports)
         });
 
+        // The flow's entry, looked up before the hops are written: its load (a cache miss when
+        // the flow was last seen long ago) overlaps that work.
+        let flow = flow_key.map(|fk| (fk, self.flows.get_mut(fk)));
+
         // The hop rows (committed with the report's row), the path (switch ids in order) and
         // the sum of per-hop latencies, in one pass over the hops.
         let b = &mut self.batch;
@@ -668,11 +672,11 @@ impl IntDecoder {
         let (mut path_changed, mut over) = (None, None);
         let epoch = self.evc_epoch;
         let mut cached: Option<u32> = None;
-        if let Some(fk) = flow_key {
+        if let Some((fk, found)) = flow {
             let latency = sum;
             let threshold = self.cfg.latency_threshold_ns;
             let now_over = threshold.zip(latency).map(|(t, l)| l > t);
-            match self.flows.get_mut(fk) {
+            match found {
                 Some(f) => {
                     f.last_ns = f.last_ns.max(ts);
                     let mut changed = false;

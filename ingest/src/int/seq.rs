@@ -232,6 +232,18 @@ impl SeqTracker {
         };
         s.last_ns = s.last_ns.max(now_ns);
         let ahead = seq.wrapping_sub(s.next) & mask;
+        if ahead == 0 && w > 1 {
+            // In order (the usual case; what `forward` does for it): the number `w` below
+            // `seq` leaves the window, `seq` enters it.
+            s.run_len = 0;
+            if !s.get(seq.wrapping_sub(w) & mask) {
+                self.lost += 1;
+                self.pending -= 1;
+            }
+            s.set(seq, true);
+            s.next = seq.wrapping_add(1) & mask;
+            return SeqOutcome::default();
+        }
         if ahead < half && ahead < w {
             // In order, or a gap the window covers: believed at once.
             s.run_len = 0;
