@@ -936,10 +936,14 @@ struct DictColumn {
     slots: Vec<u32>,
     /// Indices of the open page's non-null rows.
     idx: Vec<u32>,
-    /// Integer dictionaries: index + 1 of the values `near_base..near_base + NEAR` (0 = not
+    /// Integer dictionaries: index of the values `near_base..near_base + NEAR` ([`MISSING`] =
+    /// not looked up yet; one more entry, always [`MISSING`], for the values outside),
     /// looked up yet), set up at the first value of a row group.
     near: Vec<u32>,
     near_base: u64,
+    /// Most values of the column's last rows were outside the direct table (hashes such as
+    /// `flow_key`): the next rows go straight to [`Self::index_int`].
+    near_useless: bool,
     /// EVC columns: dictionary index + 1 of each EVC of `evc_names` (0 = not looked up yet),
     /// for this row group.
     evc_index: Vec<u32>,
@@ -949,6 +953,8 @@ struct DictColumn {
 /// Values an integer dictionary looks up directly, centred on the row group's first value (16 KiB
 /// of table per column: the per-hop latencies of a network, ~800-2,000 ns, whatever the first).
 const NEAR: usize = 4096;
+/// A direct-table entry of a value not in the dictionary (yet).
+const MISSING: u32 = u32::MAX;
 
 impl DictColumn {
     fn new(kind: DictKind, nullable: bool) -> Self {
@@ -962,6 +968,7 @@ impl DictColumn {
             idx: Vec::new(),
             near: Vec::new(),
             near_base: 0,
+            near_useless: false,
             evc_index: Vec::new(),
             evc_names: 0,
         }
@@ -1077,11 +1084,11 @@ impl DictColumn {
         let near = k.wrapping_sub(self.near_base);
         if near < NEAR as u64 {
             let e = self.near[near as usize];
-            if e != 0 {
-                return e - 1;
+            if e != MISSING {
+                return e;
             }
             let i = self.index_int_map(k);
-            self.near[near as usize] = i + 1;
+            self.near[near as usize] = i;
             return i;
         }
         self.index_int_map(k)
@@ -1108,25 +1115,49 @@ impl DictColumn {
         }
     }
 
-    /// Indices of the integer values `vals` into `self.idx`, one lookup per run of equal
-    /// values (the index vector is extended in one go: no capacity check per value).
+    /// Indices of the integer values `vals` into `self.idx`: first every value through the
+    /// direct table without a branch (a value outside it, or not seen yet, reads [`MISSING`]),
+    /// then the few missing ones through [`Self::index_int`], one lookup per run of equal
+    /// values. (One branch per value on random values, such as latencies, mispredicted half
+    /// the time.)
     fn index_ints<T: Copy + PartialEq + Into<u64>>(&mut self, vals: &[T]) {
         let Some(&first) = vals.first() else {
             return;
         };
-        let first64: u64 = first.into();
         if self.near.is_empty() {
-            self.near = vec![0; NEAR];
-            self.near_base = first64.saturating_sub(NEAR as u64 / 2);
+            self.near = vec![MISSING; NEAR + 1];
+            self.near_base = first.into().saturating_sub(NEAR as u64 / 2);
         }
         let mut idx = std::mem::take(&mut self.idx);
-        let mut last = (first, self.index_int(first64));
-        idx.extend(vals.iter().map(|&k| {
-            if k != last.0 {
-                last = (k, self.index_int(k.into()));
+        let start = idx.len();
+        if self.near_useless {
+            idx.resize(start + vals.len(), MISSING);
+        } else {
+            let (near, base) = (&self.near[..=NEAR], self.near_base);
+            idx.extend(vals.iter().map(|&k| {
+                let at = k.into().wrapping_sub(base).min(NEAR as u64) as usize;
+                near[at]
+            }));
+        }
+        let mut missing = 0;
+        if self.near_useless || idx[start..].contains(&MISSING) {
+            let (mut last, base): (Option<(T, u32)>, u64) = (None, self.near_base);
+            for (e, &k) in idx[start..].iter_mut().zip(vals) {
+                if *e == MISSING {
+                    // (Values new to the dictionary but in the table do not count.)
+                    missing += usize::from(k.into().wrapping_sub(base) >= NEAR as u64);
+                    *e = match last {
+                        Some((lk, li)) if lk == k => li,
+                        _ => {
+                            let i = self.index_int(k.into());
+                            last = Some((k, i));
+                            i
+                        }
+                    };
+                }
             }
-            last.1
-        }));
+        }
+        self.near_useless = missing * 2 > vals.len();
         self.idx = idx;
     }
 
@@ -1328,6 +1359,7 @@ impl DictColumn {
         self.slots.resize(64, 0);
         self.slots.shrink_to(64);
         self.near.clear();
+        self.near_useless = false;
         self.evc_index.clear();
         out
     }
@@ -1509,7 +1541,10 @@ mod tests {
                     .queue_occupancy(Some((mix(i * 5 + h) % 200) as u32))
                     .ingress_ts(Some(u64::from(u32::MAX - 5000) + i * 10_000 + h * 1500))
                     .egress_ts(Some(u64::from(u32::MAX - 4000) + i * 10_000 + h * 1500))
-                    .latency_ns(Some(800 + mix(i ^ h) % 1200))
+                    // Congested now and then: values outside the direct table among those in it.
+                    .latency_ns(Some(
+                        800 + mix(i ^ h) % 1200 + 50_000 * u64::from(i % 50 == 7),
+                    ))
                     .done();
             }
         }
