@@ -660,10 +660,11 @@ fn malformed_reports_are_counted_by_reason() {
     assert_eq!(d.stats().malformed(Malformed::TooManyHops), 1);
 }
 
-#[test]
-fn every_truncation_is_counted_never_a_panic() {
+/// The hand-built AmLight vector, then `each` generator packets of every format in `formats`
+/// (v2.0 groups of 3 reports, half of them with drops).
+fn sample_packets(formats: &[gen::Format], each: usize) -> Vec<Vec<u8>> {
     let mut pkts = vec![amlight_vector()];
-    for format in [gen::Format::V05, gen::Format::V1, gen::Format::V2] {
+    for &format in formats {
         let mut g = gen::Generator::new(gen::GenConfig {
             format,
             coalesce: 3,
@@ -671,8 +672,16 @@ fn every_truncation_is_counted_never_a_panic() {
             ..gen::GenConfig::default()
         });
         let mut buf = Vec::new();
-        pkts.push(g.next_packet(&mut buf).payload.to_vec());
+        for _ in 0..each {
+            pkts.push(g.next_packet(&mut buf).payload.to_vec());
+        }
     }
+    pkts
+}
+
+#[test]
+fn every_truncation_is_counted_never_a_panic() {
+    let pkts = sample_packets(&[gen::Format::V05, gen::Format::V1, gen::Format::V2], 1);
     for p in &pkts {
         for cut in 0..p.len() {
             let mut d = IntDecoder::new(IntDecodeConfig::default());
@@ -840,24 +849,15 @@ fn mutated_reports_after_good_ones_never_panic_and_are_counted() {
         seed ^= seed << 17;
         seed
     };
-    let mut pkts = vec![amlight_vector()];
-    for format in [
-        gen::Format::V05,
-        gen::Format::V1,
-        gen::Format::V2,
-        gen::Format::Amlight,
-    ] {
-        let mut g = gen::Generator::new(gen::GenConfig {
-            format,
-            coalesce: 3,
-            drop_rate: 0.5,
-            ..gen::GenConfig::default()
-        });
-        let mut buf = Vec::new();
-        for _ in 0..4 {
-            pkts.push(g.next_packet(&mut buf).payload.to_vec());
-        }
-    }
+    let pkts = sample_packets(
+        &[
+            gen::Format::V05,
+            gen::Format::V1,
+            gen::Format::V2,
+            gen::Format::Amlight,
+        ],
+        4,
+    );
     let mut d = IntDecoder::new(IntDecodeConfig {
         batch_reports: 3,
         ..IntDecodeConfig::default()
