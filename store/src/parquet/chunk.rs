@@ -1183,8 +1183,7 @@ impl ColumnState {
         } else {
             (v0, v0)
         };
-        // Eight independent lanes: the compares vectorise.
-        let (mut lo, mut hi) = ([lo.min(v0); 8], [hi.max(v0); 8]);
+        let (mut lo, mut hi) = (lo.min(v0), hi.max(v0));
         let mut rest = vals;
         if self.n == 0 {
             self.first = u64::from(v0);
@@ -1201,17 +1200,9 @@ impl ColumnState {
             for (d, w) in dst[1..].iter_mut().zip(run.windows(2)) {
                 *d = w[1].wrapping_sub(w[0]) as i32;
             }
-            let mut oct = run.chunks_exact(8);
-            for o in &mut oct {
-                for j in 0..8 {
-                    lo[j] = lo[j].min(o[j]);
-                    hi[j] = hi[j].max(o[j]);
-                }
-            }
-            for &v in oct.remainder() {
-                lo[0] = lo[0].min(v);
-                hi[0] = hi[0].max(v);
-            }
+            // (Folds: vector min/max reductions.)
+            lo = run.iter().fold(lo, |a, &x| a.min(x));
+            hi = run.iter().fold(hi, |a, &x| a.max(x));
             prev = run[take - 1];
             self.in_block += take;
             if self.in_block == BLOCK {
@@ -1220,8 +1211,8 @@ impl ColumnState {
             rest = tail;
         }
         self.prev = u64::from(prev);
-        self.min = u64::from(lo.into_iter().min().unwrap_or(v0));
-        self.max = u64::from(hi.into_iter().max().unwrap_or(v0));
+        self.min = u64::from(lo);
+        self.max = u64::from(hi);
         self.any = true;
     }
 
@@ -1276,23 +1267,12 @@ impl ColumnState {
         let mut lo = [i32::MAX; MINIBLOCKS];
         let mut hi = [i32::MIN; MINIBLOCKS];
         for (m, d) in deltas[..n].chunks(MINI).enumerate() {
-            let (mut l, mut h) = ([i32::MAX; 8], [i32::MIN; 8]);
-            let mut oct = d.chunks_exact(8);
-            for o in &mut oct {
-                for j in 0..8 {
-                    l[j] = l[j].min(o[j]);
-                    h[j] = h[j].max(o[j]);
-                }
-            }
-            for &x in oct.remainder() {
-                l[0] = l[0].min(x);
-                h[0] = h[0].max(x);
-            }
-            lo[m] = l.into_iter().min().unwrap_or(i32::MAX);
-            hi[m] = h.into_iter().max().unwrap_or(i32::MIN);
+            // (Folds over the 32 deltas: vector min/max reductions.)
+            lo[m] = d.iter().fold(i32::MAX, |a, &x| a.min(x));
+            hi[m] = d.iter().fold(i32::MIN, |a, &x| a.max(x));
         }
-        let min = lo.into_iter().min().unwrap_or(0);
-        let max = hi.into_iter().max().unwrap_or(0);
+        let min = lo.iter().fold(i32::MAX, |a, &x| a.min(x));
+        let max = hi.iter().fold(i32::MIN, |a, &x| a.max(x));
         put_zigzag_vlq(&mut self.packed, i64::from(min));
         let widths_at = self.packed.len();
         self.packed.extend_from_slice(&[0u8; MINIBLOCKS]);
