@@ -69,7 +69,6 @@ const DICTIONARY_COLUMNS: &[&str] = &[
     "l2_ingress_port",
     "l2_egress_port",
     "queue_id",
-    "queue_occupancy",
     "hop_latency",
     "latency_ns",
     "buffer_id",
@@ -79,6 +78,11 @@ const DICTIONARY_COLUMNS: &[&str] = &[
     "evc_id",
     "evc_name",
 ];
+
+/// INT32 columns written BYTE_STREAM_SPLIT: values that vary in their low byte only (queue
+/// occupancies in cells), whose three other byte streams the codec folds away — smaller than
+/// their dictionary's indices (`benches/int_bytes_floor.py`).
+const SPLIT_COLUMNS: &[&str] = &["queue_occupancy"];
 
 /// Rows per page: a page holds 16 Ki values of each column (a few KiB encoded), enough for the
 /// codec to find what repeats and few enough page headers not to count.
@@ -521,6 +525,7 @@ enum Column {
         squeeze: Squeeze,
     },
     Dict(Box<DictColumn>),
+    Split(SplitColumn),
     Bool(BoolColumn),
 }
 
@@ -529,6 +534,9 @@ impl Column {
         let nullable = descr.max_def_level() > 0;
         if *dt == DataType::Boolean {
             return Ok(Self::Bool(BoolColumn::new(nullable)));
+        }
+        if SPLIT_COLUMNS.contains(&name) && descr.physical_type() == PhysicalType::INT32 {
+            return Ok(Self::Split(SplitColumn::new(nullable)));
         }
         let dict_kind = match dt {
             DataType::FixedSizeBinary(16) => Some(DictKind::Flba16),
@@ -594,6 +602,7 @@ impl Column {
                 }
             },
             Self::Dict(d) => d.push(c, rows, valid, s)?,
+            Self::Split(p) => p.push(c, rows, valid, s)?,
             Self::Bool(b) => b.push(c, rows, valid, s)?,
         }
         Ok(())
@@ -609,6 +618,7 @@ impl Column {
                 Ok(())
             }
             Self::Dict(d) => d.finish_page(opts),
+            Self::Split(p) => p.finish_page(opts),
             Self::Bool(b) => b.finish_page(opts),
         }
     }
@@ -622,6 +632,10 @@ impl Column {
         match self {
             Self::Delta { state, .. } => state.take_chunk(descr, compression),
             Self::Dict(d) => d.take_chunk(descr, compression, opts),
+            Self::Split(p) => {
+                let stats = Stats::Int32(p.min_max.take());
+                p.pages.take_chunk(descr, compression, None, stats)
+            }
             Self::Bool(b) => b.pages.take_chunk(descr, compression, None, Stats::None),
         }
     }
@@ -630,6 +644,7 @@ impl Column {
         match self {
             Self::Delta { state, .. } => state.memory() + std::mem::size_of::<ColumnState>(),
             Self::Dict(d) => d.memory(),
+            Self::Split(p) => p.vals.capacity() * 4 + p.pages.memory(),
             Self::Bool(b) => b.bits.capacity() + b.pages.memory(),
         }
     }
@@ -639,6 +654,7 @@ impl Column {
         match self {
             Self::Delta { state, .. } => state.memory(),
             Self::Dict(d) => d.pages.chunk.len() + d.dict_bytes(),
+            Self::Split(p) => p.pages.chunk.len(),
             Self::Bool(b) => b.pages.chunk.len(),
         }
     }
@@ -909,6 +925,72 @@ impl BoolColumn {
         self.pages.finish(opts, &self.bits, Encoding::PLAIN)?;
         self.bits.clear();
         self.n = 0;
+        Ok(())
+    }
+}
+
+/// BYTE_STREAM_SPLIT INT32: a page's values as four byte streams (byte 0 of every value, then
+/// byte 1, …), for the codec to fold the streams that do not vary.
+struct SplitColumn {
+    pages: Pages,
+    /// The open page's non-null values.
+    vals: Vec<u32>,
+    /// The row group's smallest and largest value (chunk statistics).
+    min_max: Option<(u32, u32)>,
+}
+
+impl SplitColumn {
+    fn new(nullable: bool) -> Self {
+        Self {
+            pages: Pages::new(nullable),
+            vals: Vec::new(),
+            min_max: None,
+        }
+    }
+
+    fn push(
+        &mut self,
+        c: ColumnRef<'_>,
+        rows: &Rows<'_>,
+        valid: Validity,
+        s: &mut Scratch,
+    ) -> Result<()> {
+        self.pages.rows(rows.sel.len(), valid, &s.ok);
+        let new: &[u32] = match (c, valid) {
+            (_, Validity::Null) => return Ok(()),
+            (ColumnRef::U32(v), Validity::All) => &v[rows.sel.clone()],
+            _ => {
+                s.gather_narrow(c, rows, valid)?;
+                &s.narrow
+            }
+        };
+        if let Some(&v0) = new.first() {
+            let (lo, hi) = self.min_max.unwrap_or((v0, v0));
+            // (Folds: vector min/max reductions.)
+            let lo = new.iter().fold(lo, |a, &x| a.min(x));
+            let hi = new.iter().fold(hi, |a, &x| a.max(x));
+            self.min_max = Some((lo, hi));
+            self.vals.extend_from_slice(new);
+        }
+        Ok(())
+    }
+
+    fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
+        VALUES.with(|v| {
+            let mut out = v.borrow_mut();
+            let n = self.vals.len();
+            out.clear();
+            out.resize(n * 4, 0);
+            let (b0, rest) = out.split_at_mut(n);
+            let (b1, rest) = rest.split_at_mut(n);
+            let (b2, b3) = rest.split_at_mut(n);
+            for (i, v) in self.vals.iter().enumerate() {
+                let [x0, x1, x2, x3] = v.to_le_bytes();
+                (b0[i], b1[i], b2[i], b3[i]) = (x0, x1, x2, x3);
+            }
+            self.pages.finish(opts, &out, Encoding::BYTE_STREAM_SPLIT)
+        })?;
+        self.vals.clear();
         Ok(())
     }
 }
@@ -1538,7 +1620,14 @@ mod tests {
                     .node_id(Some(0xFB65_D600 + (mix(i + h) % 12) as u32))
                     .ingress_port(Some((mix(h + i % 300) % 48) as u32))
                     .queue_id((mix(i * 5 + h) % 9 != 8).then_some((mix(i + h) % 8) as u8))
-                    .queue_occupancy(Some((mix(i * 5 + h) % 200) as u32))
+                    // Nulls, congested depths and the top of the range now and then: every
+                    // byte stream of a BYTE_STREAM_SPLIT page varies somewhere.
+                    .queue_occupancy((mix(i * 5 + h) % 13 != 5).then_some(match i % 50 {
+                        7 => 50_000 + (mix(i) % 10_000) as u32,
+                        9 => u32::MAX - h as u32,
+                        11 => 0xA5C3_0000 | (mix(i + h) % 65_536) as u32,
+                        _ => (mix(i * 5 + h) % 200) as u32,
+                    }))
                     .ingress_ts(Some(u64::from(u32::MAX - 5000) + i * 10_000 + h * 1500))
                     .egress_ts(Some(u64::from(u32::MAX - 4000) + i * 10_000 + h * 1500))
                     // Congested now and then: values outside the direct table among those in it.
