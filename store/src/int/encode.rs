@@ -51,8 +51,8 @@ use bytes::Bytes;
 use super::{Addr, ColumnRef, EvcName, IntBatch, IntSinkConfig, Piece, Table};
 use crate::parquet::{
     chunk::{
-        compress, pack32, put_def_levels_runs, put_vlq, write_page_v2, Chunk, ColumnState,
-        EncodeOptions, PageV2,
+        byte_stream_split, compress, pack32, put_def_levels_runs, put_vlq, write_page_v2, Chunk,
+        ColumnState, EncodeOptions, PageV2,
     },
     CounterEncoding,
 };
@@ -978,16 +978,8 @@ impl SplitColumn {
     fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
         VALUES.with(|v| {
             let mut out = v.borrow_mut();
-            let n = self.vals.len();
             out.clear();
-            out.resize(n * 4, 0);
-            let (b0, rest) = out.split_at_mut(n);
-            let (b1, rest) = rest.split_at_mut(n);
-            let (b2, b3) = rest.split_at_mut(n);
-            for (i, v) in self.vals.iter().enumerate() {
-                let [x0, x1, x2, x3] = v.to_le_bytes();
-                (b0[i], b1[i], b2[i], b3[i]) = (x0, x1, x2, x3);
-            }
+            byte_stream_split(self.vals.iter().map(|v| v.to_le_bytes()), &mut out);
             self.pages.finish(opts, &out, Encoding::BYTE_STREAM_SPLIT)
         })?;
         self.vals.clear();

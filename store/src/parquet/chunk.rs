@@ -1319,13 +1319,7 @@ impl ColumnState {
                 Encoding::PLAIN
             }
             CounterEncoding::ByteStreamSplit => {
-                let n = self.raw.len();
-                out.resize(n * 8, 0);
-                for (i, v) in self.raw.iter().enumerate() {
-                    for (b, byte) in v.to_le_bytes().into_iter().enumerate() {
-                        out[b * n + i] = byte;
-                    }
-                }
+                byte_stream_split(self.raw.iter().map(|v| v.to_le_bytes()), out);
                 Encoding::BYTE_STREAM_SPLIT
             }
         }
@@ -1399,6 +1393,23 @@ impl ColumnState {
         self.chunk_nulls = 0;
         self.any = false;
         Ok((chunk, close))
+    }
+}
+
+/// BYTE_STREAM_SPLIT values appended to `out`: byte 0 of every value, then byte 1 of every
+/// value, and so on (`vals`: each value's little-endian bytes).
+pub(crate) fn byte_stream_split<const N: usize>(
+    vals: impl ExactSizeIterator<Item = [u8; N]>,
+    out: &mut Vec<u8>,
+) {
+    let n = vals.len();
+    let start = out.len();
+    out.resize(start + n * N, 0);
+    let dst = &mut out[start..];
+    for (i, bytes) in vals.enumerate() {
+        for (k, byte) in bytes.into_iter().enumerate() {
+            dst[k * n + i] = byte;
+        }
     }
 }
 
