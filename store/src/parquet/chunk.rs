@@ -1445,8 +1445,15 @@ pub(crate) fn write_page_v2(
         Some(c) if c.len() < values.len() => (c, true),
         _ => (values, false),
     };
-    let meta = page_meta(encoding, rows, nulls, levels.len(), is_compressed);
-    let header = meta.and_then(|m| PageV2Header::new(uncompressed, levels.len() + body.len(), &m));
+    let header = PageV2Header::new(PageV2Sizes {
+        uncompressed,
+        compressed: levels.len() + body.len(),
+        def_len: levels.len(),
+        rows,
+        nulls,
+        encoding,
+        is_compressed,
+    });
     let Some(header) = header else {
         // Sizes past i32 or an encoding the header writer does not know: parquet's writer.
         let mut buf = levels.to_vec();
@@ -1480,38 +1487,15 @@ pub(crate) fn write_page_v2(
     Ok(spec)
 }
 
-/// What a DATA_PAGE_V2 header says besides its sizes.
-struct PageMeta {
-    encoding: i32,
+/// What a DATA_PAGE_V2 header says.
+struct PageV2Sizes {
+    uncompressed: usize,
+    compressed: usize,
+    def_len: usize,
     rows: u32,
     nulls: u32,
-    def_len: usize,
-    is_compressed: bool,
-}
-
-fn page_meta(
     encoding: Encoding,
-    rows: u32,
-    nulls: u32,
-    def_len: usize,
     is_compressed: bool,
-) -> Option<PageMeta> {
-    // The Thrift values of the encodings the encoders write.
-    let encoding = match encoding {
-        Encoding::PLAIN => 0,
-        Encoding::RLE => 3,
-        Encoding::DELTA_BINARY_PACKED => 5,
-        Encoding::RLE_DICTIONARY => 8,
-        Encoding::BYTE_STREAM_SPLIT => 9,
-        _ => return None,
-    };
-    Some(PageMeta {
-        encoding,
-        rows,
-        nulls,
-        def_len,
-        is_compressed,
-    })
 }
 
 /// A DATA_PAGE_V2 page header in Thrift's compact protocol, byte for byte what parquet's
@@ -1523,17 +1507,27 @@ struct PageV2Header {
 }
 
 impl PageV2Header {
-    /// `None` when a size does not fit Thrift's i32.
-    fn new(uncompressed: usize, compressed: usize, meta: &PageMeta) -> Option<Self> {
+    /// `None` when a size does not fit Thrift's i32 or the encoding is not one the encoders
+    /// write.
+    fn new(p: PageV2Sizes) -> Option<Self> {
+        // The Thrift values of the encodings the encoders write.
+        let encoding = match p.encoding {
+            Encoding::PLAIN => 0,
+            Encoding::RLE => 3,
+            Encoding::DELTA_BINARY_PACKED => 5,
+            Encoding::RLE_DICTIONARY => 8,
+            Encoding::BYTE_STREAM_SPLIT => 9,
+            _ => return None,
+        };
         let int = |v: usize| i32::try_from(v).ok();
         let fields = [
-            int(uncompressed)?,
-            int(compressed)?,
-            i32::try_from(meta.rows).ok()?,
-            i32::try_from(meta.nulls).ok()?,
-            i32::try_from(meta.rows).ok()?,
-            meta.encoding,
-            int(meta.def_len)?,
+            int(p.uncompressed)?,
+            int(p.compressed)?,
+            i32::try_from(p.rows).ok()?,
+            i32::try_from(p.nulls).ok()?,
+            i32::try_from(p.rows).ok()?,
+            encoding,
+            int(p.def_len)?,
         ];
         let mut h = Self {
             buf: [0; 64],
@@ -1553,7 +1547,7 @@ impl PageV2Header {
         }
         h.byte(0x15);
         h.i32(0); // repetition_levels_byte_length
-        h.byte(if meta.is_compressed { 0x11 } else { 0x12 });
+        h.byte(if p.is_compressed { 0x11 } else { 0x12 });
         h.byte(0); // end of data_page_header_v2
         h.byte(0); // end of the page header
         Some(h)
