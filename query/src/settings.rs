@@ -43,7 +43,7 @@ pub struct CommonArgs {
     /// Spark's connect server).
     #[arg(long, env = "SPARK_REMOTE", value_name = "sc://HOST:PORT")]
     pub remote: Option<String>,
-    /// Fleet lakes (a root of switch=<name>/ directories): only these switches
+    /// Fleet lakes (a root of switch=NAME/ directories): only these switches
     /// (comma-separated; default all).
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub switch: Vec<String>,

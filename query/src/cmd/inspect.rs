@@ -83,7 +83,7 @@ pub struct Args {
     /// Only these stats (short names).
     #[arg(long, short = 's', value_delimiter = ',')]
     pub stat: Vec<String>,
-    /// The daemon's inspect socket (default: <data dir>/inspect.sock when --data-dir is given,
+    /// The daemon's inspect socket (default: DATA_DIR/inspect.sock when --data-dir is given,
     /// else ./stel-data/inspect.sock, then /run/stel/inspect.sock).
     #[arg(long, env = "STEL_INSPECT_SOCKET", conflicts_with = "from_files")]
     pub socket: Option<PathBuf>,

@@ -26,7 +26,7 @@ use crate::{
 ///
 /// --by rate: RX + TX bytes/s; drops: discarded/dropped packets (none dropped is said, not
 /// ranked); occupancy: peak buffer bytes; bursts: time spent above --threshold for at least
-/// --min-duration, RX and TX added up. Over a fleet lake (switch=<name>/ roots, or --engine
+/// --min-duration, RX and TX added up. Over a fleet lake (switch=NAME/ roots, or --engine
 /// spark) the ranking is across every switch; --per switch ranks switches by their totals.
 ///
 /// Examples:
