@@ -865,6 +865,8 @@ pub(crate) struct ColumnState {
     min: u64,
     max: u64,
     any: bool,
+    /// Packs the miniblocks of at most 32 bits ([`pack_mini32`]).
+    kernel: Kernel,
 }
 
 impl ColumnState {
@@ -896,6 +898,7 @@ impl ColumnState {
             min: 0,
             max: 0,
             any: false,
+            kernel: Kernel::detect(),
         }
     }
 
@@ -1244,18 +1247,29 @@ impl ColumnState {
             return;
         }
         let mut mini = [0u64; MINI];
+        let mut mini32 = [0u32; MINI];
         for m in 0..n.div_ceil(MINI) {
             // (Miniblocks without values are not written: their width byte is 0.)
             let w = 64 - (hi[m].wrapping_sub(min) as u64).leading_zeros();
             self.packed[widths_at + m] = w as u8;
             let d = &deltas[m * MINI..(m + 1) * MINI];
             let fill = (n - m * MINI).min(MINI);
-            for (o, &d) in mini.iter_mut().zip(&d[..fill]) {
-                *o = d.wrapping_sub(min) as u64;
+            // (The last miniblock's padding: deltas equal to the minimum, packed as 0.)
+            if w == 0 {
+                continue;
+            } else if w <= 32 {
+                for (o, &d) in mini32.iter_mut().zip(&d[..fill]) {
+                    *o = d.wrapping_sub(min) as u32;
+                }
+                mini32[fill..].fill(0);
+                pack_mini32(self.kernel, &mini32, w, &mut self.packed);
+            } else {
+                for (o, &d) in mini.iter_mut().zip(&d[..fill]) {
+                    *o = d.wrapping_sub(min) as u64;
+                }
+                mini[fill..].fill(0);
+                pack32(&mini, w, &mut self.packed);
             }
-            // The last miniblock's padding: deltas equal to the minimum.
-            mini[fill..].fill(0);
-            pack32(&mini, w, &mut self.packed);
         }
     }
 
@@ -1280,17 +1294,20 @@ impl ColumnState {
         if min == max {
             return;
         }
-        let mut mini = [0u64; MINI];
+        let mut mini = [0u32; MINI];
         for m in 0..n.div_ceil(MINI) {
             let w = 32 - (hi[m] as u32).wrapping_sub(min as u32).leading_zeros();
             self.packed[widths_at + m] = w as u8;
+            if w == 0 {
+                continue;
+            }
             let d = &deltas[m * MINI..(m + 1) * MINI];
             let fill = (n - m * MINI).min(MINI);
             for (o, &d) in mini.iter_mut().zip(&d[..fill]) {
-                *o = u64::from((d as u32).wrapping_sub(min as u32));
+                *o = (d as u32).wrapping_sub(min as u32);
             }
             mini[fill..].fill(0);
-            pack32(&mini, w, &mut self.packed);
+            pack_mini32(self.kernel, &mini, w, &mut self.packed);
         }
     }
 
@@ -1857,6 +1874,14 @@ fn put_zigzag_vlq(out: &mut Vec<u8>, v: i64) {
     put_vlq(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
+/// [`pack32`] of values below 2^`w` (1 ≤ `w` ≤ 32) on 32-bit lanes: the kernel's vector
+/// packer where it has one, else the scalar one.
+fn pack_mini32(kernel: Kernel, vals: &[u32; MINI], w: u32, out: &mut Vec<u8>) {
+    if !kernel.pack32_lanes(vals, w, out) {
+        pack32(&vals.map(u64::from), w, out);
+    }
+}
+
 /// Packs 32 values of `w` bits each, LSB first, into exactly `4 * w` bytes.
 pub(crate) fn pack32(vals: &[u64; MINI], w: u32, out: &mut Vec<u8>) {
     // One monomorphised packer per width: constant shifts, fully unrolled (the generic loop
@@ -2144,6 +2169,52 @@ mod tests {
             }
         }
         assert!(n > 0, "some pages compressed");
+    }
+
+    #[test]
+    fn vector_packers_write_the_scalar_packers_bytes_at_every_width() {
+        // Every kernel of this CPU against the scalar packer (the bit-by-bit reader above
+        // checks that one), for every width: values at the width's extremes, mixed ones, and
+        // bits above the width (ignored by both).
+        let kernels = Kernel::available();
+        for w in 1..=32u32 {
+            let mask = if w == 32 { u32::MAX } else { (1u32 << w) - 1 };
+            let patterns: [fn(usize) -> u32; 5] = [
+                |_| u32::MAX,
+                |i| (i as u32).wrapping_mul(0x9E37_79B9),
+                |i| if i % 2 == 0 { u32::MAX } else { 0 },
+                |i| 1u32.rotate_left(i as u32),
+                |i| (mix(i as u64 + 7) >> 13) as u32,
+            ];
+            for (p, f) in patterns.iter().enumerate() {
+                let vals: [u32; MINI] = std::array::from_fn(f);
+                let mut want = Vec::new();
+                pack32(&vals.map(|v| u64::from(v & mask)), w, &mut want);
+                for &k in &kernels {
+                    let mut got = vec![0xA5];
+                    if k.pack32_lanes(&vals, w, &mut got) {
+                        assert_eq!(
+                            got[1..],
+                            want[..],
+                            "kernel {} width {w} pattern {p}",
+                            k.name()
+                        );
+                    } else {
+                        assert_eq!(got, [0xA5], "kernel {} wrote without packing", k.name());
+                    }
+                }
+                let mut got = Vec::new();
+                pack_mini32(Kernel::detect(), &vals.map(|v| v & mask), w, &mut got);
+                assert_eq!(got, want, "detected kernel width {w} pattern {p}");
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vbmi") {
+            assert!(
+                Kernel::detect().pack32_lanes(&[1; MINI], 1, &mut Vec::new()),
+                "the AVX-512 kernel has a vector packer"
+            );
+        }
     }
 
     #[test]

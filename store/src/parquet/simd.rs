@@ -129,6 +129,34 @@ impl Kernel {
     }
 }
 
+impl Kernel {
+    /// Appends 32 values of `w` bits each (1 ≤ `w` ≤ 32; bits above `w` are ignored), LSB
+    /// first, to `out`: exactly `4 * w` bytes, the layout of `chunk::pack32`. Returns `false`,
+    /// writing nothing, when this kernel has no vector packer for them (scalar, AVX2): the
+    /// caller packs them.
+    ///
+    /// # Panics
+    /// If `w` is 0 or over 32.
+    pub(crate) fn pack32_lanes(self, vals: &[u32; MINI], w: u32, out: &mut Vec<u8>) -> bool {
+        assert!((1..=32).contains(&w), "width {w} out of 1..=32");
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                let mut buf = [0u8; PACK_BUF];
+                // SAFETY: `Isa::Avx512` is only constructed by `detect()` after it checked
+                // avx512f (all this function uses besides the x86_64 baseline).
+                unsafe { x86::pack32_avx512(vals, w, &mut buf) };
+                out.extend_from_slice(&buf[..4 * w as usize]);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Bytes [`x86::pack32_avx512`] writes: four 32-byte stores, the last at `3 * w` ≤ 96.
+const PACK_BUF: usize = 128;
+
 /// One strip's encoded block: per column its bytes and the min/max of its values.
 #[derive(Debug)]
 pub(crate) struct StripOut {
@@ -553,5 +581,113 @@ mod x86 {
             );
         }
         out
+    }
+
+    /// [`super::Kernel::pack32_lanes`] in vector registers, branch-free whatever `w`: each
+    /// register of 16 values is folded pairwise three times, 32-bit lanes of `w` bits into
+    /// 64-bit lanes of `2w` bits, into 128-bit lanes of `4w` bits, into 256-bit lanes of `8w`
+    /// bits, which is `w` whole bytes (eight values). The four 256-bit lanes are stored at
+    /// bytes 0, `w`, `2w`, `3w` in that order: the bytes of a lane past its `w` are zero and the
+    /// next store overwrites them.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn pack32_avx512(vals: &[u32; MINI], w: u32, buf: &mut [u8; super::PACK_BUF]) {
+        let (lo, hi) = vals.split_at(16);
+        let a = pack16(load16(lo.try_into().expect("16 values")), w);
+        let b = pack16(load16(hi.try_into().expect("16 values")), w);
+        let w = w as usize;
+        let lanes = [
+            _mm512_castsi512_si256(a),
+            _mm512_extracti64x4_epi64::<1>(a),
+            _mm512_castsi512_si256(b),
+            _mm512_extracti64x4_epi64::<1>(b),
+        ];
+        for (k, v) in lanes.into_iter().enumerate() {
+            let at = k * w;
+            store32((&mut buf[at..at + 32]).try_into().expect("32 bytes"), v);
+        }
+    }
+
+    /// Shift count for `_mm512_sll_epi64` / `_mm512_srl_epi64` (64 or more shifts to 0).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn count(n: u32) -> __m128i {
+        _mm_cvtsi64_si128(i64::from(n))
+    }
+
+    /// 16 values of `w` bits (1 ≤ `w` ≤ 32) → each 256-bit lane holds its eight values packed
+    /// (value `i` of the lane at bit `i * w`), zero above `8w` bits.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn pack16(x: __m512i, w: u32) -> __m512i {
+        let x = _mm512_and_si512(x, _mm512_set1_epi32(((1u64 << w) - 1) as u32 as i32));
+        // 1: dwords (v0, v1) of each qword → v0 | v1 << w.
+        let y = _mm512_or_si512(
+            _mm512_and_si512(x, _mm512_set1_epi64(0xFFFF_FFFF)),
+            _mm512_sll_epi64(_mm512_srli_epi64::<32>(x), count(w)),
+        );
+        // 2: qwords (y0, y1) of each 128-bit lane → y0 | y1 << 2w as (low, high) qwords: the
+        // low one gets y1's bits that fit (moved down from the odd qword), the high one the
+        // bits that spill over.
+        let s = 2 * w;
+        let fit = _mm512_shuffle_epi32::<0x4E>(_mm512_sll_epi64(y, count(s)));
+        let spill = _mm512_srl_epi64(y, count(64 - s));
+        let z = _mm512_mask_blend_epi64(0xAA, _mm512_or_si512(y, fit), spill);
+        // 3: 128-bit halves (a, b) of each 256-bit lane → a | b << 4w: b's qwords moved up by
+        // 4w / 64 qwords and shifted by 4w % 64 bits (with the bits each lower qword spills).
+        let t = 4 * w;
+        let (k, r) = ((t / 64) as usize, t % 64);
+        let up = _mm512_maskz_permutexvar_epi64(UP_MASK[k], load(&UP_IDX[k]), z);
+        let carry = _mm512_maskz_permutexvar_epi64(CARRY_MASK[k], load(&CARRY_IDX[k]), z);
+        _mm512_or_si512(
+            _mm512_maskz_mov_epi64(0x33, z),
+            _mm512_or_si512(
+                _mm512_sll_epi64(up, count(r)),
+                _mm512_srl_epi64(carry, count(64 - r)),
+            ),
+        )
+    }
+
+    /// Qword `q` of each 256-bit lane takes the lane's qword `2 + q - by` (its upper half's
+    /// qword `q - by`) where that is 0 or 1; the mask keeps those.
+    const fn shift_idx(by: usize) -> [u64; 8] {
+        let mut t = [0u64; 8];
+        let mut q = 0;
+        while q < 4 {
+            if q >= by && q - by <= 1 {
+                t[q] = (2 + q - by) as u64;
+                t[4 + q] = (6 + q - by) as u64;
+            }
+            q += 1;
+        }
+        t
+    }
+    const fn shift_mask(by: usize) -> u8 {
+        let mut m = 0u8;
+        let mut q = 0;
+        while q < 4 {
+            if q >= by && q - by <= 1 {
+                m |= (1 << q) | (1 << (4 + q));
+            }
+            q += 1;
+        }
+        m
+    }
+    /// Step 3's permutes for 4w / 64 = 0, 1, 2 qwords: the upper half moved up that many
+    /// (`UP`), and one more (`CARRY`, shifted right to give the bits that cross a qword).
+    const UP_IDX: [[u64; 8]; 3] = [shift_idx(0), shift_idx(1), shift_idx(2)];
+    const UP_MASK: [u8; 3] = [shift_mask(0), shift_mask(1), shift_mask(2)];
+    const CARRY_IDX: [[u64; 8]; 3] = [shift_idx(1), shift_idx(2), shift_idx(3)];
+    const CARRY_MASK: [u8; 3] = [shift_mask(1), shift_mask(2), shift_mask(3)];
+
+    #[inline(always)]
+    fn load16(a: &[u32; 16]) -> __m512i {
+        // SAFETY: `a` is a reference to 64 initialised bytes; the load is unaligned.
+        unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
+    fn store32(a: &mut [u8; 32], v: __m256i) {
+        // SAFETY: `a` is a unique reference to 32 bytes; the store is unaligned.
+        unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) }
     }
 }
