@@ -278,6 +278,9 @@ pub struct IntDecoder {
     reporter: Option<[u8; 16]>,
     /// Place of the report being decoded in its datagram (`report_index`; v2.0 groups).
     report_index: u16,
+    /// Whether v1.0 reports of AmLight's layout take the one-pass parse
+    /// ([`Scratch::v1_amlight`]); off only in tests that compare it with the general parse.
+    fast: bool,
 }
 
 impl IntDecoder {
@@ -299,6 +302,7 @@ impl IntDecoder {
             batch,
             reporter: None,
             report_index: 0,
+            fast: true,
         }
     }
 
@@ -455,6 +459,11 @@ impl IntDecoder {
         self.stats.reports += 1;
         self.stats.reports_v1 += 1;
         let sc = &mut *self.scratch;
+        if self.fast && b.len() >= 16 && sc.v1_amlight(b, &self.cfg, &mut self.stats) {
+            let (sw, hw, seq) = (sc.rep.switch_id, sc.rep.hw_id, sc.rep.seq);
+            let gap = self.seq.observe(sw, hw, 32, seq, ts, true).gap;
+            return self.push(ts, gap, b, sink);
+        }
         let r = sc.v1_header(b);
         if b.len() < 16 {
             if let Err(m) = r {

@@ -521,6 +521,121 @@ impl Scratch {
         Ok((len, nprot))
     }
 
+    /// The usual AmLight/NoviFlow report in one pass: a v1.0 header without report metadata
+    /// (Length 4, NProt 0) over Ethernet with at most one 802.1Q tag, IPv4 without options, not a
+    /// fragment, UDP, INT signalled (DSCP or UDP port, not the VXLAN-GPE port), an INT v1.0 shim
+    /// and header with the common instruction set (0xFC00, Hop ML 6) and a whole number of hops
+    /// within `max_hops`. When every one of those holds, the scratch (report, inner packet, INT
+    /// header) and the counters end exactly as [`Self::v1_header`] and [`Self::ethernet`] leave
+    /// them, and `true` is returned; otherwise nothing was counted, the scratch is to be
+    /// overwritten by the general parse (which finds what differs), and `false` is returned.
+    /// `b` is at least 16 bytes of a v1.0 report.
+    #[inline]
+    pub(crate) fn v1_amlight(
+        &mut self,
+        b: &[u8],
+        cfg: &IntDecodeConfig,
+        stats: &mut IntStats,
+    ) -> bool {
+        // Version 1, Length 4 words, NProt 0 (Ethernet), RepMdBits 0; the inner frame after it.
+        const ETH: usize = 16;
+        if b.len() < ETH + 14 || b[0] != 0x14 || b[1] != 0 || b[2] & 0x80 != 0 {
+            return false;
+        }
+        let (vlan, ip) = match be16(b, ETH + 12) {
+            0x8100 if b.len() >= ETH + 18 && be16(b, ETH + 16) == 0x0800 => {
+                (Some(be16(b, ETH + 14) & 0x0fff), ETH + 18)
+            }
+            0x0800 => (None, ETH + 14),
+            _ => return false,
+        };
+        // IPv4 (20 bytes), UDP (8), shim (4) and the INT header's first byte.
+        if b.len() < ip + 33 {
+            return false;
+        }
+        let h = &b[ip..ip + 20];
+        if h[0] != 0x45 || h[9] != 17 || be16(h, 6) & 0x1fff != 0 {
+            return false;
+        }
+        let dscp = h[1] >> 2;
+        // The UDP datagram as Total Length bounds it (a truncated copy: the payload's end).
+        let total = usize::from(be16(h, 2)).clamp(20, b.len() - ip);
+        let Some(u) = b.get(ip + 20..ip + total) else {
+            return false;
+        };
+        if u.len() < 13 {
+            return false;
+        }
+        let (sport, dport) = (be16(u, 0), be16(u, 2));
+        if cfg.vxlan_gpe_port != 0 && dport == cfg.vxlan_gpe_port {
+            return false;
+        }
+        let by_dscp = cfg
+            .int_dscp
+            .is_some_and(|v| (dscp & cfg.int_dscp_mask) == (v & cfg.int_dscp_mask));
+        if !(by_dscp || cfg.int_udp_ports.contains(&dport)) {
+            return false;
+        }
+        // Shim (type 1 or 2, Length in words including itself) and INT v1.0 header.
+        let shim = &u[8..];
+        let len = usize::from(shim[2]) * 4;
+        if !matches!(shim[0], 1 | 2) || shim[4] >> 4 != 1 || len < 12 || len > shim.len() {
+            return false;
+        }
+        let int = &shim[4..len];
+        if be16(int, 4) != 0xFC00 || int[2] & 0x1f != 6 {
+            return false;
+        }
+        let stack = int.len() - 8;
+        let hops = stack / 24;
+        if stack % 24 != 0 || hops > usize::from(cfg.max_hops).min(MAX_HOPS) {
+            return false;
+        }
+        // Everything holds: the same state as the general parse.
+        let rhc = int[3];
+        if let Some(init) = cfg.initial_hop_count {
+            if usize::from(init.saturating_sub(rhc)) != hops {
+                stats.hop_count_rhc_mismatch += 1;
+            }
+        }
+        self.rep = Rep {
+            version: 1,
+            hw_id: b[3] & 0x3f,
+            switch_id: be32(b, 4),
+            has_switch: true,
+            seq: be32(b, 8),
+            d: b[2] & 0x01 != 0,
+            q: b[3] & 0x80 != 0,
+            f: b[3] & 0x40 != 0,
+            ingress_ts: Some(u64::from(be32(b, 12))),
+            md: Md {
+                ts_bits: 32,
+                ..Md::default()
+            },
+            ..Rep::default()
+        };
+        self.inner = Inner {
+            vlan,
+            inner_vlan: None,
+            ip_version: Some(4),
+            src: mapped_v4(&h[12..16]),
+            dst: mapped_v4(&h[16..20]),
+            proto: Some(17),
+            sport: Some(sport),
+            dport: Some(dport),
+            dscp: Some(dscp),
+        };
+        self.int = Some(IntHdr {
+            version: 1,
+            hop_ml: 6,
+            instructions: 0xFC00,
+            rhc: Some(rhc),
+            hops: hops as u8,
+            common: Some((ip + 20 + 8 + 4 + 8, 24)),
+        });
+        true
+    }
+
     /// Parses a v2.0 group header: (hw_id, seq, seq bits, node id).
     pub(crate) fn v2_group(b: &[u8], variant: V2Header) -> R<(u8, u32, u8, u32)> {
         let h = get(b, 0, 8, Malformed::V2GroupTruncated)?;
