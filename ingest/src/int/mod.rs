@@ -450,7 +450,7 @@ impl IntDecoder {
         let (sw, hw, seq) = (sc.rep.switch_id, sc.rep.hw_id, sc.rep.seq);
         let gap = self.seq.observe(sw, hw, 32, seq, ts, res.is_ok()).gap;
         match res {
-            Ok(()) => self.push(ts, gap, b, sink),
+            Ok(()) => self.push::<false, S>(ts, gap, b, sink),
             Err(m) => self.stats.count(m),
         }
     }
@@ -462,7 +462,7 @@ impl IntDecoder {
         if self.fast && b.len() >= 16 && sc.v1_amlight(b, &self.cfg, &mut self.stats) {
             let (sw, hw, seq) = (sc.rep.switch_id, sc.rep.hw_id, sc.rep.seq);
             let gap = self.seq.observe(sw, hw, 32, seq, ts, true).gap;
-            return self.push(ts, gap, b, sink);
+            return self.push::<true, S>(ts, gap, b, sink);
         }
         let r = sc.v1_header(b);
         if b.len() < 16 {
@@ -487,7 +487,7 @@ impl IntDecoder {
         });
         let gap = self.seq.observe(sw, hw, 32, seq, ts, res.is_ok()).gap;
         match res {
-            Ok(()) => self.push(ts, gap, b, sink),
+            Ok(()) => self.push::<false, S>(ts, gap, b, sink),
             Err(m) => self.stats.count(m),
         }
     }
@@ -529,7 +529,7 @@ impl IntDecoder {
                         observed = true;
                         self.seq.observe(node, hw_id, bits, seq, ts, true).gap
                     };
-                    self.push(ts, gap, b, sink);
+                    self.push::<false, S>(ts, gap, b, sink);
                     match len {
                         Some(n) => off += n,
                         None => break,
@@ -581,7 +581,17 @@ impl IntDecoder {
 
     /// Appends the scratch's report (and its hops and drop row) to the batch; `payload` is the
     /// datagram it came from (a common-layout stack is read from there).
-    fn push<S: IntSink>(&mut self, ts: i64, gap: u32, payload: &[u8], sink: &mut S) {
+    ///
+    /// `AMLIGHT`: the scratch holds a report [`Scratch::v1_amlight`] parsed (the columns that
+    /// layout never carries are not looked at).
+    #[inline(never)]
+    fn push<const AMLIGHT: bool, S: IntSink>(
+        &mut self,
+        ts: i64,
+        gap: u32,
+        payload: &[u8],
+        sink: &mut S,
+    ) {
         // Rows refer to EVCs by index into the map's list: a batch holds one map's list.
         if !Arc::ptr_eq(&self.batch.evcs, self.evc.names()) {
             if !self.batch.is_empty() {
@@ -592,9 +602,32 @@ impl IntDecoder {
             self.batch.evcs = Arc::clone(self.evc.names());
         }
         let sc = &*self.scratch;
-        let rep = &sc.rep;
-        let inner = &sc.inner;
-        let ih = sc.int;
+        let (mut rep, mut inner, mut ih) = (sc.rep, sc.inner, sc.int);
+        if AMLIGHT {
+            // What `v1_amlight` leaves unset or fixed, as constants: the writes of those
+            // columns fold away.
+            rep.md = Md {
+                ts_bits: 32,
+                ..Md::default()
+            };
+            (rep.i, rep.rep_type, rep.in_type, rep.drop_header) = (None, None, None, false);
+            inner.inner_vlan = None;
+            (inner.ip_version, inner.proto) = (Some(4), Some(17));
+            let h = ih.unwrap_or_default();
+            ih = Some(wire::IntHdr {
+                version: 1,
+                hop_ml: 6,
+                instructions: 0xFC00,
+                common: Some((h.common.map_or(0, |c| c.0), 24)),
+                ..h
+            });
+            debug_assert!(rep.md == sc.rep.md && inner == sc.inner && ih == sc.int);
+            debug_assert!(
+                (rep.i, rep.rep_type, rep.in_type) == (sc.rep.i, sc.rep.rep_type, sc.rep.in_type)
+            );
+            debug_assert!(!sc.rep.drop_header);
+        }
+        let (rep, inner) = (&rep, &inner);
         let nh = ih.map_or(0, |h| usize::from(h.hops)).min(MAX_HOPS);
         // Hop `i` in path order: from the datagram (the common layout; the stack's top, the
         // last switch, comes first) or from the scratch.
