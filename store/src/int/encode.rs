@@ -51,9 +51,10 @@ use bytes::Bytes;
 use super::{Addr, ColumnRef, EvcName, IntBatch, IntSinkConfig, Piece, Table};
 use crate::parquet::{
     chunk::{
-        byte_stream_split, compress, pack32, put_def_levels_runs, put_vlq, write_page_v2, Chunk,
-        ColumnState, EncodeOptions, PageV2,
+        byte_stream_split, compress, pack_mini32, put_def_levels_runs, put_vlq, write_page_v2,
+        Chunk, ColumnState, EncodeOptions, PageV2,
     },
+    simd::Kernel,
     CounterEncoding,
 };
 
@@ -1502,19 +1503,20 @@ fn rle_hybrid(idx: &[u32], width: u32, out: &mut Vec<u8>) {
 }
 
 /// One bit-packed run of `vals` (padded with zeros to a multiple of 8), header included.
-/// Packed 32 values at a time by the DELTA packer (LSB first, contiguous: the same layout as
-/// four groups of 8).
+/// Packed 32 values at a time by the DELTA packer on 32-bit lanes (LSB first, contiguous: the
+/// same layout as four groups of 8).
 fn bit_pack(vals: &[u32], width: u32, out: &mut Vec<u8>) {
     let groups = vals.len().div_ceil(8);
     put_vlq(out, ((groups as u64) << 1) | 1);
     let end = out.len() + groups * width as usize;
-    let mut block = [0u64; 32];
-    for c in vals.chunks(32) {
-        for (b, &v) in block.iter_mut().zip(c) {
-            *b = u64::from(v);
+    if width > 0 {
+        let kernel = Kernel::detect();
+        let mut block = [0u32; 32];
+        for c in vals.chunks(32) {
+            block[..c.len()].copy_from_slice(c);
+            block[c.len()..].fill(0);
+            pack_mini32(kernel, &block, width, out);
         }
-        block[c.len()..].fill(0);
-        pack32(&block, width, out);
     }
     // The last chunk's padding beyond its last group of 8 is not part of the run.
     out.truncate(end);

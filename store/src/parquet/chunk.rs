@@ -1876,7 +1876,7 @@ fn put_zigzag_vlq(out: &mut Vec<u8>, v: i64) {
 
 /// [`pack32`] of values below 2^`w` (1 ≤ `w` ≤ 32) on 32-bit lanes: the kernel's vector
 /// packer where it has one, else the scalar one.
-fn pack_mini32(kernel: Kernel, vals: &[u32; MINI], w: u32, out: &mut Vec<u8>) {
+pub(crate) fn pack_mini32(kernel: Kernel, vals: &[u32; MINI], w: u32, out: &mut Vec<u8>) {
     if !kernel.pack32_lanes(vals, w, out) {
         pack32(&vals.map(u64::from), w, out);
     }

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 pub(crate) mod chunk;
 pub mod config;
 #[allow(unsafe_code)]
-mod simd;
+pub(crate) mod simd;
 pub mod sink;
 pub mod writer;
 
