@@ -316,41 +316,40 @@ fn nulls_of(valid: &[u64], and: u64, or: u64, bit: u32) -> Option<NullBuffer> {
 /// Nanoseconds per hour: files are split at UTC hour boundaries.
 pub const NS_PER_HOUR: i64 = 3_600_000_000_000;
 
-/// The groups of `keys` (distinct keys in order of first appearance) and each row's group
-/// (index into them) appended to `gid`. A row of another group than the last is found by a
-/// scan of the groups while there are few (a batch's switches), a hash map beyond.
-fn group_ids<K: Copy + Eq + std::hash::Hash>(
-    keys: impl Iterator<Item = K>,
-    gid: &mut Vec<u32>,
-) -> Vec<K> {
+/// The groups of `keys` (distinct (switch, hour) keys in order of first appearance) and each
+/// row's group (index into them) appended to `gid`. A row's group is first looked for in a
+/// direct-mapped cache of the last group seen per slot of the switch id's hash (a batch mixes
+/// its switches row by row: one compare per row that the branch predictor gets right), then by
+/// a scan of the groups while there are few (a batch's switches), a hash map beyond.
+fn group_ids(keys: impl Iterator<Item = (u32, i64)>, gid: &mut Vec<u32>) -> Vec<(u32, i64)> {
     const SCAN: usize = 32;
-    let mut groups: Vec<K> = Vec::new();
-    let mut index: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
-    let mut last: Option<(K, usize)> = None;
+    const CACHE_BITS: u32 = 6;
+    // (Hour number i64::MIN is never a row's: ts / NS_PER_HOUR is far from it.)
+    let mut cache = [((0u32, i64::MIN), 0u32); 1 << CACHE_BITS];
+    let mut groups: Vec<(u32, i64)> = Vec::new();
+    let mut index: std::collections::HashMap<(u32, i64), usize> = std::collections::HashMap::new();
     gid.extend(keys.map(|k| {
-        let g = match last {
-            Some((lk, g)) if lk == k => g,
-            _ => {
-                let found = if groups.len() <= SCAN {
-                    groups.iter().position(|gk| *gk == k)
-                } else {
-                    if index.is_empty() {
-                        index.extend(groups.iter().enumerate().map(|(g, gk)| (*gk, g)));
-                    }
-                    index.get(&k).copied()
-                };
-                let g = found.unwrap_or_else(|| {
-                    groups.push(k);
-                    if groups.len() > SCAN + 1 {
-                        index.insert(k, groups.len() - 1);
-                    }
-                    groups.len() - 1
-                });
-                last = Some((k, g));
-                g
+        let slot = &mut cache[(k.0.wrapping_mul(0x9E37_79B9) >> (32 - CACHE_BITS)) as usize];
+        if slot.0 == k {
+            return slot.1;
+        }
+        let found = if groups.len() <= SCAN {
+            groups.iter().position(|gk| *gk == k)
+        } else {
+            if index.is_empty() {
+                index.extend(groups.iter().enumerate().map(|(g, gk)| (*gk, g)));
             }
+            index.get(&k).copied()
         };
-        g as u32
+        let g = found.unwrap_or_else(|| {
+            groups.push(k);
+            if groups.len() > SCAN + 1 {
+                index.insert(k, groups.len() - 1);
+            }
+            groups.len() - 1
+        }) as u32;
+        *slot = (k, g);
+        g
     }));
     groups
 }
@@ -1380,6 +1379,42 @@ mod tests {
         assert_eq!(pieces.len(), 1);
         assert_eq!((pieces[0].hour, pieces[0].len()), (-1, 3));
         assert!(std::ptr::eq(pieces[0].batch, &raw const one));
+    }
+
+    /// Rows of 80 switches (more groups than the scan takes, more switches than cache slots)
+    /// interleaved at random over three hours: each group holds exactly its rows, in order,
+    /// groups in order of first appearance.
+    #[test]
+    fn groups_of_many_interleaved_switches_hold_their_rows() {
+        let h = NS_PER_HOUR;
+        let n = 5000;
+        let mut b = IntBatch::with_capacity(n, 1);
+        let mut keys = Vec::new();
+        for i in 0..n as u64 {
+            let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+            let sw = if x % 2 == 0 {
+                (x % 40) as u32
+            } else {
+                ((x / 2 % 40) as u32) << 26
+            };
+            let t = (x % 3) as i64 * h + i as i64;
+            b.reports.row(t, sw).done();
+            keys.push((sw, t.div_euclid(h)));
+        }
+        let mut want: Vec<((u32, i64), Vec<u32>)> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            match want.iter_mut().find(|(g, _)| g == k) {
+                Some((_, rows)) => rows.push(i as u32),
+                None => want.push((*k, vec![i as u32])),
+            }
+        }
+        assert!(want.len() > 100, "{} groups", want.len());
+        let got = b.reports.groups();
+        assert_eq!(got.len(), want.len());
+        for ((gk, gi), (wk, wi)) in got.iter().zip(&want) {
+            assert_eq!(gk, wk);
+            assert_eq!(gi.as_deref(), Some(&wi[..]), "group {gk:?}");
+        }
     }
 
     #[test]
