@@ -10,7 +10,9 @@
 //!
 //! * `reports_per_s`: `IntDecoder` on the decode core — every report validated, decoded into
 //!   the three tables' column buffers, loss per (switch, hw_id), per-flow path/latency state,
-//!   EVC attribution. `reports_per_s_1hop`: the same for 1-hop reports.
+//!   EVC attribution; fed as the daemon's receive loop feeds it, `IntDecoder::decode_batch` of
+//!   64 datagrams at a time (a GRO buffer's worth). `reports_per_s_1hop`: the same for 1-hop
+//!   reports.
 //!   `transpose_reports_per_s`: those batches as Arrow record batches split per (switch,
 //!   hour) (`IntBatch::finish_split`: what `ArrowWriter` needs as input; the daemon's writer
 //!   no longer builds them).
@@ -285,9 +287,14 @@ fn decode_rates(hops: usize, n: usize, runs: usize, passes: usize) -> Result<Dec
     let mut sink = KeepSink(0, Vec::new());
     let mut ts = 1_700_000_000_000_000_000i64;
     let mut pass = |d: &mut IntDecoder, sink: &mut KeepSink| {
-        for &(o, l) in &offs {
-            ts += 100;
-            d.decode(src, ts, &data[o..o + l], sink);
+        // In receive batches of 64 datagrams (a GRO buffer's worth at most), as the daemon's
+        // receive loop hands them over.
+        for chunk in offs.chunks(64) {
+            let batch = chunk.iter().map(|&(o, l)| {
+                ts += 100;
+                (src, ts, &data[o..o + l])
+            });
+            d.decode_batch(batch, sink);
         }
         d.flush(ts, sink);
     };

@@ -902,35 +902,39 @@ impl ThreadCtx {
             if !leases.is_empty() {
                 // One clock read per poll batch, not per report.
                 let now = wall_ns();
-                let mut to = ToSink(&self.sink);
+                for lease in &leases {
+                    let n = reader.bytes(lease).len();
+                    let seg = reader.segment(lease).unwrap_or(n).max(1);
+                    if seg < n {
+                        self.dec.count_gro(n.div_ceil(seg) as u64);
+                    }
+                }
+                // Every datagram of the poll in order — a GRO buffer cut every `seg` bytes (the
+                // last may be shorter), the user-space filter applied — decoded as one batch:
+                // the next datagram's bytes load while one is decoded.
+                let (rule, filtered) = (&self.rule, &mut self.filtered);
+                let reader_ref = &reader;
+                let datagrams = leases
+                    .iter()
+                    .flat_map(|lease| {
+                        let from = reader_ref.source(lease);
+                        let bytes = reader_ref.bytes(lease);
+                        let seg = reader_ref.segment(lease).unwrap_or(bytes.len()).max(1);
+                        (0..bytes.len().max(1))
+                            .step_by(seg)
+                            .map(move |at| (from, &bytes[at..(at + seg).min(bytes.len())]))
+                    })
+                    .filter(|&(from, dgram)| match rule {
+                        Some(r) => {
+                            let v = r.verdict(from.map(|a| a.ip()), dgram);
+                            filtered.count(v);
+                            v.keep()
+                        }
+                        None => true,
+                    })
+                    .map(|(from, dgram)| (source_ip(from), now, dgram));
+                self.dec.decode_batch(datagrams, &mut ToSink(&self.sink));
                 for lease in leases.drain(..) {
-                    let from = reader.source(&lease);
-                    let src = source_ip(from);
-                    let bytes = reader.bytes(&lease);
-                    // UDP GRO: several datagrams of one sender, each `seg` long but the last.
-                    let seg = reader.segment(&lease).unwrap_or(bytes.len()).max(1);
-                    if seg < bytes.len() {
-                        self.dec.count_gro(bytes.len().div_ceil(seg) as u64);
-                    }
-                    let mut at = 0;
-                    loop {
-                        let dgram = &bytes[at..(at + seg).min(bytes.len())];
-                        let keep = match &self.rule {
-                            Some(r) => {
-                                let v = r.verdict(from.map(|a| a.ip()), dgram);
-                                self.filtered.count(v);
-                                v.keep()
-                            }
-                            None => true,
-                        };
-                        if keep {
-                            self.dec.decode(src, now, dgram, &mut to);
-                        }
-                        at += seg;
-                        if at >= bytes.len() {
-                            break;
-                        }
-                    }
                     reader.retire(lease);
                 }
                 last_data = Instant::now();

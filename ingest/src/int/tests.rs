@@ -972,3 +972,82 @@ fn amlight_one_pass_parse_matches_the_general_parse() {
         }
     }
 }
+
+/// [`IntDecoder::decode_batch`] gives what [`IntDecoder::decode`] of each datagram gives — rows,
+/// counters, loss, events — in batches of every size, on reports of every format with bytes
+/// changed, cut short or random, mixed with good ones.
+#[test]
+fn batch_decode_matches_decoding_one_datagram_at_a_time() {
+    let mut seed = 0x0bad_cafe_f00d_1234u64;
+    let mut rnd = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let good = sample_packets(
+        &[
+            gen::Format::V05,
+            gen::Format::V1,
+            gen::Format::V2,
+            gen::Format::Amlight,
+        ],
+        20,
+    );
+    let mut packets = Vec::new();
+    for k in 0..3_000u64 {
+        let mut p = good[(rnd() % good.len() as u64) as usize].clone();
+        match k % 5 {
+            0 => {
+                let i = (rnd() % p.len() as u64) as usize;
+                p[i] = rnd() as u8;
+            }
+            1 => p.truncate((rnd() % (p.len() as u64 + 1)) as usize),
+            2 => p.iter_mut().for_each(|b| *b = rnd() as u8),
+            _ => {}
+        }
+        packets.push(p);
+    }
+    packets.push(Vec::new());
+    let cfg = IntDecodeConfig {
+        batch_reports: 100,
+        latency_threshold_ns: Some(5_000),
+        ..IntDecodeConfig::amlight()
+    };
+    let run = |chunk: usize| {
+        let mut d = IntDecoder::new(cfg.clone());
+        let mut out = Collect::default();
+        let items: Vec<_> = (0..packets.len())
+            .map(|i| (SRC, T0 + i as i64 * 1_000, packets[i].as_slice()))
+            .collect();
+        if chunk == 0 {
+            for &(src, ts, p) in &items {
+                d.decode(src, ts, p, &mut out);
+            }
+        } else {
+            for c in items.chunks(chunk) {
+                d.decode_batch(c.iter().copied(), &mut out);
+            }
+        }
+        d.flush(T0 + packets.len() as i64 * 1_000, &mut out);
+        d.finish_sequences();
+        let mut tables = Vec::new();
+        for mut b in out.batches {
+            tables.extend(b.finish().unwrap().into_iter().map(|(_, rb)| rb));
+        }
+        (tables, d.stats(), out.events)
+    };
+    let one = run(0);
+    assert!(
+        one.1.reports_decoded > 1_000 && one.1.reports_malformed > 500,
+        "{:?}",
+        one.1
+    );
+    assert!(!one.2.is_empty());
+    for chunk in [1, 2, 7, 64, packets.len()] {
+        let b = run(chunk);
+        assert_eq!(b.1, one.1, "counters, batches of {chunk}");
+        assert_eq!(b.2, one.2, "events, batches of {chunk}");
+        assert_eq!(b.0, one.0, "rows, batches of {chunk}");
+    }
+}
