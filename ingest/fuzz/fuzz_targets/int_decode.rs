@@ -2,7 +2,8 @@
 //! INT stack version), under each config variant that changes parsing: v2.0 spec/Tofino headers,
 //! DSCP/UDP-port INT signalling, hop limits. Must never panic or loop, every report must be
 //! decoded or counted, and every batch must become consistent Arrow record batches and encode
-//! through the INT tables' column encoder, split per switch and hour as the writer splits it.
+//! through the INT tables' column encoder, split per switch and hour as the writer splits it;
+//! `decode_batch` of the same datagrams must count the same.
 #![no_main]
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -35,11 +36,20 @@ fuzz_target!(|data: &[u8]| {
         b.finish().expect("consistent batch");
     };
     let src = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    d.decode(src, 1, data, &mut sink);
+    let mut datagrams = vec![(src, 1, data)];
     if data.len() > 1 {
-        d.decode(src, 2, &data[1..], &mut sink);
+        datagrams.push((src, 2, &data[1..]));
+    }
+    // A second decoder takes the same datagrams as one batch: the same counters (reports,
+    // hops, drops, batches, every malformed reason).
+    let mut batched = IntDecoder::new(d.config().clone());
+    for &(src, ts, p) in &datagrams {
+        d.decode(src, ts, p, &mut sink);
     }
     d.flush(3, &mut sink);
+    batched.decode_batch(datagrams.iter().copied(), &mut |_: IntBatch| {});
+    batched.flush(3, &mut |_: IntBatch| {});
     let s = d.stats();
     assert_eq!(s.reports, s.reports_decoded + s.reports_malformed);
+    assert_eq!(batched.stats(), s, "decode_batch counts as decode");
 });
