@@ -422,6 +422,27 @@ pub(crate) struct Ctx<'c> {
     pub cfg: &'c IntDecodeConfig,
 }
 
+/// The report fields of a v1.0 report header's 16 bytes (`h` holds at least those).
+#[inline(always)]
+fn v1_rep(h: &[u8]) -> Rep {
+    Rep {
+        version: 1,
+        hw_id: h[3] & 0x3f,
+        switch_id: be32(h, 4),
+        has_switch: true,
+        seq: be32(h, 8),
+        d: h[2] & 0x01 != 0,
+        q: h[3] & 0x80 != 0,
+        f: h[3] & 0x40 != 0,
+        ingress_ts: Some(u64::from(be32(h, 12))),
+        md: Md {
+            ts_bits: 32,
+            ..Md::default()
+        },
+        ..Rep::default()
+    }
+}
+
 fn mapped_v4(b: &[u8]) -> [u8; 16] {
     let mut a = [0u8; 16];
     a[10] = 0xff;
@@ -485,22 +506,7 @@ impl Scratch {
         let len_words = usize::from(h[0] & 0x0f);
         let nprot = h[1] >> 5;
         let rep_md = ((h[1] & 0x1f) << 1) | (h[2] >> 7);
-        self.rep = Rep {
-            version: 1,
-            hw_id: h[3] & 0x3f,
-            switch_id: be32(h, 4),
-            has_switch: true,
-            seq: be32(h, 8),
-            d: h[2] & 0x01 != 0,
-            q: h[3] & 0x80 != 0,
-            f: h[3] & 0x40 != 0,
-            ingress_ts: Some(u64::from(be32(h, 12))),
-            md: Md {
-                ts_bits: 32,
-                ..Md::default()
-            },
-            ..Rep::default()
-        };
+        self.rep = v1_rep(h);
         if len_words < 4 {
             return Err(Malformed::V1LengthTooSmall);
         }
@@ -598,22 +604,7 @@ impl Scratch {
                 stats.hop_count_rhc_mismatch += 1;
             }
         }
-        self.rep = Rep {
-            version: 1,
-            hw_id: b[3] & 0x3f,
-            switch_id: be32(b, 4),
-            has_switch: true,
-            seq: be32(b, 8),
-            d: b[2] & 0x01 != 0,
-            q: b[3] & 0x80 != 0,
-            f: b[3] & 0x40 != 0,
-            ingress_ts: Some(u64::from(be32(b, 12))),
-            md: Md {
-                ts_bits: 32,
-                ..Md::default()
-            },
-            ..Rep::default()
-        };
+        self.rep = v1_rep(b);
         self.inner = Inner {
             vlan,
             inner_vlan: None,
