@@ -5,7 +5,7 @@
 
 use std::{
     net::UdpSocket,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -1124,7 +1124,6 @@ print(json.dumps({{"real": pc.sum(real.cast(pa.int64())).as_py()}}))
 ///   `int_drops` row).
 #[test]
 fn held_out_cases_from_the_spec_tables_through_a_capture_at_defaults() {
-    use pcap_file::pcap::{PcapPacket, PcapWriter};
     let be = |ws: &[u32]| -> Vec<u8> { ws.iter().flat_map(|w| w.to_be_bytes()).collect() };
     // v2.0 group (§5.4): Ver 2, hw_id 0, seq 7, Node ID 0x0A000001.
     let report = |len: u8, md_len: u8, rep_md: u32, md: &[u32]| -> Vec<u8> {
@@ -1175,40 +1174,7 @@ fn held_out_cases_from_the_spec_tables_through_a_capture_at_defaults() {
         v1_drop_word(false, 1),
         v1_drop_word(true, 2),
     ];
-    let udp_frame = |payload: &[u8]| -> Vec<u8> {
-        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
-        f.extend_from_slice(&[0x45, 0]);
-        f.extend_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 9, 10, 0, 0, 1]);
-        f.extend_from_slice(&6000u16.to_be_bytes());
-        f.extend_from_slice(&5900u16.to_be_bytes());
-        f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0]);
-        f.extend_from_slice(payload);
-        f
-    };
-    let mut w = PcapWriter::new(Vec::new()).unwrap();
-    for (k, p) in payloads.iter().enumerate() {
-        let f = udp_frame(p);
-        let ts = Duration::from_secs(1_700_000_000) + Duration::from_micros(k as u64);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
-            .unwrap();
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let pcap = dir.path().join("cases.pcap");
-    std::fs::write(&pcap, w.into_writer()).unwrap();
-    let data = dir.path().join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .arg("--input")
-        .arg(&pcap)
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["--no-inspect", "--json"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {err}", out.status);
-    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let (_dir, data, fin) = ingest_capture_at_defaults(&payloads);
     let s = metrics(&fin);
     assert_eq!(s.get(Metric::IntDatagrams), 5, "{fin}");
     // v2.0: the first report and the broken one were read; 1 + 2 + 2 decoded.
@@ -1275,6 +1241,128 @@ print(json.dumps({{"reports": rep, "hops": hops, "drops": drops}}))
     assert_eq!(
         got["drops"],
         serde_json::json!([{"switch_id": 0x0C00_0001u32, "seq": 2, "queue_id": 3, "drop_reason": 9}]),
+        "{got}"
+    );
+}
+
+/// `payloads` as UDP datagrams (192.0.2.9:6000 → 10.0.0.1:5900, one per capture record) through
+/// `stel-ingestd --input <capture>` with no config file (the defaults a new user gets). Returns
+/// the temp dir (keep it alive), the data dir and the final status.
+fn ingest_capture_at_defaults(payloads: &[Vec<u8>]) -> (tempfile::TempDir, PathBuf, Value) {
+    use pcap_file::pcap::{PcapPacket, PcapWriter};
+    let udp_frame = |payload: &[u8]| -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 9, 10, 0, 0, 1]);
+        f.extend_from_slice(&6000u16.to_be_bytes());
+        f.extend_from_slice(&5900u16.to_be_bytes());
+        f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(payload);
+        f
+    };
+    let mut w = PcapWriter::new(Vec::new()).unwrap();
+    for (k, p) in payloads.iter().enumerate() {
+        let f = udp_frame(p);
+        let ts = Duration::from_secs(1_700_000_000) + Duration::from_micros(k as u64);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("cases.pcap");
+    std::fs::write(&pcap, w.into_writer()).unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--input")
+        .arg(&pcap)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--no-inspect", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    (dir, data, fin)
+}
+
+/// AmLight's reference report (§6.3) and the same report in inner framings a switch may also
+/// send, each written by hand: untagged, with IPv4 options (IHL 6, four NOPs) and double-tagged
+/// (802.1ad 7 outside 802.1Q 42). The tagged and untagged ones take the decoder's one-pass
+/// AmLight parse, the other two the layered parse; through a capture at defaults every one must
+/// land with the reference hop and its own framing fields.
+#[test]
+fn amlight_reference_report_in_other_inner_framings_decodes_alike_at_defaults() {
+    let with_seq = |mut p: Vec<u8>, seq: u32| -> Vec<u8> {
+        p[8..12].copy_from_slice(&seq.to_be_bytes());
+        p
+    };
+    let reference = amlight_reference_packet();
+    // The inner frame starts at byte 16: MACs (12), 802.1Q tag (4: 0x8100, VLAN 42), EtherType
+    // 0x0800 (2), IPv4 at byte 34.
+    let mut untagged = reference.clone();
+    untagged.drain(28..32);
+    let mut options = reference.clone();
+    options[34] = 0x46;
+    let total = u16::from_be_bytes([options[36], options[37]]) + 4;
+    options[36..38].copy_from_slice(&total.to_be_bytes());
+    options.splice(54..54, [1, 1, 1, 1]);
+    let mut qinq = reference.clone();
+    qinq.splice(28..28, [0x88, 0xa8, 0, 7]);
+    let payloads = vec![
+        with_seq(reference, 1),
+        with_seq(untagged, 2),
+        with_seq(options, 3),
+        with_seq(qinq, 4),
+    ];
+    let (_dir, data, fin) = ingest_capture_at_defaults(&payloads);
+    let s = metrics(&fin);
+    assert_eq!(s.get(Metric::IntDecodedReports), 4, "{fin}");
+    assert_eq!(s.get(Metric::IntDecodedHops), 4, "{fin}");
+    assert_eq!(s.sum(Metric::IntMalformedReports), 0, "{fin}");
+
+    let script = format!(
+        r#"
+import json, pyarrow.dataset as ds
+def rows(t, cols):
+    d = ds.dataset({root:?} + "/table=" + t, format="parquet", partitioning="hive")
+    return sorted(d.to_table(columns=cols).to_pylist(), key=lambda r: r["seq"])
+rep = rows("int_reports", ["seq", "vlan", "inner_vlan", "dscp", "src_port", "dst_port", "hop_count",
+                           "latency_sum_ns"])
+hops = rows("int_hops", ["seq", "node_id", "ingress_port", "egress_port", "hop_latency", "queue_id",
+                         "queue_occupancy", "ingress_ts", "egress_ts", "latency_ns"])
+print(json.dumps({{"reports": rep, "hops": hops}}))
+"#,
+        root = data.to_str().unwrap()
+    );
+    let got: Value = python3_json(&script);
+    let report = |seq: u32, vlan: Value, inner_vlan: Value| {
+        serde_json::json!({
+            "seq": seq, "vlan": vlan, "inner_vlan": inner_vlan, "dscp": 0x17, "src_port": 50000,
+            "dst_port": 50001, "hop_count": 1, "latency_sum_ns": 1456
+        })
+    };
+    assert_eq!(
+        got["reports"],
+        serde_json::json!([
+            report(1, 42.into(), Value::Null),
+            report(2, Value::Null, Value::Null),
+            report(3, 42.into(), Value::Null),
+            report(4, 7.into(), 42.into()),
+        ]),
+        "{got}"
+    );
+    let hop = |seq: u32| {
+        serde_json::json!({
+            "seq": seq, "node_id": 0xFB65_D675u32, "ingress_port": 23, "egress_port": 11,
+            "hop_latency": null, "queue_id": 2, "queue_occupancy": 111,
+            "ingress_ts": 980_325_604u32, "egress_ts": 980_327_060u32, "latency_ns": 1456
+        })
+    };
+    assert_eq!(
+        got["hops"],
+        serde_json::json!([hop(1), hop(2), hop(3), hop(4)]),
         "{got}"
     );
 }
