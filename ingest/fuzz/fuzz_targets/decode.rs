@@ -10,7 +10,16 @@ use stel_ingest::{
 fuzz_target!(|data: &[u8]| {
     let (cfg, rest) = data.split_at(data.len().min(data.first().copied().unwrap_or(0) as usize));
     for mode in [SeqMode::PerMessage, SeqMode::Rfc7011] {
-        let mut d = Decoder::new(DecodeConfig { seq_mode: mode, batch_bytes: 4096, max_batch_rows: 4 });
+        // Small limits, so that short inputs reach the eviction and flush paths too.
+        let mut d = Decoder::new(DecodeConfig {
+            seq_mode: mode,
+            batch_bytes: 4096,
+            max_batch_rows: 4,
+            seq_window: 64,
+            max_templates: 4,
+            max_templates_per_domain: 2,
+            max_batch_memory_bytes: 8192,
+        });
         let mut rows = 0usize;
         let mut sink = |b: CounterBatch| {
             rows += b.rows();
