@@ -25,7 +25,13 @@
 //! Spark) reads them. Chunk statistics: min/max of integer columns (`ts` prunes time ranges),
 //! null counts everywhere.
 
-use std::{io::Write, sync::Arc};
+use std::{
+    io::Write,
+    sync::{
+        atomic::{AtomicU8, Ordering::Relaxed},
+        Arc,
+    },
+};
 
 use ::parquet::{
     arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter},
@@ -123,6 +129,7 @@ pub fn encode_in_memory(pieces: &[Piece<'_>], cfg: &IntSinkConfig) -> Result<Vec
         &table.schema(),
         file_properties(Vec::new()),
         EncodeOptions::from(cfg),
+        &Codecs::new(table),
     )?;
     for p in pieces {
         if p.table != table {
@@ -144,7 +151,8 @@ pub type FileKey = (Table, u32, i64);
 /// split per (table, reporting switch, UTC hour) ([`IntBatch::split`], a mixed batch's rows
 /// regrouped into buffers kept from batch to batch) and each piece encoded into its file
 /// while the regrouped rows are still in cache; one file per (table, switch, hour), kept open
-/// across batches, footers included; the files in key order. For benchmarks and tests.
+/// across batches, footers included, the files of a table sharing their columns' codec
+/// decisions; the files in key order. For benchmarks and tests.
 ///
 /// # Errors
 /// An encoder error (a bug).
@@ -154,6 +162,7 @@ pub fn encode_batches(
 ) -> Result<Vec<(FileKey, Vec<u8>)>> {
     let mut files: std::collections::BTreeMap<FileKey, IntFile<Vec<u8>>> = Default::default();
     let mut scratch = IntBatch::default();
+    let codecs = Table::ALL.map(Codecs::new);
     for b in batches {
         for p in b.split(&mut scratch) {
             let f = match files.entry((p.table, p.switch, p.hour)) {
@@ -163,6 +172,7 @@ pub fn encode_batches(
                     &p.table.schema(),
                     file_properties(Vec::new()),
                     EncodeOptions::from(cfg),
+                    &codecs[p.table as usize],
                 )?),
             };
             f.write(&p)?;
@@ -346,12 +356,13 @@ impl<W: Write + Send> std::fmt::Debug for IntFile<W> {
 
 impl<W: Write + Send> IntFile<W> {
     /// Opens a file for `schema` (an INT table's) with `props` (their key-value metadata is
-    /// kept; `ARROW:schema` is added).
+    /// kept; `ARROW:schema` is added), its columns' codec decisions shared through `codecs`.
     pub(crate) fn try_new(
         file: W,
         schema: &arrow_schema::Schema,
         props: WriterProperties,
         opts: EncodeOptions,
+        codecs: &Codecs,
     ) -> Result<Self> {
         let descr = ArrowSchemaConverter::new().convert(schema)?;
         let mut props = props;
@@ -362,7 +373,8 @@ impl<W: Write + Send> IntFile<W> {
             .fields()
             .iter()
             .zip(&descrs)
-            .map(|(f, d)| Column::new(f.name(), f.data_type(), d))
+            .enumerate()
+            .map(|(i, (f, d))| Column::new(f.name(), f.data_type(), d, codecs.column(i)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             file,
@@ -488,10 +500,14 @@ impl<W: Write + Send> IntFile<W> {
 /// Whether a column's next page is worth compressing: after a page the codec shrank by less
 /// than 1/16, the next [`Squeeze::SKIP`] pages are written as they are (random-looking columns
 /// such as device timestamps and latencies, where the codec's pass cost CPU for nothing), then
-/// it tries again.
-#[derive(Debug, Default)]
+/// it tries again. One decision per column of a table, shared by the table's files
+/// ([`Codecs`]): a new file does not try again what the others just found useless, and the
+/// pages it skips count down for all of them.
+#[derive(Debug, Default, Clone)]
 struct Squeeze {
-    skip: u8,
+    /// Pages left to write uncompressed (one writer thread uses it: `Relaxed` loads and stores,
+    /// no read-modify-write).
+    skip: Arc<AtomicU8>,
 }
 
 impl Squeeze {
@@ -500,19 +516,41 @@ impl Squeeze {
     /// The options for the next page (the codec off while skipping).
     fn opts(&self, opts: &EncodeOptions) -> EncodeOptions {
         let mut o = *opts;
-        if self.skip > 0 {
+        if self.skip.load(Relaxed) > 0 {
             o.codec = crate::parquet::Codec::None;
         }
         o
     }
 
     /// Learns from a page that grew the chunk by `written` bytes, `raw` before compression.
-    fn learn(&mut self, written: u64, raw: u64) {
-        if self.skip > 0 {
-            self.skip -= 1;
+    fn learn(&self, written: u64, raw: u64) {
+        let skip = self.skip.load(Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Relaxed);
         } else if written * 16 > raw * 15 {
-            self.skip = Self::SKIP;
+            self.skip.store(Self::SKIP, Relaxed);
         }
+    }
+}
+
+/// The codec decisions of one table's columns ([`Squeeze`]), shared by the files of the table
+/// opened with it (clones share them).
+#[derive(Debug, Clone)]
+pub(crate) struct Codecs(Arc<[Squeeze]>);
+
+impl Codecs {
+    /// Fresh decisions (every column compressed until a page says otherwise) for `table`.
+    pub(crate) fn new(table: Table) -> Self {
+        Self(
+            (0..table.schema().fields().len())
+                .map(|_| Squeeze::default())
+                .collect(),
+        )
+    }
+
+    /// Column `i`'s decision (a fresh one past the table's columns).
+    fn column(&self, i: usize) -> Squeeze {
+        self.0.get(i).cloned().unwrap_or_default()
     }
 }
 
@@ -531,13 +569,13 @@ enum Column {
 }
 
 impl Column {
-    fn new(name: &str, dt: &DataType, descr: &ColumnDescPtr) -> Result<Self> {
+    fn new(name: &str, dt: &DataType, descr: &ColumnDescPtr, squeeze: Squeeze) -> Result<Self> {
         let nullable = descr.max_def_level() > 0;
         if *dt == DataType::Boolean {
-            return Ok(Self::Bool(BoolColumn::new(nullable)));
+            return Ok(Self::Bool(BoolColumn::new(Pages::new(nullable, squeeze))));
         }
         if SPLIT_COLUMNS.contains(&name) && descr.physical_type() == PhysicalType::INT32 {
-            return Ok(Self::Split(SplitColumn::new(nullable)));
+            return Ok(Self::Split(SplitColumn::new(Pages::new(nullable, squeeze))));
         }
         let dict_kind = match dt {
             DataType::FixedSizeBinary(16) => Some(DictKind::Flba16),
@@ -550,7 +588,10 @@ impl Column {
             _ => None,
         };
         if let Some(kind) = dict_kind {
-            return Ok(Self::Dict(Box::new(DictColumn::new(kind, nullable))));
+            return Ok(Self::Dict(Box::new(DictColumn::new(
+                kind,
+                Pages::new(nullable, squeeze),
+            ))));
         }
         let signed = match dt {
             DataType::Timestamp(..) | DataType::Int64 => true,
@@ -568,7 +609,7 @@ impl Column {
         Ok(Self::Delta {
             state: Box::new(state),
             int32,
-            squeeze: Squeeze::default(),
+            squeeze,
         })
     }
 
@@ -685,7 +726,7 @@ struct Pages {
 }
 
 impl Pages {
-    fn new(nullable: bool) -> Self {
+    fn new(nullable: bool, squeeze: Squeeze) -> Self {
         Self {
             nullable,
             page_rows: 0,
@@ -697,7 +738,7 @@ impl Pages {
             chunk_rows: 0,
             chunk_nulls: 0,
             encodings: Vec::new(),
-            squeeze: Squeeze::default(),
+            squeeze,
         }
     }
 
@@ -879,9 +920,9 @@ struct BoolColumn {
 }
 
 impl BoolColumn {
-    fn new(nullable: bool) -> Self {
+    fn new(pages: Pages) -> Self {
         Self {
-            pages: Pages::new(nullable),
+            pages,
             bits: Vec::new(),
             n: 0,
         }
@@ -941,9 +982,9 @@ struct SplitColumn {
 }
 
 impl SplitColumn {
-    fn new(nullable: bool) -> Self {
+    fn new(pages: Pages) -> Self {
         Self {
-            pages: Pages::new(nullable),
+            pages,
             vals: Vec::new(),
             min_max: None,
         }
@@ -1032,10 +1073,10 @@ const NEAR: usize = 4096;
 const MISSING: u32 = u32::MAX;
 
 impl DictColumn {
-    fn new(kind: DictKind, nullable: bool) -> Self {
+    fn new(kind: DictKind, pages: Pages) -> Self {
         Self {
             kind,
-            pages: Pages::new(nullable),
+            pages,
             keys: Vec::new(),
             str_bytes: Vec::new(),
             str_ends: Vec::new(),
@@ -1725,12 +1766,82 @@ mod tests {
             got.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
             want.keys().copied().collect::<Vec<_>>()
         );
+        // (Not byte for byte: the files of a table share their codec decisions.)
         for (k, bytes) in got {
-            assert!(
-                bytes == encode_in_memory(&want[&k], &cfg).unwrap(),
+            assert_eq!(
+                read(bytes),
+                read(encode_in_memory(&want[&k], &cfg).unwrap()),
                 "{k:?}: not the file of its rows"
             );
         }
+    }
+
+    /// The files of a table share whether compressing a column pays: a column the codec could
+    /// not shrink in one file is written uncompressed in the next file for the 16 pages the
+    /// decision holds, although it compresses there, and compressed again from the page that
+    /// tries the codec again on. Read back by pyarrow: every value, and each row group's (one
+    /// page each) compressed and uncompressed sizes.
+    #[test]
+    fn files_of_a_table_share_the_codec_decision() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = IntSinkConfig {
+            compression: Codec::Lz4,
+            row_group_rows: PAGE_ROWS,
+            ..IntSinkConfig::for_test(dir.path())
+        };
+        let t0 = 1_700_000_000_000_000_000i64;
+        // Switch 1: one page of random sequence numbers (nothing for the codec). Switch 2,
+        // after it: 18 pages of sequence numbers that step by 1 (DELTA of equal steps, which
+        // the codec shrinks to almost nothing).
+        let (a, b) = (PAGE_ROWS, 18 * PAGE_ROWS);
+        let mut first = IntBatch::with_capacity(1, 1);
+        for i in 0..a {
+            let ts = t0 + i as i64;
+            first
+                .drops
+                .row(ts, 1)
+                .seq(Some(mix(i as u64) as u32))
+                .done();
+        }
+        let mut second = IntBatch::with_capacity(1, 1);
+        for i in 0..b {
+            let ts = t0 + i as i64;
+            second.drops.row(ts, 2).seq(Some(i as u32)).done();
+        }
+        let want = [first.clone(), second.clone()].map(|mut x| {
+            let [_, _, (_, rb)] = x.finish().unwrap();
+            rb
+        });
+        let files = encode_batches(&[first, second], &cfg).unwrap();
+        assert_eq!(files.len(), 2, "a file per switch");
+        for ((_, bytes), rb) in files.iter().zip(&want) {
+            assert_same(bytes.clone(), rb, Table::Drops, "shared codec decision");
+        }
+        for (k, bytes) in &files {
+            std::fs::write(dir.path().join(format!("{}.parquet", k.1)), bytes).unwrap();
+        }
+        let got = stel_testkit::python3_json(&format!(
+            r#"
+import json, pyarrow.parquet as pq
+out = {{}}
+for sw in [1, 2]:
+    f = pq.ParquetFile(f"{dir}/{{sw}}.parquet")
+    md = f.metadata
+    c = f.schema_arrow.get_field_index("seq")
+    rgs = [md.row_group(g).column(c) for g in range(md.num_row_groups)]
+    out[sw] = {{"rows": md.num_rows, "seq": f.read().column("seq").to_pylist()[:3],
+               "compressed": [x.total_compressed_size < x.total_uncompressed_size for x in rgs]}}
+print(json.dumps(out))
+"#,
+            dir = dir.path().to_str().unwrap()
+        ));
+        assert_eq!(got["1"]["rows"], a, "{got}");
+        assert_eq!(got["2"]["rows"], b, "{got}");
+        assert_eq!(got["2"]["seq"], serde_json::json!([0, 1, 2]), "{got}");
+        assert_eq!(got["1"]["compressed"], serde_json::json!([false]), "{got}");
+        let mut second = vec![false; Squeeze::SKIP as usize];
+        second.extend([true, true]);
+        assert_eq!(got["2"]["compressed"], serde_json::json!(second), "{got}");
     }
 
     /// pyarrow and DuckDB read every table exactly as they read parquet's `ArrowWriter` output of

@@ -14,7 +14,7 @@ use std::{
 use ::parquet::file::metadata::KeyValue;
 
 use super::{
-    encode::{file_properties, IntFile},
+    encode::{file_properties, Codecs, IntFile},
     stats::Counters,
     tree::for_each_file,
     IntBatch, IntSinkConfig, Piece, Table, NS_PER_HOUR,
@@ -69,6 +69,9 @@ pub(crate) struct Writer {
     /// A batch's rows regrouped per (table, switch, hour) when it mixes switches (buffers
     /// kept from batch to batch: as big as the largest batch so far).
     regrouped: IntBatch,
+    /// Per table (`Table::ALL` order), whether compressing each column pays: shared by the
+    /// table's files, so a new file does not try the codec where the others found it useless.
+    codecs: [Codecs; 3],
     last_retention: Instant,
     log_err: LogLimiter,
 }
@@ -95,6 +98,7 @@ impl Writer {
             history: History::default(),
             paused_until: None,
             regrouped: IntBatch::default(),
+            codecs: Table::ALL.map(Codecs::new),
             last_retention: Instant::now(),
             log_err: LogLimiter::new(Duration::from_secs(10)),
         }
@@ -305,6 +309,7 @@ impl Writer {
             &table.schema(),
             props,
             EncodeOptions::from(&self.cfg),
+            &self.codecs[table as usize],
         ) {
             Ok(w) => w,
             Err(e) => {
