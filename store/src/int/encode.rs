@@ -446,8 +446,9 @@ impl<W: Write + Send> IntFile<W> {
             return Ok(());
         }
         let opts = self.opts;
+        let full = self.rows_in_page >= opts.page_rows;
         for c in &mut self.cols {
-            c.finish_page(&opts)?;
+            c.finish_page(&opts, full)?;
         }
         self.rows_in_page = 0;
         Ok(())
@@ -523,11 +524,14 @@ impl Squeeze {
     }
 
     /// Learns from a page that grew the chunk by `written` bytes, `raw` before compression.
-    fn learn(&self, written: u64, raw: u64) {
+    /// Only a `full` page (`page_rows` rows) turns the codec off: a file's short last page
+    /// (a few rows the codec cannot shrink by 1/16) says little about the column, and the
+    /// table's other files would skip the codec on pages it shrinks.
+    fn learn(&self, written: u64, raw: u64, full: bool) {
         let skip = self.skip.load(Relaxed);
         if skip > 0 {
             self.skip.store(skip - 1, Relaxed);
-        } else if written * 16 > raw * 15 {
+        } else if full && written * 16 > raw * 15 {
             self.skip.store(Self::SKIP, Relaxed);
         }
     }
@@ -650,13 +654,14 @@ impl Column {
         Ok(())
     }
 
-    fn finish_page(&mut self, opts: &EncodeOptions) -> Result<()> {
+    /// Ends the open page (`full`: of `page_rows` rows).
+    fn finish_page(&mut self, opts: &EncodeOptions, full: bool) -> Result<()> {
         match self {
             Self::Delta { state, squeeze, .. } => {
                 let (c0, u0) = state.chunk_sizes();
                 state.finish_page(&squeeze.opts(opts))?;
                 let (c1, u1) = state.chunk_sizes();
-                squeeze.learn(c1 - c0, u1 - u0);
+                squeeze.learn(c1 - c0, u1 - u0, full);
                 Ok(())
             }
             Self::Dict(d) => d.finish_page(opts),
@@ -792,8 +797,11 @@ impl Pages {
                 &mut s.borrow_mut(),
             )
         })?;
-        self.squeeze
-            .learn(spec.compressed_size as u64, spec.uncompressed_size as u64);
+        self.squeeze.learn(
+            spec.compressed_size as u64,
+            spec.uncompressed_size as u64,
+            self.page_rows as usize >= opts.page_rows,
+        );
         self.chunk_compressed += spec.compressed_size as u64;
         self.chunk_uncompressed += spec.uncompressed_size as u64;
         self.chunk_rows += u64::from(self.page_rows);
@@ -1777,10 +1785,11 @@ mod tests {
     }
 
     /// The files of a table share whether compressing a column pays: a column the codec could
-    /// not shrink in one file is written uncompressed in the next file for the 16 pages the
-    /// decision holds, although it compresses there, and compressed again from the page that
-    /// tries the codec again on. Read back by pyarrow: every value, and each row group's (one
-    /// page each) compressed and uncompressed sizes.
+    /// not shrink in one file's full page is written uncompressed in the next file for the 16
+    /// pages the decision holds, although it compresses there, and compressed again from the
+    /// page that tries the codec again on; a file's short last page the codec cannot shrink
+    /// does not turn it off for the next file. Read back by pyarrow: every value, and each row
+    /// group's (one page each) compressed and uncompressed sizes.
     #[test]
     fn files_of_a_table_share_the_codec_decision() {
         let dir = tempfile::tempdir().unwrap();
@@ -1790,41 +1799,50 @@ mod tests {
             ..IntSinkConfig::for_test(dir.path())
         };
         let t0 = 1_700_000_000_000_000_000i64;
-        // Switch 1: one page of random sequence numbers (nothing for the codec). Switch 2,
-        // after it: 18 pages of sequence numbers that step by 1 (DELTA of equal steps, which
-        // the codec shrinks to almost nothing).
-        let (a, b) = (PAGE_ROWS, 18 * PAGE_ROWS);
-        let mut first = IntBatch::with_capacity(1, 1);
-        for i in 0..a {
-            let ts = t0 + i as i64;
-            first
-                .drops
-                .row(ts, 1)
-                .seq(Some(mix(i as u64) as u32))
-                .done();
-        }
-        let mut second = IntBatch::with_capacity(1, 1);
-        for i in 0..b {
-            let ts = t0 + i as i64;
-            second.drops.row(ts, 2).seq(Some(i as u32)).done();
-        }
-        let want = [first.clone(), second.clone()].map(|mut x| {
-            let [_, _, (_, rb)] = x.finish().unwrap();
-            rb
-        });
-        let files = encode_batches(&[first, second], &cfg).unwrap();
-        assert_eq!(files.len(), 2, "a file per switch");
-        for ((_, bytes), rb) in files.iter().zip(&want) {
-            assert_same(bytes.clone(), rb, Table::Drops, "shared codec decision");
-        }
+        // Random sequence numbers (nothing for the codec), or ones that step by 1 (DELTA of
+        // equal steps, which the codec shrinks to almost nothing).
+        let rows = |switch: u32, n: usize, random: bool| {
+            let mut b = IntBatch::with_capacity(1, 1);
+            for i in 0..n {
+                let seq = if random {
+                    mix(i as u64) as u32
+                } else {
+                    i as u32
+                };
+                b.drops.row(t0 + i as i64, switch).seq(Some(seq)).done();
+            }
+            b
+        };
+        // Switch 1: one full page, random. Switch 2, after it: 18 full pages, stepping.
+        // Switches 0 and 3: a short page each, random and stepping, ended when the files are
+        // closed (in switch order, after the full pages).
+        // (129 rows: 128 deltas, a whole DELTA block, no zero padding for the codec.)
+        let sizes = [129, PAGE_ROWS, 18 * PAGE_ROWS, PAGE_ROWS / 2];
+        let batches = [
+            rows(1, sizes[1], true),
+            rows(2, sizes[2], false),
+            rows(0, sizes[0], true),
+            rows(3, sizes[3], false),
+        ];
+        let files = encode_batches(&batches, &cfg).unwrap();
+        assert_eq!(files.len(), 4, "a file per switch");
         for (k, bytes) in &files {
-            std::fs::write(dir.path().join(format!("{}.parquet", k.1)), bytes).unwrap();
+            let sw = k.1 as usize;
+            let mut b = batches
+                .iter()
+                .find(|b| b.drops.view().switch_id[0] == k.1)
+                .unwrap()
+                .clone();
+            let [_, _, (_, rb)] = b.finish().unwrap();
+            assert_eq!(rb.num_rows(), sizes[sw]);
+            assert_same(bytes.clone(), &rb, Table::Drops, "shared codec decision");
+            std::fs::write(dir.path().join(format!("{sw}.parquet")), bytes).unwrap();
         }
         let got = stel_testkit::python3_json(&format!(
             r#"
 import json, pyarrow.parquet as pq
 out = {{}}
-for sw in [1, 2]:
+for sw in range(4):
     f = pq.ParquetFile(f"{dir}/{{sw}}.parquet")
     md = f.metadata
     c = f.schema_arrow.get_field_index("seq")
@@ -1835,13 +1853,17 @@ print(json.dumps(out))
 "#,
             dir = dir.path().to_str().unwrap()
         ));
-        assert_eq!(got["1"]["rows"], a, "{got}");
-        assert_eq!(got["2"]["rows"], b, "{got}");
+        for (sw, n) in sizes.iter().enumerate() {
+            assert_eq!(got[sw.to_string()]["rows"], *n, "{got}");
+        }
         assert_eq!(got["2"]["seq"], serde_json::json!([0, 1, 2]), "{got}");
         assert_eq!(got["1"]["compressed"], serde_json::json!([false]), "{got}");
         let mut second = vec![false; Squeeze::SKIP as usize];
         second.extend([true, true]);
         assert_eq!(got["2"]["compressed"], serde_json::json!(second), "{got}");
+
+        assert_eq!(got["0"]["compressed"], serde_json::json!([false]), "{got}");
+        assert_eq!(got["3"]["compressed"], serde_json::json!([true]), "{got}");
     }
 
     /// pyarrow and DuckDB read every table exactly as they read parquet's `ArrowWriter` output of
