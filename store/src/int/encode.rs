@@ -498,41 +498,55 @@ impl<W: Write + Send> IntFile<W> {
     }
 }
 
-/// Whether a column's next page is worth compressing: after a page the codec shrank by less
-/// than 1/16, the next [`Squeeze::SKIP`] pages are written as they are (random-looking columns
-/// such as device timestamps and latencies, where the codec's pass cost CPU for nothing), then
-/// it tries again. One decision per column of a table, shared by the table's files
-/// ([`Codecs`]): a new file does not try again what the others just found useless, and the
-/// pages it skips count down for all of them.
+/// Whether a column's next page is worth compressing: after a full page the codec shrank by
+/// less than 1/16, the next [`Squeeze::SKIP`] pages are written as they are (random-looking
+/// columns such as device timestamps and latencies, where the codec's pass cost CPU for
+/// nothing), then it tries again. The count is shared by the table's files ([`Codecs`]): a new
+/// file does not try again what the others just found useless, and the pages it skips count
+/// down for all of them. A file whose own last full page the codec did shrink keeps
+/// compressing whatever the others found (a column that compresses for one switch and not for
+/// another).
 #[derive(Debug, Default, Clone)]
 struct Squeeze {
-    /// Pages left to write uncompressed (one writer thread uses it: `Relaxed` loads and stores,
-    /// no read-modify-write).
+    /// Pages left to write uncompressed, shared (one writer thread uses it: `Relaxed` loads
+    /// and stores, no read-modify-write).
     skip: Arc<AtomicU8>,
+    /// This file's last full page tried shrank by 1/16 or more.
+    pays: bool,
 }
 
 impl Squeeze {
     const SKIP: u8 = 16;
 
+    /// Whether the next page goes through the codec.
+    fn tries(&self) -> bool {
+        self.pays || self.skip.load(Relaxed) == 0
+    }
+
     /// The options for the next page (the codec off while skipping).
     fn opts(&self, opts: &EncodeOptions) -> EncodeOptions {
         let mut o = *opts;
-        if self.skip.load(Relaxed) > 0 {
+        if !self.tries() {
             o.codec = crate::parquet::Codec::None;
         }
         o
     }
 
-    /// Learns from a page that grew the chunk by `written` bytes, `raw` before compression.
-    /// Only a `full` page (`page_rows` rows) turns the codec off: a file's short last page
-    /// (a few rows the codec cannot shrink by 1/16) says little about the column, and the
-    /// table's other files would skip the codec on pages it shrinks.
-    fn learn(&self, written: u64, raw: u64, full: bool) {
+    /// Learns from the page [`Self::opts`] was for, which grew the chunk by `written` bytes,
+    /// `raw` before compression. Only a `full` page (`page_rows` rows) decides: a file's short
+    /// last page (a few rows the codec cannot shrink by 1/16) says little about the column, and
+    /// the table's other files would skip the codec on pages it shrinks.
+    fn learn(&mut self, written: u64, raw: u64, full: bool) {
+        if full && self.tries() {
+            self.pays = written * 16 <= raw * 15;
+            if !self.pays {
+                self.skip.store(Self::SKIP, Relaxed);
+                return;
+            }
+        }
         let skip = self.skip.load(Relaxed);
         if skip > 0 {
             self.skip.store(skip - 1, Relaxed);
-        } else if full && written * 16 > raw * 15 {
-            self.skip.store(Self::SKIP, Relaxed);
         }
     }
 }
@@ -1784,86 +1798,123 @@ mod tests {
         }
     }
 
-    /// The files of a table share whether compressing a column pays: a column the codec could
-    /// not shrink in one file's full page is written uncompressed in the next file for the 16
-    /// pages the decision holds, although it compresses there, and compressed again from the
-    /// page that tries the codec again on; a file's short last page the codec cannot shrink
-    /// does not turn it off for the next file. Read back by pyarrow: every value, and each row
-    /// group's (one page each) compressed and uncompressed sizes.
-    #[test]
-    fn files_of_a_table_share_the_codec_decision() {
+    /// `n` drop rows of `switch` whose sequence numbers are random (nothing for the codec) or
+    /// step by 1 (DELTA of equal steps, which the codec shrinks to almost nothing).
+    fn drops_seq(switch: u32, n: usize, random: bool) -> IntBatch {
+        let mut b = IntBatch::with_capacity(1, 1);
+        for i in 0..n {
+            let seq = if random {
+                mix(i as u64) as u32
+            } else {
+                i as u32
+            };
+            let ts = 1_700_000_000_000_000_000 + i as i64;
+            b.drops.row(ts, switch).seq(Some(seq)).done();
+        }
+        b
+    }
+
+    /// `batches` (drop rows, one switch each) through [`encode_batches`] with LZ4 and a row
+    /// group per page; each file's values checked, then per switch as pyarrow reads the
+    /// files: rows and whether each row group's (page's) `seq` is compressed.
+    fn seq_pages_compressed(batches: &[IntBatch]) -> serde_json::Value {
         let dir = tempfile::tempdir().unwrap();
         let cfg = IntSinkConfig {
             compression: Codec::Lz4,
             row_group_rows: PAGE_ROWS,
             ..IntSinkConfig::for_test(dir.path())
         };
-        let t0 = 1_700_000_000_000_000_000i64;
-        // Random sequence numbers (nothing for the codec), or ones that step by 1 (DELTA of
-        // equal steps, which the codec shrinks to almost nothing).
-        let rows = |switch: u32, n: usize, random: bool| {
-            let mut b = IntBatch::with_capacity(1, 1);
-            for i in 0..n {
-                let seq = if random {
-                    mix(i as u64) as u32
-                } else {
-                    i as u32
-                };
-                b.drops.row(t0 + i as i64, switch).seq(Some(seq)).done();
-            }
-            b
-        };
+        let files = encode_batches(batches, &cfg).unwrap();
+        let mut want: std::collections::BTreeMap<u32, Vec<IntBatch>> = Default::default();
+        for b in batches {
+            want.entry(b.drops.view().switch_id[0])
+                .or_default()
+                .push(b.clone());
+        }
+        assert_eq!(files.len(), want.len(), "a file per switch");
+        for (k, bytes) in &files {
+            let rbs: Vec<RecordBatch> = want[&k.1]
+                .iter()
+                .map(|b| {
+                    let [_, _, (_, rb)] = b.clone().finish().unwrap();
+                    rb
+                })
+                .collect();
+            let rb = arrow_select::concat::concat_batches(&Table::Drops.schema(), &rbs).unwrap();
+            assert_same(bytes.clone(), &rb, Table::Drops, "shared codec decision");
+            std::fs::write(dir.path().join(format!("{}.parquet", k.1)), bytes).unwrap();
+        }
+        stel_testkit::python3_json(&format!(
+            r#"
+import glob, json, os, pyarrow.parquet as pq
+out = {{}}
+for path in glob.glob(f"{dir}/*.parquet"):
+    f = pq.ParquetFile(path)
+    md = f.metadata
+    c = f.schema_arrow.get_field_index("seq")
+    rgs = [md.row_group(g).column(c) for g in range(md.num_row_groups)]
+    out[os.path.basename(path).split(".")[0]] = {{"rows": md.num_rows,
+        "compressed": [x.total_compressed_size < x.total_uncompressed_size for x in rgs]}}
+print(json.dumps(out))
+"#,
+            dir = dir.path().to_str().unwrap()
+        ))
+    }
+
+    /// The files of a table share whether compressing a column pays: a column the codec could
+    /// not shrink in one file's full page is written uncompressed in the next file for the 16
+    /// pages the decision holds, although it compresses there, and compressed again from the
+    /// page that tries the codec again on; a file's short last page the codec cannot shrink
+    /// does not turn it off for the next file.
+    #[test]
+    fn files_of_a_table_share_the_codec_decision() {
         // Switch 1: one full page, random. Switch 2, after it: 18 full pages, stepping.
         // Switches 0 and 3: a short page each, random and stepping, ended when the files are
         // closed (in switch order, after the full pages).
         // (129 rows: 128 deltas, a whole DELTA block, no zero padding for the codec.)
-        let sizes = [129, PAGE_ROWS, 18 * PAGE_ROWS, PAGE_ROWS / 2];
-        let batches = [
-            rows(1, sizes[1], true),
-            rows(2, sizes[2], false),
-            rows(0, sizes[0], true),
-            rows(3, sizes[3], false),
-        ];
-        let files = encode_batches(&batches, &cfg).unwrap();
-        assert_eq!(files.len(), 4, "a file per switch");
-        for (k, bytes) in &files {
-            let sw = k.1 as usize;
-            let mut b = batches
-                .iter()
-                .find(|b| b.drops.view().switch_id[0] == k.1)
-                .unwrap()
-                .clone();
-            let [_, _, (_, rb)] = b.finish().unwrap();
-            assert_eq!(rb.num_rows(), sizes[sw]);
-            assert_same(bytes.clone(), &rb, Table::Drops, "shared codec decision");
-            std::fs::write(dir.path().join(format!("{sw}.parquet")), bytes).unwrap();
+        let got = seq_pages_compressed(&[
+            drops_seq(1, PAGE_ROWS, true),
+            drops_seq(2, 18 * PAGE_ROWS, false),
+            drops_seq(0, 129, true),
+            drops_seq(3, PAGE_ROWS / 2, false),
+        ]);
+        for (sw, n) in [129, PAGE_ROWS, 18 * PAGE_ROWS, PAGE_ROWS / 2]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(got[sw.to_string()]["rows"], n, "{got}");
         }
-        let got = stel_testkit::python3_json(&format!(
-            r#"
-import json, pyarrow.parquet as pq
-out = {{}}
-for sw in range(4):
-    f = pq.ParquetFile(f"{dir}/{{sw}}.parquet")
-    md = f.metadata
-    c = f.schema_arrow.get_field_index("seq")
-    rgs = [md.row_group(g).column(c) for g in range(md.num_row_groups)]
-    out[sw] = {{"rows": md.num_rows, "seq": f.read().column("seq").to_pylist()[:3],
-               "compressed": [x.total_compressed_size < x.total_uncompressed_size for x in rgs]}}
-print(json.dumps(out))
-"#,
-            dir = dir.path().to_str().unwrap()
-        ));
-        for (sw, n) in sizes.iter().enumerate() {
-            assert_eq!(got[sw.to_string()]["rows"], *n, "{got}");
-        }
-        assert_eq!(got["2"]["seq"], serde_json::json!([0, 1, 2]), "{got}");
         assert_eq!(got["1"]["compressed"], serde_json::json!([false]), "{got}");
         let mut second = vec![false; Squeeze::SKIP as usize];
         second.extend([true, true]);
         assert_eq!(got["2"]["compressed"], serde_json::json!(second), "{got}");
-
         assert_eq!(got["0"]["compressed"], serde_json::json!([false]), "{got}");
         assert_eq!(got["3"]["compressed"], serde_json::json!([true]), "{got}");
+    }
+
+    /// A file whose own pages the codec shrinks keeps compressing while another file of the
+    /// table, its pages interleaved with them, finds the codec useless for the same column.
+    #[test]
+    fn a_file_the_codec_pays_for_keeps_it_whatever_the_others_find() {
+        let batches: Vec<IntBatch> = (0..4)
+            .flat_map(|_| {
+                [
+                    drops_seq(1, PAGE_ROWS, false),
+                    drops_seq(2, PAGE_ROWS, true),
+                ]
+            })
+            .collect();
+        let got = seq_pages_compressed(&batches);
+        assert_eq!(
+            got["1"]["compressed"],
+            serde_json::json!([true, true, true, true]),
+            "{got}"
+        );
+        assert_eq!(
+            got["2"]["compressed"],
+            serde_json::json!([false, false, false, false]),
+            "{got}"
+        );
     }
 
     /// pyarrow and DuckDB read every table exactly as they read parquet's `ArrowWriter` output of
