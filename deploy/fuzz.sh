@@ -10,8 +10,8 @@
 #
 # --release: optimised build (far more inputs per second) keeping debug assertions and overflow
 # checks. --corpus DIR: keep each target's corpus in DIR/<target> across runs (default: a temp
-# dir). Crashing inputs go to DIR/crashes (or the temp dir), printed on failure; replay one with
-# `<target binary> <input>`.
+# dir); ingest/fuzz/seeds/<target> is read as well. Crashing inputs go to DIR/crashes (or the
+# temp dir), printed on failure; replay one with `<target binary> <input>`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,8 +69,12 @@ for t in "${targets[@]}"; do
     dir="${corpus:-$work/corpus}/$t"
     mkdir -p "$dir"
     log="$work/$t.log"
+    # Committed seeds (valid inputs from stel-emu: reports of every INT format, captures, an
+    # IPFIX stream) are read, never written: new inputs go to the first dir.
+    seeds=()
+    if [ -d "ingest/fuzz/seeds/$t" ]; then seeds=("ingest/fuzz/seeds/$t"); fi
     if "$CARGO_TARGET_DIR/$host/$profile/$t" -max_total_time="$seconds" -timeout="$timeout" \
-        -seed=1 -artifact_prefix="$crashes/$t-" "$dir" >"$log" 2>&1; then
+        -seed=1 -artifact_prefix="$crashes/$t-" "$dir" "${seeds[@]}" >"$log" 2>&1; then
         echo "fuzz.sh: $t: $(grep -E '^Done [0-9]+ runs' "$log" | tail -1), corpus $(find "$dir" -type f | wc -l) inputs"
     else
         echo "fuzz.sh: $t FAILED; the end of its log:" >&2
