@@ -11,7 +11,8 @@
 # --release: optimised build (far more inputs per second) keeping debug assertions and overflow
 # checks. --corpus DIR: keep each target's corpus in DIR/<target> across runs (default: a temp
 # dir); ingest/fuzz/seeds/<target> is read as well. Crashing inputs go to DIR/crashes (or the
-# temp dir), printed on failure; replay one with `<target binary> <input>`.
+# temp dir), printed on failure; replay one with `<target binary> <input>`. --timeout N: an
+# input running longer than N seconds (default 30) is a failure (a loop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --release) release=1; shift ;;
     --corpus) corpus="$2"; shift 2 ;;
     --timeout) timeout="$2"; shift 2 ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
     esac

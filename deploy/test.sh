@@ -22,8 +22,8 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
-# Every fuzz target built with coverage instrumentation and fuzzed 10 s from its seeds
-# (debug: assertions and overflow checks on): ~2.5 min cold, ~1.5 min warm.
+# Every fuzz target built with coverage instrumentation and fuzzed 10 s from its seeds (debug:
+# assertions and overflow checks on): ~4-5 min cold (the instrumented build), ~1.5 min warm.
 bash deploy/fuzz.sh --seconds 10
 cargo run --release -p stel-benches --bin stel-bench -- decode --quick
 cargo run --release -p stel-benches --bin stel-bench -- parquet --quick
