@@ -533,19 +533,7 @@ fn int_reports_in_a_pcap_ingest_exactly_like_live_udp() {
     std::fs::write(&pcap, w.into_writer()).unwrap();
 
     let data = d.join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .arg("--input")
-        .arg(&pcap)
-        .arg("--int-kytos-evcs")
-        .arg(&evcs)
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["--no-inspect", "--json"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {err}", out.status);
-    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let fin = ingest_capture(&["--int-kytos-evcs".as_ref(), evcs.as_ref()], &pcap, &data);
     let i = Snapshot::from_json(&fin["metrics"]);
     assert_eq!(
         i.sum(Metric::InputIntDatagrams),
@@ -639,19 +627,11 @@ print(json.dumps(out))
     // AmLight (v1.0) report and the unknown version, counted; the empty one is kept.
     let cfg = d.join("filter.toml");
     std::fs::write(&cfg, "[int.filter]\nenabled = true\nversions = [0]\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--input")
-        .arg(&pcap)
-        .arg("--data-dir")
-        .arg(d.join("filtered"))
-        .args(["--no-inspect", "--json"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {err}", out.status);
-    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let fin = ingest_capture(
+        &["--config".as_ref(), cfg.as_ref()],
+        &pcap,
+        &d.join("filtered"),
+    );
     assert_eq!(
         fin["info"]["components"]["int"]["filter"]["kind"], "user_space",
         "{fin}"
@@ -1245,6 +1225,23 @@ print(json.dumps({{"reports": rep, "hops": hops, "drops": drops}}))
     );
 }
 
+/// `stel-ingestd [args] --input <pcap> --data-dir <data> --no-inspect --json` to the end of the
+/// capture: its final status (the run must succeed).
+fn ingest_capture(args: &[&std::ffi::OsStr], pcap: &Path, data: &Path) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args(args)
+        .arg("--input")
+        .arg(pcap)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--no-inspect", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
+}
+
 /// `payloads` as UDP datagrams (192.0.2.9:6000 → 10.0.0.1:5900, one per capture record) through
 /// `stel-ingestd --input <capture>` with no config file (the defaults a new user gets). Returns
 /// the temp dir (keep it alive), the data dir and the final status.
@@ -1273,17 +1270,7 @@ fn ingest_capture_at_defaults(payloads: &[Vec<u8>]) -> (tempfile::TempDir, PathB
     let pcap = dir.path().join("cases.pcap");
     std::fs::write(&pcap, w.into_writer()).unwrap();
     let data = dir.path().join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .arg("--input")
-        .arg(&pcap)
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["--no-inspect", "--json"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {err}", out.status);
-    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let fin = ingest_capture(&[], &pcap, &data);
     (dir, data, fin)
 }
 
@@ -1520,17 +1507,7 @@ fn the_emulators_defaults_show_drops_and_path_changes() {
     let u = |k: &str| truth[k].as_u64().unwrap();
     assert!(u("drops_sent") > 0, "{truth}");
     assert!(u("path_changes") > 0, "{truth}");
-    let out = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .arg("--input")
-        .arg(&pcap)
-        .arg("--data-dir")
-        .arg(d.join("data"))
-        .args(["--no-inspect", "--json"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {err}", out.status);
-    let fin: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let fin = ingest_capture(&[], &pcap, &d.join("data"));
     let s = metrics(&fin);
     assert_eq!(s.get(Metric::IntDecodedReports), u("reports_sent"), "{fin}");
     assert_eq!(
