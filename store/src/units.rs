@@ -2,25 +2,34 @@
 //! parser for every binary (`stel-emu --period 10us`, `stel-query --last 1h30m`,
 //! `--resolution 500ms`, `--speed 100G`, `[rollup] speed`).
 
-/// Parses a port speed into Mb/s: `100G`, `25g`, `400M`, or a bare number of Mb/s (`400000`).
+/// Parses a port speed into Mb/s: `100G`, `25g`, `400M`, or a bare number of Mb/s (`400000`,
+/// as SONiC's PORT table writes it).
 ///
 /// # Errors
-/// Anything else, or a speed that is not above 0.
+/// Anything else, a speed that is not above 0, or a bare number below 1000: read as Mb/s it
+/// would be a port slower than 1G, and `--speed 400` means 400G far more often than 400 Mb/s
+/// (write `400M` for that).
 pub fn parse_speed_mbps(s: &str) -> Result<f64, String> {
     let t = s.trim().to_ascii_uppercase();
-    let (num, mul) = if let Some(n) = t.strip_suffix('G') {
-        (n, 1000.0)
+    let (num, mul, bare) = if let Some(n) = t.strip_suffix('G') {
+        (n, 1000.0, false)
     } else if let Some(n) = t.strip_suffix('M') {
-        (n, 1.0)
+        (n, 1.0, false)
     } else {
-        (t.as_str(), 1.0)
+        (t.as_str(), 1.0, true)
     };
-    num.trim()
+    let v = num
+        .trim()
         .parse::<f64>()
         .ok()
         .filter(|v| *v > 0.0 && v.is_finite())
-        .map(|v| v * mul)
-        .ok_or_else(|| format!("`{s}` is not a port speed (examples: 100G, 25G, 400000)"))
+        .ok_or_else(|| format!("`{s}` is not a port speed (examples: 100G, 25G, 400000)"))?;
+    if bare && v < 1000.0 {
+        return Err(format!(
+            "`{s}` is ambiguous: a bare number is Mb/s (SONiC's PORT speed, e.g. 400000), so it would be {v} Mb/s; write {v}G for {v} Gb/s, or {v}M if Mb/s is meant"
+        ));
+    }
+    Ok(v * mul)
 }
 
 /// Parses a duration into ns: one or more `<number><unit>` parts (`10us`, `1.5s`, `1h30m`,
@@ -87,9 +96,14 @@ mod tests {
         assert_eq!(s(" 25g "), Ok(25_000.0));
         assert_eq!(s("400M"), Ok(400.0));
         assert_eq!(s("400000"), Ok(400_000.0));
+        assert_eq!(s("1000"), Ok(1_000.0));
         for bad in ["", "fast", "0G", "-1", "infG"] {
             assert!(s(bad).is_err(), "{bad}");
         }
+        // A bare number below 1000 is a unit left out, not a sub-gigabit port.
+        let e = s("400").unwrap_err();
+        assert!(e.contains("400G") && e.contains("400M"), "{e}");
+        assert_eq!(s("100M"), Ok(100.0));
     }
 
     #[test]
