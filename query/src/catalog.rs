@@ -163,8 +163,9 @@ impl Location {
             std::fs::create_dir_all(&path)
                 .map_err(|e| Error::Usage(format!("cannot create {s}: {e}")))?;
         }
+        // A directory that is not there is a wrong flag (exit 2), not an empty answer.
         let dir = path.canonicalize().map_err(|_| {
-            Error::NotFound(format!(
+            Error::Usage(format!(
                 "no data directory {s} (pass --data-dir <dir|s3://bucket/prefix> or set STEL_DATA_DIR; the daemon writes to ./stel-data by default)"
             ))
         })?;

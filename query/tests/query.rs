@@ -334,6 +334,56 @@ fn history_top_sql_and_errors() {
         assert_eq!(r["stat"], "IF_IN_OCTETS");
         assert_eq!(r["value"].as_u64().unwrap(), b.values[i * w + c0]);
     }
+    // --limit counts rows (object × stat × snapshot); a cut says so on stderr and in the
+    // summary, an output that fits exactly does not.
+    let raw = |limit: &str, extra: &[&str]| {
+        let mut args = vec![
+            "history",
+            "-d",
+            d,
+            "-o",
+            "Ethernet4,Ethernet0",
+            "-s",
+            "IF_IN_OCTETS",
+            "--from",
+        ];
+        let (from, to) = (t(START), t(START + 100_000));
+        args.extend([from.as_str(), "--to", to.as_str(), "--limit", limit]);
+        args.extend(extra);
+        query(&args, &[])
+    };
+    let o = raw("5", &["--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.rows().len(), 5);
+    let summary = o
+        .json()
+        .into_iter()
+        .find(|v| v["type"] == "summary")
+        .unwrap();
+    assert_eq!(summary["data"]["truncated"], true, "{summary}");
+    let warning: Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert_eq!(warning["type"], "warning", "{}", o.stderr);
+    assert!(
+        warning["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("printed the first 5 rows only"),
+        "{warning}"
+    );
+    let o = raw("5", &["--csv"]);
+    assert_eq!(o.stdout.lines().count(), 6, "{}", o.stdout);
+    assert!(o.stderr.contains("raise --limit"), "{}", o.stderr);
+    for limit in ["20", "0"] {
+        let o = raw(limit, &["--json"]);
+        assert_eq!(o.rows().len(), 20, "--limit {limit}");
+        assert!(o.stderr.is_empty(), "--limit {limit}: {}", o.stderr);
+        let summary = o
+            .json()
+            .into_iter()
+            .find(|v| v["type"] == "summary")
+            .unwrap();
+        assert_eq!(summary["data"]["truncated"], false, "{summary}");
+    }
     // Bucketed: min/max/last of a 1 ms bucket.
     let o = query(
         &[
@@ -432,11 +482,14 @@ fn history_top_sql_and_errors() {
         "{}",
         o.stderr
     );
-    // Errors as one JSON line with --json; bad flags exit 2.
+    // Errors as one JSON line with --json; bad flags exit 2 — a data directory that is not
+    // there, an object or a stat the data does not have included (a script tells a typo from
+    // a quiet window).
     let o = query(&["rates", "-d", "/nonexistent/stel", "--json"], &[]);
-    assert_eq!(o.code, 1);
+    assert_eq!(o.code, 2);
     let e: Value = serde_json::from_str(o.stderr.trim()).unwrap();
     assert_eq!(e["type"], "error");
+    assert_eq!(e["data"]["exit_code"], 2);
     assert!(e["data"]["message"]
         .as_str()
         .unwrap()
@@ -445,9 +498,19 @@ fn history_top_sql_and_errors() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("is not a duration"), "{}", o.stderr);
     let o = query(&["rates", "-d", d, "-i", "Ethernet999"], &[]);
-    assert_eq!(o.code, 1);
+    assert_eq!(o.code, 2);
     assert!(
         o.stderr.contains("has no object Ethernet999"),
+        "{}",
+        o.stderr
+    );
+    let o = query(
+        &["history", "-d", d, "-o", "Ethernet0", "-s", "IF_IN_OCTETZ"],
+        &[],
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("does not carry IF_IN_OCTETZ"),
         "{}",
         o.stderr
     );
@@ -1080,6 +1143,19 @@ fn the_cli_speaks_operator() {
     let o = query(&["top", "-d", d, "--by", "drops"], &[]);
     assert_eq!(o.code, 1, "{}", o.stderr);
     assert!(o.stdout.starts_with("No drops in "), "{}", o.stdout);
+    assert!(!o.stdout.contains("RANK"), "{}", o.stdout);
+    // No bursts: said too, with the rule that found none.
+    let o = query(
+        &["top", "-d", d, "--by", "bursts", "--threshold", "200"],
+        &[],
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stdout.starts_with("No bursts in "), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("above 200% of its line rate for 10us"),
+        "{}",
+        o.stdout
+    );
     assert!(!o.stdout.contains("RANK"), "{}", o.stdout);
     // Bursts: the per-interface summary first, then the bursts.
     let o = query(

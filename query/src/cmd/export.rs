@@ -48,7 +48,9 @@ use crate::{
 ///
 /// Examples:
 ///   stel-query export /mnt/lake/stel --last 10m
-///   AWS_ENDPOINT_URL=http://minio:9000 AWS_ALLOW_HTTP=true stel-query export s3://lake/stel --from 2024-05-01T00:00:00Z --to 2024-05-01T01:00:00Z
+///   AWS_ENDPOINT_URL=http://minio:9000 AWS_ALLOW_HTTP=true \
+///       stel-query export s3://lake/stel \
+///       --from 2024-05-01T00:00:00Z --to 2024-05-01T01:00:00Z
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {

@@ -23,7 +23,8 @@ use crate::{
 ///
 /// Examples:
 ///   stel-query history -o Ethernet0 -s IF_IN_OCTETS --last 100us
-///   stel-query history --group QUEUE -o 'Ethernet0|3' -s CURR_OCCUPANCY_BYTES -r 1ms --agg max,avg --plot
+///   stel-query history --group QUEUE -o 'Ethernet0|3' -s CURR_OCCUPANCY_BYTES \
+///       -r 1ms --agg max,avg --plot
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -47,7 +48,9 @@ pub struct Args {
     /// Aggregates per bucket.
     #[arg(long, value_delimiter = ',', default_value = "min,max,avg,last")]
     pub agg: Vec<Agg>,
-    /// Most snapshots printed without --resolution.
+    /// Most rows printed without --resolution (a row is one object × stat at one snapshot;
+    /// 0 = no limit). When the window holds more, a warning on stderr says so and how to see
+    /// the rest.
     #[arg(long, default_value_t = 10_000)]
     pub limit: usize,
     /// Draw the values (avg per bucket, or raw): alone in the terminal (table output), with a
@@ -102,6 +105,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         .collect();
     let progress = Progress::new("history");
     let scanned;
+    // Without --resolution: the first snapshot not printed whole when --limit cut the output.
+    let mut cut = None;
     let mut tier = None;
     match a.resolution.as_deref() {
         None => {
@@ -116,6 +121,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     .iter()
                     .map(|n| Expr::Column(DfColumn::new_unqualified(n))),
             );
+            // Enough snapshots for `limit` rows and one more: whether the window holds more
+            // than is printed.
+            let snapshots = (a.limit > 0).then(|| a.limit.div_ceil(cols.len()) + 1);
             let df = cat
                 .ctx
                 .table(s.table.as_str())
@@ -123,15 +131,19 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 .filter(time_filter(&r))?
                 .select(sel)?
                 .sort(vec![col("ts").sort(true, false)])?
-                .limit(0, Some(a.limit))?;
+                .limit(0, snapshots)?;
             let mut stream = df.execute_stream().await?;
             let mut n = 0u64;
-            while let Some(b) = stream.next().await {
+            'snapshots: while let Some(b) = stream.next().await {
                 let b = b?;
-                n += b.num_rows() as u64;
                 let ts = b.column(0).as_primitive::<TimestampNanosecondType>();
                 for i in 0..b.num_rows() {
+                    n += 1;
                     for (c, (_, o, st)) in cols.iter().enumerate() {
+                        if a.limit > 0 && p.rows() >= a.limit as u64 {
+                            cut = Some(ts.value(i));
+                            break 'snapshots;
+                        }
                         let a = b
                             .column(c + 1)
                             .as_primitive::<arrow_array::types::UInt64Type>();
@@ -237,6 +249,16 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     if p.rows() == 0 {
         return Err(cat.empty_window(s, &r).await);
     }
+    if let Some(at) = cut {
+        crate::diag::warn(
+            &format!(
+                "history: printed the first {} rows only (--limit), stopping at the snapshot of {}; the window {r} holds more: narrow it (--last, --from/--to, -o, -s), bucket it (-r 1ms), or raise --limit (0: no limit)",
+                crate::output::thousands(a.limit as u64),
+                fmt_ts(at)
+            ),
+            json!({"limit": a.limit, "next_snapshot": fmt_ts(at)}),
+        );
+    }
     if want_plot {
         let labels = crate::chart::Labels {
             title: if a.resolution.is_some() {
@@ -250,8 +272,10 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             crate::output::human_count(v)
         })?;
     }
-    p.summary(json!({"rows": p.rows(), "snapshots_scanned": scanned,
+    p.summary(
+        json!({"rows": p.rows(), "snapshots_scanned": scanned, "truncated": cut.is_some(),
                      "elapsed_s": started.elapsed().as_secs_f64(),
-                     "tier": tier.unwrap_or_else(|| json!("raw"))}))?;
+                     "tier": tier.unwrap_or_else(|| json!("raw"))}),
+    )?;
     Ok(super::exit_for(p.rows()))
 }

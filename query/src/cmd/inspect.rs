@@ -57,7 +57,8 @@ use crate::{
 ///
 /// Examples:
 ///   stel-query inspect stel_demo --table --duration 10s
-///   stel-query inspect stel_demo --json --duration 1m -o Ethernet0 -s IF_IN_OCTETS
+///   stel-query inspect stel_demo --json --duration 1m \
+///       -o Ethernet0 -s IF_IN_OCTETS
 ///   stel-query inspect stel_demo --socket /run/stel/inspect.sock --every 100ms
 ///   stel-query inspect stel_demo --from-files -d /var/lib/stel
 #[derive(Debug, clap::Args)]

@@ -68,10 +68,10 @@ pub async fn int_only_catalog(data: &str, strict: bool) -> Result<Option<Catalog
 /// Questions about INT telemetry: flow latency, per-hop breakdown, drops, per-EVC latency.
 ///
 /// Examples:
-///   stel-query int flows --last 10m -n 10          # flows by worst end-to-end latency
-///   stel-query int hops --flow 1234567890          # per-hop latency and queues of one flow
-///   stel-query int drops --since 1h                # drops by switch and reason
-///   stel-query int evc --json                      # per-EVC p50/p99/max, jitter, loss, paths
+///   stel-query int flows --last 10m -n 10   # flows by worst end-to-end latency
+///   stel-query int hops --flow 1234567890   # one flow's per-hop latency, queues
+///   stel-query int drops --since 1h         # drops by switch and reason
+///   stel-query int evc --json               # per-EVC p50/p99/max, jitter, loss
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {

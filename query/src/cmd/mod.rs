@@ -31,24 +31,29 @@ use crate::{
 /// header). Rates are bytes/s as in SONiC (MB/s); --unit bits shows bits/s (Gb/s). Durations
 /// always take a unit (10s, 500ms, 1h30m). Unreadable or foreign Parquet files are skipped
 /// with a warning (--strict: an error).
-/// Exit codes: 0 rows printed, 1 no rows (an empty window, nothing matched), 2 error.
+/// Exit codes: 0 rows printed, 1 no rows (an empty window, nothing matched), 2 error (a bad
+/// flag, a missing data directory, an object or stat the data does not have).
 #[derive(Debug, Parser)]
 #[command(
     name = "stel-query",
     version,
     verbatim_doc_comment,
     after_help = "Examples:
-  stel-query rates                                   # portstat-style rates over the last minute of data
+  stel-query rates                     # port rates, the last minute of data
   stel-query rates --last 10s -r 1s -o Ethernet0 --ema --plot
-  stel-query history -o Ethernet0 -s IF_IN_OCTETS,IF_IN_DISCARDS -r 100ms --agg min,max,last
+  stel-query history -o Ethernet0 -s IF_IN_OCTETS,IF_IN_DISCARDS \\
+      -r 100ms --agg min,max,last
   stel-query top --by drops -n 5 --since 10m
   stel-query bursts --threshold 90 --min-duration 30us --last 1s
-  stel-query top --by bursts -n 10 --last 1h -d s3://lake/fleet --engine spark --remote sc://127.0.0.1:15002
+  stel-query top --by bursts -n 10 --last 1h -d s3://lake/fleet \\
+      --engine spark --remote sc://127.0.0.1:15002
   stel-query inspect stel_demo --table --duration 10s
-  stel-query sql \"SELECT object, max(value) FROM counters WHERE stat = 'IF_IN_OCTETS' GROUP BY object\"
-  stel-query int evc --last 10m                      # per-EVC INT latency p50/p99, loss, paths
-  stel-query serve --listen 127.0.0.1:50051          # Flight SQL for Grafana, ADBC, JDBC, pyarrow
-  stel-query export s3://lake/stel --from 2024-05-01T00:00:00Z --to 2024-05-01T01:00:00Z
+  stel-query sql \"SELECT object, max(value) FROM counters
+      WHERE stat = 'IF_IN_OCTETS' GROUP BY object\"
+  stel-query int evc --last 10m        # per-EVC INT latency p50/p99, loss
+  stel-query serve --listen 127.0.0.1:50051    # Flight SQL: Grafana, pyarrow
+  stel-query export s3://lake/stel --from 2024-05-01T00:00:00Z \\
+      --to 2024-05-01T01:00:00Z
   stel-query completions bash > /etc/bash_completion.d/stel-query"
 )]
 pub struct Cli {
@@ -148,7 +153,7 @@ pub fn exit_for(rows: u64) -> ExitCode {
 /// The objects of `s` named in `wanted` (all when empty).
 ///
 /// # Errors
-/// A name the session does not have; the message lists some that exist.
+/// [`Error::Usage`]: a name the session does not have; the message lists some that exist.
 pub fn pick_objects(s: &Session, wanted: &[String]) -> Result<Vec<String>> {
     let all = s.objects();
     if wanted.is_empty() {
@@ -157,7 +162,9 @@ pub fn pick_objects(s: &Session, wanted: &[String]) -> Result<Vec<String>> {
     for w in wanted {
         if !all.contains(w) {
             let some: Vec<&str> = all.iter().take(8).map(String::as_str).collect();
-            return Err(Error::NotFound(format!(
+            // A name the data does not have (a typo, most often) is an error, exit 2: a
+            // script tells it from an empty window (exit 1).
+            return Err(Error::Usage(format!(
                 "{}/{} has no object {w}; it has {} objects: {}{}",
                 s.profile,
                 s.group,
@@ -173,7 +180,7 @@ pub fn pick_objects(s: &Session, wanted: &[String]) -> Result<Vec<String>> {
 /// The stats of `s` named in `wanted` (all when empty).
 ///
 /// # Errors
-/// A stat the session does not carry.
+/// [`Error::Usage`]: a stat the session does not carry.
 pub fn pick_stats(s: &Session, wanted: &[String]) -> Result<Vec<String>> {
     let mut all: Vec<String> = Vec::new();
     for c in &s.columns {
@@ -188,7 +195,7 @@ pub fn pick_stats(s: &Session, wanted: &[String]) -> Result<Vec<String>> {
     for w in wanted {
         let w = short_stat(w);
         if !all.contains(&w) {
-            return Err(Error::NotFound(format!(
+            return Err(Error::Usage(format!(
                 "{}/{} does not carry {w}; it carries {}",
                 s.profile,
                 s.group,
@@ -243,5 +250,41 @@ pub fn objects_of(s: &Session, wanted: &[String], fleet: bool) -> Result<Vec<Str
 pub fn merge(v: &mut serde_json::Value, extra: serde_json::Value) {
     if let (Some(m), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
         m.extend(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every example line of every `--help` fits an 80-column terminal: wider ones are wrapped
+    /// by clap, and a wrapped command line pasted into a shell runs half a command.
+    #[test]
+    fn help_examples_fit_80_columns() {
+        fn walk(c: &clap::Command, path: &str, bad: &mut Vec<String>) {
+            let text = c.clone().term_width(1000).render_long_help().to_string();
+            let mut examples = false;
+            for line in text.lines() {
+                if line.trim_end().ends_with("Examples:") {
+                    examples = true;
+                } else if examples && !line.starts_with("  ") {
+                    examples = false;
+                } else if examples && line.chars().count() > 80 {
+                    bad.push(format!("{path}: {line}"));
+                }
+            }
+            for sub in c.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), bad);
+            }
+        }
+        let mut bad = Vec::new();
+        let mut cli = super::Cli::command();
+        cli.build();
+        walk(&cli, "stel-query", &mut bad);
+        assert!(
+            bad.is_empty(),
+            "example lines over 80 columns:\n{}",
+            bad.join("\n")
+        );
     }
 }

@@ -33,7 +33,8 @@ use crate::{
 ///   stel-query rates
 ///   stel-query rates --last 10s -r 1s -o Ethernet0,Ethernet4 --ema
 ///   stel-query rates --last 1h --unit bits --csv > rates.csv
-///   stel-query rates --from 2024-05-01T12:00:00Z --to 2024-05-01T12:00:01Z -r stream --json
+///   stel-query rates --from 2024-05-01T12:00:00Z --to 2024-05-01T12:00:01Z \
+///       -r stream --json
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {

@@ -37,8 +37,10 @@ use crate::{
 /// Examples:
 ///   stel-query sql 'SHOW TABLES'
 ///   stel-query sql 'SELECT max(ts), count(*) FROM stel_demo_port'
-///   stel-query sql "SELECT object, max(value) - min(value) AS octets FROM counters WHERE stat = 'IF_IN_OCTETS' GROUP BY object ORDER BY 2 DESC LIMIT 5"
-///   stel-query sql 'SELECT date_bin(INTERVAL 1 second, ts) AS s, max("Ethernet0.IF_IN_OCTETS") FROM stel_demo_port GROUP BY 1 ORDER BY 1' --csv
+///   stel-query sql "SELECT object, max(value) - min(value) AS octets FROM counters
+///       WHERE stat = 'IF_IN_OCTETS' GROUP BY object ORDER BY 2 DESC LIMIT 5"
+///   stel-query sql --csv 'SELECT date_bin(INTERVAL 1 second, ts) AS s,
+///       max("Ethernet0.IF_IN_OCTETS") FROM stel_demo_port GROUP BY 1 ORDER BY 1'
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {

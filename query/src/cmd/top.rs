@@ -30,11 +30,12 @@ use crate::{
 /// spark) the ranking is across every switch; --per switch ranks switches by their totals.
 ///
 /// Examples:
-///   stel-query top                          # busiest ports over the last minute of data
+///   stel-query top                       # busiest ports, the last minute of data
 ///   stel-query top --by drops -n 5 --since 10m
-///   stel-query top -n 3 --unit bits                  # in Gb/s
+///   stel-query top -n 3 --unit bits      # in Gb/s
 ///   stel-query top --by occupancy --group QUEUE --last 1s
-///   stel-query top --by bursts --threshold 90 --last 1h -d s3://lake/fleet --engine spark --remote sc://127.0.0.1:15002
+///   stel-query top --by bursts --threshold 90 --last 1h -d s3://lake/fleet \
+///       --engine spark --remote sc://127.0.0.1:15002
 ///   stel-query top --by drops --per switch -n 100 -d s3://lake/fleet --last 1h
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -702,6 +703,13 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             },
             "DETAIL",
         ]);
+    }
+    if a.by == By::Bursts && all.is_empty() {
+        p.note(&format!(
+            "No bursts in {r}: no interface direction stayed above {}% of its line rate for {} or longer.",
+            a.rule.threshold,
+            a.rule.min_duration
+        ))?;
     }
     if a.by == By::Drops && all.is_empty() {
         p.note(&format!(

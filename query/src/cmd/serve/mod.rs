@@ -53,7 +53,8 @@ use limits::{Limits, Stats};
 ///
 /// Examples:
 ///   stel-query serve -d /var/lib/stel
-///   stel-query serve --listen 0.0.0.0:50051 --token-file /etc/stel/token --tls-cert cert.pem --tls-key key.pem
+///   stel-query serve --listen 0.0.0.0:50051 --token-file /etc/stel/token \
+///       --tls-cert cert.pem --tls-key key.pem
 ///   stel-query serve --max-queries 2 --query-memory 256MiB --query-timeout 30s
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
