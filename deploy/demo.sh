@@ -67,5 +67,6 @@ The demo's history is in $data. Ask it (stel-query is $q):
   stel-query history -d $data -o Ethernet0 -s IF_IN_OCTETS,IF_OUT_DISCARDS --last 1s -r 100ms
   stel-query sql -d $data "SELECT count(*) AS snapshots FROM stel_demo_port"
 
-DuckDB and pyarrow read the same files: $data/**/*.parquet
+DuckDB and pyarrow read the same files: the raw snapshots are
+$data/profile=*/group=*/**/*.parquet, the rollup tiers $data/tier=*/**/*.parquet.
 EOF
