@@ -28,3 +28,13 @@ pub fn warn(message: &str, data: Value) {
         eprintln!("stel-query: warning: {message}");
     }
 }
+
+/// Information on stderr, not a problem: `stel-query: <message>`, or with `--json` one
+/// `{"type":"note","data":{"message":…}}` line.
+pub fn note(message: &str) {
+    if JSON_DIAGNOSTICS.load(Ordering::Relaxed) {
+        eprintln!("{}", json!({"type": "note", "data": {"message": message}}));
+    } else {
+        eprintln!("stel-query: {message}");
+    }
+}

@@ -15,6 +15,44 @@ impl TimeRange {
     pub fn len_ns(&self) -> i64 {
         self.to_ns - self.from_ns
     }
+
+    /// A round interval that cuts the window into at most `points` (1, 2, 5 × a power of ten
+    /// below a second; 1, 2, 5, 10, 15, 30 s and min, then hours): the resolution of a chart
+    /// nobody gave one for.
+    pub fn chart_step_ns(&self, points: i64) -> i64 {
+        const S: i64 = 1_000_000_000;
+        let want = (self.len_ns() / points.max(1)).max(1);
+        let mut steps = Vec::with_capacity(40);
+        let mut p = 1;
+        while p < S {
+            steps.extend([p, 2 * p, 5 * p]);
+            p *= 10;
+        }
+        for unit in [S, 60 * S] {
+            steps.extend([1, 2, 5, 10, 15, 30].map(|k| k * unit));
+        }
+        steps.extend([1, 2, 3, 6, 12, 24].map(|k| k * 3_600 * S));
+        steps.into_iter().find(|&s| s >= want).unwrap_or(want)
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn chart_steps_are_round() {
+    let r = |len_ns: i64| TimeRange {
+        from_ns: 7,
+        to_ns: 7 + len_ns,
+    };
+    let s = 1_000_000_000;
+    assert_eq!(r(30_000_000).chart_step_ns(120), 500_000);
+    assert_eq!(r(60 * s).chart_step_ns(120), s / 2);
+    assert_eq!(r(3_600 * s).chart_step_ns(120), 30 * s);
+    assert_eq!(r(86_400 * s).chart_step_ns(120), 15 * 60 * s);
+    assert_eq!(r(1).chart_step_ns(120), 1);
+    assert_eq!(
+        r(1_000 * 86_400 * s).chart_step_ns(120),
+        1_000 * 86_400 * s / 120
+    );
 }
 
 impl std::fmt::Display for TimeRange {

@@ -1144,6 +1144,32 @@ fn the_cli_speaks_operator() {
     assert_eq!(o.code, 1, "{}", o.stderr);
     assert!(o.stdout.starts_with("No drops in "), "{}", o.stdout);
     assert!(!o.stdout.contains("RANK"), "{}", o.stdout);
+    // --plot without -r: a chart over time at a round interval (~120 points over the data),
+    // said on stderr; one point per port would draw nothing.
+    let svg = dir.path().join("rx.svg");
+    let o = query(
+        &[
+            "rates",
+            "-d",
+            d,
+            "-o",
+            "Ethernet0",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("one point per 500µs"), "{}", o.stderr);
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    // The longest line is the series (the others are axes and grid ticks).
+    let points = chart
+        .split("<polyline")
+        .filter_map(|l| l.split("points=\"").nth(1))
+        .map(|p| p.split('"').next().unwrap().split_whitespace().count())
+        .max()
+        .unwrap_or(0);
+    assert!(points >= 50, "{points} points: {chart}");
     // No bursts: said too, with the rule that found none.
     let o = query(
         &["top", "-d", d, "--by", "bursts", "--threshold", "200"],

@@ -756,7 +756,17 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let (mut scanned, mut samples) = (0u64, 0u64);
     let mut summary = json!({"engine": "local"});
     let mut report = WindowReport::default();
-    let whole = a.resolution.is_none();
+    // A chart needs points over time: --plot without -r picks a round interval (~120 points).
+    let auto_width = want_plot && a.resolution.is_none();
+    let chart_step = |r: &TimeRange| {
+        let w = r.chart_step_ns(120);
+        crate::diag::note(&format!(
+            "rates: --plot without -r: one point per {} (-r sets another)",
+            human_ns(w)
+        ));
+        w
+    };
+    let whole = a.resolution.is_none() && !auto_width;
     // Whole-window rows come at the end of each switch's scan; they are printed after the
     // sentence about the window's gaps and resets.
     let mut held: Vec<(Option<String>, Held, std::sync::Arc<Speeds>)> = Vec::new();
@@ -768,7 +778,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         let extent = lake.newest(group).await?.map(|t| (t, t));
         let r = a.time.resolve(extent)?;
         let width = match a.resolution.as_deref() {
-            None => None,
+            None => auto_width.then(|| chart_step(&r)),
             Some("stream") | Some("native") => {
                 return Err(Error::Usage(
                     "--engine spark: give --resolution as a duration (e.g. 1s); `stream` is measured per switch by the local engine only".into(),
@@ -844,9 +854,26 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         let fleet = targets.iter().any(|t| t.switch.is_some());
         let (found, r) = crate::fleet::sessions(&targets, a.profile.get(), group, &a.time).await?;
         let mut begun = false;
+        // The chart's interval when --plot picked it (the same for every switch).
+        let mut auto = None;
         for (t, s) in &found {
             let objects = super::objects_of(s, &a.objects.list, fleet)?;
             let width = match resolve_resolution(&t.cat, s, &r, a.resolution.as_deref()).await {
+                Ok(None) if auto_width => {
+                    if auto.is_none() {
+                        // Over the data's own span in the window: an hour's window over a few
+                        // seconds of data would get one point.
+                        let span = match t.cat.extent_in(s, &r).await? {
+                            Some((a, b)) => TimeRange {
+                                from_ns: a.max(r.from_ns),
+                                to_ns: b.saturating_add(1).min(r.to_ns),
+                            },
+                            None => r,
+                        };
+                        auto = Some(chart_step(&span));
+                    }
+                    auto
+                }
                 Ok(w) => w,
                 Err(Error::NotFound(_)) if fleet => continue,
                 Err(e) => return Err(e),
