@@ -4,6 +4,8 @@
 //!  build:  check the whole config (every problem at once)
 //!          → privileged set-up: INT sockets, the counter socket, filter, reader (Daemon::setup)
 //!          → drop every capability
+//!          → lock every directory the run writes history into (sys::dirlock): a second daemon
+//!            on one of them stops here, before any sink touches its files
 //!          → sinks, in dependency order: live → Parquet history → rollup tiers (the history's
 //!            directory and disk budget) → uploader (needs the history's directory) → inspect
 //!            socket (needs live) → COUNTERS_DB → OTLP
@@ -35,6 +37,7 @@ use crate::{
     sinks::{InspectServer, Otlp, StatusSource, Upload},
     sources::state_db::{SessionEvent, StateDbWatcher},
     status::{Health, StatusMetrics},
+    sys::dirlock::{self, DirLock},
 };
 
 /// Every component of a running daemon.
@@ -56,6 +59,8 @@ pub struct Topology {
     counters: Option<Arc<CountersDb>>,
     otlp: Option<Arc<Otlp>>,
     metrics: Option<MetricsServer>,
+    /// The written directories' locks ([`dirlock`]), handed on to [`Finished`].
+    locks: Vec<DirLock>,
 }
 
 impl std::fmt::Debug for Topology {
@@ -150,6 +155,29 @@ impl Topology {
             .drop_privileges()
             .map_err(|e| format!("dropping capabilities: {e}"))?;
 
+        // One writer per directory: locked before any sink clears a crashed run's files there
+        // and before the status file is written; held until the process exits.
+        let mut write_dirs = Vec::new();
+        if let Some(p) = &parquet_cfg {
+            write_dirs.push((p.dir.clone(), "--data-dir"));
+        }
+        if let Some(c) = &int_cfg {
+            let explicit = !c.parquet.dir.as_os_str().is_empty();
+            let setting = if explicit {
+                "[int.parquet] dir"
+            } else {
+                "--data-dir"
+            };
+            write_dirs.push((c.tables_dir(&history_dir), setting));
+        }
+        let mut locks: Vec<DirLock> = Vec::new();
+        for (dir, setting) in write_dirs {
+            if locks.iter().any(|l| same_dir(l.dir(), &dir)) {
+                continue;
+            }
+            locks.extend(dirlock::lock_dir(&dir, setting).map_err(|e| e.to_string())?);
+        }
+
         // INT tables go under the history's root too: say now, naming it, if it cannot be
         // written (the counter history checks its own when it starts).
         if int_cfg.is_some() && parquet_cfg.is_none() {
@@ -239,7 +267,8 @@ impl Topology {
                     Some(s)
                 }
                 // A socket the operator chose must work; the default one is a convenience, and
-                // ingesting matters more (e.g. a second demo started in the same directory).
+                // ingesting matters more (e.g. a --no-history run, which locks no directory,
+                // beside a daemon that serves the socket there).
                 Err(e) if inspect_cfg.socket.as_os_str().is_empty() => {
                     tracing::warn!(error = %e, "Live inspect is off (set [inspect] socket or --inspect-socket).");
                     None
@@ -370,6 +399,7 @@ impl Topology {
             counters,
             otlp,
             metrics,
+            locks,
         })
     }
 
@@ -483,6 +513,7 @@ impl Topology {
             parquet,
             rollup: rollup_final,
             metrics: self.registry.snapshot(),
+            _locks: self.locks,
         }
     }
 
@@ -512,4 +543,15 @@ pub struct Finished {
     pub rollup: Option<stel_store::metrics::Snapshot>,
     /// Every series of the daemon's registry, final.
     pub metrics: stel_store::metrics::Snapshot,
+    /// The data directories stay locked while this lives: the final status file is written
+    /// after the topology stops.
+    _locks: Vec<DirLock>,
+}
+
+/// Whether `a` and `b` name the same existing directory (symlinks and `..` resolved).
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
 }

@@ -482,3 +482,109 @@ fn logs_are_plain_or_json_and_the_status_line_is_off_under_systemd() {
     // The final summary plus at least the tick after the first second.
     assert!(status_lines(&forced) >= 2, "{forced}");
 }
+
+/// One writer per data directory: a second stel-ingestd on a directory a running one writes is
+/// refused at start (exit 2, naming the directory and the holder's pid) before it touches a
+/// file there; the first finishes with nothing lost and its history readable; once it has
+/// exited, the directory is free again.
+#[test]
+fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing() {
+    use std::process::{Command, Stdio};
+    const INGESTD: &str = env!("CARGO_BIN_EXE_stel-ingestd");
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let demo = |duration: &str| {
+        let mut c = Command::new(INGESTD);
+        c.args([
+            "--demo",
+            "--no-ebpf",
+            "--no-inspect",
+            "--json",
+            "--ports",
+            "8",
+        ])
+        .args(["--interval", "1ms", "--duration", duration, "--data-dir"])
+        .arg(&data);
+        c
+    };
+    let first = demo("5s")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = first.id();
+    // Running: it has written its status file (after taking the lock).
+    let status = data.join("status.json");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !status.exists() {
+        assert!(Instant::now() < deadline, "the first daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = demo("5s").output().unwrap();
+    let holder = format!("pid {pid}, since ");
+    let err2 = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err2}");
+    let want = format!(
+        "stel-ingestd: {} is being written by another stel-ingestd ({holder}",
+        data.display()
+    );
+    assert!(err2.contains(&want), "{err2}");
+    assert!(
+        err2.contains("stop it or give this one another --data-dir"),
+        "{err2}"
+    );
+    assert!(
+        !err2.contains("unpublished"),
+        "it touched the first one's files: {err2}"
+    );
+    assert!(second.stdout.is_empty(), "{err2}");
+    let lock = data.join(stel_ingest::sys::dirlock::LOCK_FILE);
+    let held = std::fs::read_to_string(&lock).unwrap();
+    assert!(held.starts_with(&holder), "{held}");
+
+    let out = first.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(err.contains("stopped cleanly"), "{err}");
+    let fin: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim())
+        .unwrap_or_else(|e| panic!("{e}: {err}"));
+    let m = Snapshot::from_json(&fin["metrics"]);
+    let parquet = |metric| m.sum_where(metric, Label::Sink, "parquet");
+    let decoded = m.sum(Metric::DecodeValues);
+    assert!(decoded > 0, "{fin}");
+    assert_eq!(parquet(Metric::SinkDroppedSamples), 0, "{fin}");
+    assert_eq!(parquet(Metric::SinkDeliveredSamples), decoded, "{fin}");
+    // The status file is the first one's final status, not the refused one's.
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    assert_eq!(st["info"]["pid"].as_u64(), Some(u64::from(pid)), "{st}");
+    assert_eq!(st["info"]["stopped"].as_bool(), Some(true), "{st}");
+    // Its history reads back whole.
+    let parts = stel_store::paths::published_parts(&data);
+    assert!(
+        !parts.is_empty(),
+        "nothing published under {}",
+        data.display()
+    );
+    let mut rows = 0;
+    for (_, path, _) in &parts {
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            std::fs::File::open(path).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .build()
+        .unwrap();
+        for b in r {
+            rows += b
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                .num_rows();
+        }
+    }
+    assert!(rows > 0);
+
+    // Free again once the holder has exited.
+    let third = demo("500ms").output().unwrap();
+    let err3 = String::from_utf8_lossy(&third.stderr);
+    assert!(third.status.success(), "{err3}");
+    assert!(err3.contains("stopped cleanly"), "{err3}");
+}

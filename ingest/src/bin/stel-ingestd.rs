@@ -32,8 +32,9 @@ const EXIT_CODES: &str = "Exit status:
   0  stopped cleanly (a signal, --duration, or every --input file read and decoded)
   1  `stel-ingestd status`: the status file is stale (the daemon stopped, died or stalled)
   2  an error: a bad flag or configuration, something that cannot start (a data directory that
-     cannot be written, a socket, a privilege), --input files that could not be read or held
-     nothing decodable, or a history that could write nothing it was given";
+     cannot be written or that another stel-ingestd is writing, a socket, a privilege), --input
+     files that could not be read or held nothing decodable, or a history that could write
+     nothing it was given";
 
 /// Ingests SONiC high-frequency-telemetry counters (IPFIX over generic netlink) at line rate.
 ///
@@ -126,7 +127,8 @@ struct Args {
     status_file: Option<PathBuf>,
     /// Where the run writes: the Parquet history, and (unless --status-file / --inspect-socket
     /// say otherwise) the status file and the inspect socket. Default: ./stel-data with --demo,
-    /// --input or --int-only, else [parquet] dir or /var/lib/stel.
+    /// --input or --int-only, else [parquet] dir or /var/lib/stel. One daemon at a time: a run
+    /// that writes history locks it (<data dir>/.stel-ingestd.lock) and a second one is refused.
     #[arg(long, env = "STEL_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Group of every file, directory and socket the daemon creates (history 0640, sockets

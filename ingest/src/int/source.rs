@@ -135,6 +135,15 @@ impl Default for IntConfig {
 }
 
 impl IntConfig {
+    /// Where the tables go: `[int.parquet] dir`, else `history_dir` (the counters' root).
+    pub fn tables_dir(&self, history_dir: &std::path::Path) -> std::path::PathBuf {
+        if self.parquet.dir.as_os_str().is_empty() {
+            history_dir.to_path_buf()
+        } else {
+            self.parquet.dir.clone()
+        }
+    }
+
     /// Every problem with these settings, each naming `int.<key>` and the value.
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
@@ -547,9 +556,7 @@ impl IntSource {
         let rule = filter.as_ref().and_then(|f| f.user_rule().cloned());
         let evc_map = cfg.evc.load()?;
         let mut sink_cfg = cfg.parquet.clone();
-        if sink_cfg.dir.as_os_str().is_empty() {
-            sink_cfg.dir = history_dir.to_path_buf();
-        }
+        sink_cfg.dir = cfg.tables_dir(history_dir);
         let dir = sink_cfg.dir.clone();
         let sink = Arc::new(
             ParquetIntSink::start(sink_cfg).map_err(|e| IntSourceError::Sink {

@@ -2,6 +2,7 @@
 //! [`SysError`] naming the call, so failures say what was attempted.
 
 pub mod caps;
+pub mod dirlock;
 pub mod netlink;
 pub mod signal;
 pub mod slots;
