@@ -496,22 +496,68 @@ pub fn staleness(v: &serde_json::Value, now_unix_ms: u64) -> Option<String> {
     None
 }
 
-/// `stel-ingestd status`: the status file `file` (default: /run/stel/status.json, else
-/// ./stel-data/status.json) as the registry's table (`help_text`: each metric's help under it)
-/// or, with `json`, whole; and whether it is stale ([`staleness`]).
+/// Where `stel-ingestd status` looks when neither `--file` nor `--data-dir` names the file:
+/// where daemons write it by default (a root daemon without `--config` or `--data-dir`; a
+/// `--demo`, `--input` or `--int-only` run started in this directory; a daemon with the default
+/// data directory).
+pub const STATUS_FILE_DEFAULTS: [&str; 3] = [
+    "/run/stel/status.json",
+    "stel-data/status.json",
+    "/var/lib/stel/status.json",
+];
+
+/// The status file to show among `candidates`: a running daemon's ([`staleness`] finds nothing)
+/// before a stopped or dead one's, a status file before anything else, and among equals the one
+/// written last (`info.written_unix_ms`).
+///
+/// # Errors
+/// None of them exists (the message lists them and says how to name the file).
+pub fn pick_status_file(candidates: &[PathBuf]) -> Result<PathBuf, String> {
+    let now = now_unix_ms();
+    candidates
+        .iter()
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(p).ok()?;
+            let rank = match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(v) => (
+                    staleness(&v, now).is_none(),
+                    true,
+                    v["info"]["written_unix_ms"].as_u64().unwrap_or(0),
+                ),
+                Err(_) => (false, false, 0),
+            };
+            Some((rank, p))
+        })
+        // The first of equals: max_by_key keeps the last, so compare reversed positions.
+        .enumerate()
+        .max_by_key(|(i, (rank, _))| (*rank, std::cmp::Reverse(*i)))
+        .map(|(_, (_, p))| p.clone())
+        .ok_or_else(|| {
+            format!(
+                "no status file in {} (is the daemon running? name its file with --file, or its \
+                 data directory with --data-dir)",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `stel-ingestd status`: the status file `file` as the registry's table (`help_text`: each
+/// metric's help under it) or, with `json`, whole; and whether it is stale ([`staleness`]).
 ///
 /// # Errors
 /// The file cannot be read or is not a status file (the message says which and what to check).
-pub fn show(file: Option<PathBuf>, json: bool, help_text: bool) -> Result<Shown, String> {
-    let file = file.unwrap_or_else(|| {
-        let run = PathBuf::from("/run/stel/status.json");
-        if run.exists() {
-            run
-        } else {
-            PathBuf::from("stel-data/status.json")
-        }
-    });
-    let s = std::fs::read_to_string(&file).map_err(|e| {
+pub fn show(file: &Path, json: bool, help_text: bool) -> Result<Shown, String> {
+    let s = std::fs::read_to_string(file).map_err(|e| {
         format!(
             "{}: {e} (is the daemon running? its [status] file setting decides the path)",
             file.display()
@@ -519,10 +565,7 @@ pub fn show(file: Option<PathBuf>, json: bool, help_text: bool) -> Result<Shown,
     })?;
     let v = serde_json::from_str::<serde_json::Value>(&s)
         .map_err(|e| format!("{}: {e} (not a status file)", file.display()))?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let stale = staleness(&v, now).map(|w| format!("{}: STALE: {w}", file.display()));
+    let stale = staleness(&v, now_unix_ms()).map(|w| format!("{}: STALE: {w}", file.display()));
     let out = if json {
         format!("{s}\n")
     } else {

@@ -588,3 +588,131 @@ fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing()
     assert!(third.status.success(), "{err3}");
     assert!(err3.contains("stopped cleanly"), "{err3}");
 }
+
+/// `stel-ingestd status` reads the file of the daemon it is pointed at (`--data-dir`,
+/// `STEL_DATA_DIR`) and, pointed nowhere, a running daemon's file before a stopped one's, naming
+/// the file it read on stderr.
+#[test]
+fn status_reads_the_data_dirs_file_and_prefers_a_running_daemons() {
+    use std::process::{Command, Stdio};
+    use stel_ingest::report::{pick_status_file, STATUS_FILE_DEFAULTS};
+    const INGESTD: &str = env!("CARGO_BIN_EXE_stel-ingestd");
+    let t = tempfile::tempdir().unwrap();
+    let demo = |c: &mut Command| {
+        c.args(["--demo", "--no-ebpf", "--no-inspect", "--ports", "2"])
+            .args(["--stats", "2", "--interval", "1ms"]);
+    };
+    // A stopped daemon's final status.
+    let old = t.path().join("old");
+    let mut c = Command::new(INGESTD);
+    demo(&mut c);
+    let out = c
+        .args(["--duration", "200ms", "--data-dir"])
+        .arg(&old)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A running one in its default directory, ./stel-data.
+    let cwd = t.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let mut c = Command::new(INGESTD);
+    demo(&mut c);
+    let mut live = c
+        .current_dir(&cwd)
+        .env_remove("STEL_DATA_DIR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let live_file = cwd.join("stel-data/status.json");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !live_file.exists() {
+        assert!(Instant::now() < deadline, "the daemon wrote no status file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = |cwd: &std::path::Path, args: &[&str], env: Option<&std::path::Path>| {
+        let mut c = Command::new(INGESTD);
+        c.arg("status").args(args).current_dir(cwd);
+        match env {
+            Some(d) => c.env("STEL_DATA_DIR", d),
+            None => c.env_remove("STEL_DATA_DIR"),
+        };
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            err,
+        )
+    };
+    let reads = |f: &std::path::Path| format!("stel-ingestd: status from {}\n", f.display());
+
+    let (code, _, err) = status(t.path(), &["--data-dir", old.to_str().unwrap()], None);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.starts_with(&reads(&old.join("status.json"))), "{err}");
+    assert!(err.contains("STALE: the daemon"), "{err}");
+
+    let (code, out, err) = status(t.path(), &[], Some(&cwd.join("stel-data")));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err, reads(&live_file), "{err}");
+    assert!(out.contains("stel_reader_datagrams_total"), "{out}");
+
+    // --file wins over the directory.
+    let (code, _, err) = status(
+        t.path(),
+        &["--file", old.join("status.json").to_str().unwrap()],
+        Some(&cwd.join("stel-data")),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.starts_with(&reads(&old.join("status.json"))), "{err}");
+
+    // Pointed nowhere: the defaults, a running daemon's first. Another daemon on this machine
+    // may write /run/stel or /var/lib/stel; the running one here must win over any stale one.
+    let (code, _, err) = status(&cwd, &[], None);
+    assert_eq!(code, Some(0), "{err}");
+    let others_live = STATUS_FILE_DEFAULTS
+        .iter()
+        .filter(|f| !f.starts_with("stel-data"))
+        .any(|f| status(t.path(), &["--file", f], None).0 == Some(0));
+    if !others_live {
+        assert_eq!(err, reads(std::path::Path::new("stel-data/status.json")));
+    }
+
+    // The choice itself, over real files: running before stopped, a status file before
+    // anything else; nothing there is an error.
+    let junk = t.path().join("junk.json");
+    std::fs::write(&junk, "not a status file").unwrap();
+    let stopped = old.join("status.json");
+    let missing = t.path().join("missing.json");
+    for list in [
+        vec![stopped.clone(), live_file.clone(), junk.clone()],
+        vec![live_file.clone(), stopped.clone(), missing.clone()],
+    ] {
+        assert_eq!(pick_status_file(&list).unwrap(), live_file);
+    }
+    assert_eq!(
+        pick_status_file(&[junk.clone(), stopped.clone(), missing.clone()]).unwrap(),
+        stopped
+    );
+    assert_eq!(
+        pick_status_file(&[missing.clone(), junk.clone()]).unwrap(),
+        junk
+    );
+    let e = pick_status_file(std::slice::from_ref(&missing)).unwrap_err();
+    assert!(e.contains("--data-dir"), "{e}");
+
+    let rc = Command::new("kill")
+        .args(["-TERM", &live.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success());
+    assert!(live.wait().unwrap().success());
+    // Stopped now: its final status is stale and says so.
+    let (code, _, err) = status(&cwd, &["--data-dir", "stel-data"], None);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("stopped"), "{err}");
+}

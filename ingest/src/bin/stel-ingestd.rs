@@ -56,6 +56,7 @@ const EXIT_CODES: &str = "Exit status:
 ///   stel-ingestd --demo --otlp-endpoint http://127.0.0.1:4317   # also to an OTLP collector
 ///     (python3 deploy/otlp_receiver.py --grpc 4317 --every 1 shows what arrives)
 ///   stel-ingestd status                         # every counter of the running daemon
+///   stel-ingestd status --data-dir ./stel-data  # … of the one writing that directory
 ///   stel-query inspect stel_demo --table        # live counters from the running daemon's
 ///                                               # inspect socket (next to the status file)
 #[derive(Debug, Parser)]
@@ -289,10 +290,20 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Print the running daemon's counters (its status file).
+    ///
+    /// Which file: --file; else status.json in --data-dir (or STEL_DATA_DIR), the daemon's data
+    /// directory; else, of /run/stel/status.json, ./stel-data/status.json and
+    /// /var/lib/stel/status.json (where daemons write it by default), a running daemon's before
+    /// a stopped one's, the most recently written among several. The file read is named on
+    /// stderr.
+    #[command(verbatim_doc_comment)]
     Status {
-        /// Status file to read (default: /run/stel/status.json, else ./stel-data/status.json).
+        /// Status file to read (wins over --data-dir).
         #[arg(long)]
         file: Option<PathBuf>,
+        /// The daemon's data directory, as given to it: reads <DATA_DIR>/status.json.
+        #[arg(long, env = "STEL_DATA_DIR")]
+        data_dir: Option<PathBuf>,
         /// Print the whole status file (JSON) instead of the registry's table.
         #[arg(long)]
         json: bool,
@@ -724,11 +735,23 @@ fn main() -> ExitCode {
     sys::disable_transparent_huge_pages();
     if let Some(Command::Status {
         file,
+        data_dir,
         json,
         help_text,
     }) = a.command
     {
-        return match report::show(file, json, help_text) {
+        let file = match (file, data_dir) {
+            (Some(f), _) => Ok(f),
+            (None, Some(d)) => Ok(d.join("status.json")),
+            (None, None) => {
+                report::pick_status_file(&report::STATUS_FILE_DEFAULTS.map(PathBuf::from))
+            }
+        };
+        let shown = file.and_then(|f| {
+            eprintln!("stel-ingestd: status from {}", f.display());
+            report::show(&f, json, help_text)
+        });
+        return match shown {
             Ok(shown) => {
                 print!("{}", shown.out);
                 match shown.stale {
