@@ -266,6 +266,15 @@ pub fn session_context() -> SessionContext {
     SessionContext::new_with_config(cfg)
 }
 
+/// A root that holds rollup tiers and no raw stream (a lake uploaded with `[upload] raw =
+/// false`, or a copy of `tier=` directories): what is there, and where its questions go.
+pub fn tiers_only(root: &str, tiers: &[String], under: &str) -> Error {
+    Error::Usage(format!(
+        "{root} holds rollup tiers only ({} under {under}) and no raw stream: stel-query's questions read the raw stream (and the tiers where they answer), so point it at a switch's data dir or a lake uploaded with [upload] raw = true; the tier files themselves are plain Parquet for DuckDB, Spark or Athena (store/LAKE.md)",
+        tiers.join(", ")
+    ))
+}
+
 impl Catalog {
     /// A context over `data` with no table registered yet. Its object store hides the files
     /// [`Catalog::register_listing`] finds unusable.
@@ -337,6 +346,10 @@ impl Catalog {
             }
         }
         if sessions.is_empty() {
+            let tiers = cat.location.subdirs("", "tier").await?;
+            if !tiers.is_empty() {
+                return Err(tiers_only(cat.location.url.as_ref(), &tiers, "tier=<t>/"));
+            }
             let skipped = cat.quarantine.skipped().len();
             return Err(Error::NotFound(format!(
                 "no {}Parquet files under {} (expected profile=<p>/group=<g>/date=…/hour=…/part-*.parquet; is stel-ingestd writing with its Parquet sink, or is --data-dir wrong?)",

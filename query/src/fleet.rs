@@ -35,6 +35,13 @@ pub async fn open(data: &str, switches: &[String], strict: bool) -> Result<Vec<T
     let loc = Location::parse(data, false)?;
     let dirs = loc.subdirs_pub("", "switch").await?;
     if dirs.is_empty() {
+        let tiers = loc
+            .subdirs_pub(stel_store::paths::TIERS_DIR, "tier")
+            .await?;
+        if !tiers.is_empty() {
+            let under = format!("{}/tier=<t>/switch=<s>/", stel_store::paths::TIERS_DIR);
+            return Err(crate::catalog::tiers_only(data, &tiers, &under));
+        }
         if !switches.is_empty() {
             return Err(Error::Usage(format!(
                 "--switch: {data} is one switch's history, not a fleet lake (no switch=<name>/ directories)"

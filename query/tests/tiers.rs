@@ -346,3 +346,52 @@ fn tier_answers_equal_raw_answers() {
         o.stderr
     );
 }
+
+/// Rollup tiers without the raw stream — a data dir of `tier=` directories, and a lake of
+/// `_tiers/` only (what `[upload] raw = false` uploads) — on the local engine and on Sail: every
+/// question says what the root holds and exits 2, instead of "no Parquet files" or "not a stel
+/// lake". Missing Sail fails the test.
+#[test]
+fn tiers_without_the_raw_stream_say_so() {
+    let b = emulated();
+    let dir = tempfile::tempdir().unwrap();
+    tiers(dir.path(), &b, b.ts.len());
+    for q in [
+        &["rates"][..],
+        &["top", "--by", "bursts"],
+        &["sql", "SHOW TABLES"],
+    ] {
+        let o = query(dir.path(), q);
+        assert_eq!(o.code, 2, "{q:?}: {}", o.stderr);
+        assert!(
+            o.stderr
+                .contains("holds rollup tiers only (1m, 1s under tier=<t>/) and no raw stream"),
+            "{q:?}: {}",
+            o.stderr
+        );
+    }
+    // The same files as a lake's: `_tiers/tier=<t>/switch=<s>/profile=…`.
+    let lake = tempfile::tempdir().unwrap();
+    for t in ["1s", "1m"] {
+        let to = lake.path().join(format!("_tiers/tier={t}"));
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::rename(dir.path().join(format!("tier={t}")), to.join("switch=sw")).unwrap();
+    }
+    let sail = stel_testkit::SailServer::start(1, &[]);
+    let remote = sail.remote();
+    for engine in [&[][..], &["--engine", "spark", "--remote", remote.as_str()]] {
+        let q: Vec<&str> = ["top", "--by", "bursts"]
+            .into_iter()
+            .chain(engine.iter().copied())
+            .collect();
+        let o = query(lake.path(), &q);
+        assert_eq!(o.code, 2, "{q:?}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(
+                "holds rollup tiers only (1m, 1s under _tiers/tier=<t>/switch=<s>/) and no raw stream"
+            ),
+            "{q:?}: {}",
+            o.stderr
+        );
+    }
+}

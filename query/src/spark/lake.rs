@@ -90,6 +90,17 @@ async fn lake_tiers(client: &SparkClient, root: &str, data: &str) -> Vec<LakeTie
     out
 }
 
+/// The error for a lake of rollup tiers only (`[upload] raw = false`), when `data` is one.
+async fn tiers_only(data: &str, root: &str) -> Option<Error> {
+    let loc = crate::catalog::Location::parse(data, false).ok()?;
+    let tiers = loc
+        .subdirs_pub(stel_store::paths::TIERS_DIR, "tier")
+        .await
+        .ok()?;
+    let under = format!("{}/tier=<t>/switch=<s>/", stel_store::paths::TIERS_DIR);
+    (!tiers.is_empty()).then(|| crate::catalog::tiers_only(root, &tiers, &under))
+}
+
 /// The lake root as a path the server can open: local directories are made absolute.
 fn server_path(data: &str) -> String {
     if data.contains("://") {
@@ -175,13 +186,18 @@ impl Lake {
         }
         // The raw files: rollup tiers live under the hidden `_tiers/` (engines skip `_` names
         // when they list the root), each tier its own view ([`LakeTier`]).
-        client
+        let view = client
             .sql(&format!(
                 "CREATE OR REPLACE TEMPORARY VIEW {VIEW} USING parquet OPTIONS (path {}, mergeSchema 'true')",
                 string_lit(&root)
             ))
-            .await
-            .map_err(|e| Error::NotFound(format!("the engine cannot read the lake at {root}: {e}")))?;
+            .await;
+        if let Err(e) = view {
+            return Err(match tiers_only(data, &root).await {
+                Some(t) => t,
+                None => Error::NotFound(format!("the engine cannot read the lake at {root}: {e}")),
+            });
+        }
         let desc = client.sql(&format!("DESCRIBE TABLE {VIEW}")).await?;
         let names = strings(&desc, 0)?;
         let types = strings(&desc, 1)?;
@@ -208,6 +224,11 @@ impl Lake {
             }
         }
         if partitions.len() < 5 || ts_type.is_none() {
+            if partitions.is_empty() {
+                if let Some(e) = tiers_only(data, &root).await {
+                    return Err(e);
+                }
+            }
             return Err(Error::NotFound(format!(
                 "{root} is not a stel lake as the engine sees it (found partitions {partitions:?}; expected switch=…/profile=…/group=…/date=…/hour=…/part-*.parquet with a ts column, store/LAKE.md)"
             )));
