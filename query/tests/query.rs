@@ -455,6 +455,15 @@ fn history_top_sql_and_errors() {
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(o.rows()[0]["v"].as_u64().unwrap(), b.values[2999 * w + c0]);
+    // The dashboards' rates(…) is the Flight SQL server's: sql says where it lives.
+    let o = query(&["sql", "-d", d, "SELECT * FROM rates('PORT', '1s')"], &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("is a table function of `stel-query serve`"),
+        "{}",
+        o.stderr
+    );
     // An empty window says which range exists; exit 1.
     let o = query(
         &[

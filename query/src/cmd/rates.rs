@@ -741,6 +741,13 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 human_ns(w),
                 human_ns(r.len_ns())
             ))?;
+            if w > r.len_ns() {
+                crate::diag::note(&format!(
+                    "rates: -r {} is longer than the window ({}): the rows are the parts of intervals inside it (leave -r out for one row per port over the whole window)",
+                    human_ns(w),
+                    human_ns(r.len_ns())
+                ));
+            }
         }
         p.begin(
             &header,

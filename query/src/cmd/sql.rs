@@ -187,7 +187,15 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         return Ok(super::exit_for(p.rows()));
     }
     let (cat, tables) = open(&set.data, set.strict).await?;
-    let df = plan_sql(&cat.ctx, &a.query, access).await?;
+    let df = match plan_sql(&cat.ctx, &a.query, access).await {
+        // The dashboards' table function exists in the Flight SQL server only.
+        Err(Error::DataFusion(e)) if e.to_string().contains("table function 'rates' not found") => {
+            return Err(Error::Usage(format!(
+                "{e}: rates(…) is a table function of `stel-query serve` (Flight SQL, what the Grafana dashboards query); here, ask `stel-query rates`"
+            )))
+        }
+        r => r?,
+    };
     let schema = df.schema().as_arrow().clone();
     let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     p.begin(
