@@ -99,7 +99,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// With umask 000 (where a plain `create` gives 0666 files and a 0777 socket), everything the
 /// daemon writes has its fixed mode and the configured group: history (counter and INT Parquet)
-/// 0640, the inspect socket 0660, the status file 0600, directories 0750. And everything a run
+/// 0640, the inspect socket 0660, the status file 0600, the data directory's lock file 0644,
+/// directories 0750. And everything a run
 /// writes follows `--data-dir`: nothing appears in the working directory.
 #[test]
 fn files_sockets_and_directories_have_fixed_modes_and_group_whatever_the_umask() {
@@ -167,6 +168,9 @@ fn files_sockets_and_directories_have_fixed_modes_and_group_whatever_the_umask()
             0o640
         } else if name == "status.json" {
             0o600
+        } else if name == ".stel-ingestd.lock" {
+            // Names the daemon holding the directory: anyone may read it.
+            0o644
         } else {
             panic!("unexpected file {}", p.display())
         };
