@@ -335,6 +335,28 @@ fn tier_answers_equal_raw_answers() {
         same(&late, &raw_only, &args(&w, &["rates", "-r", "1s"])),
         "1s"
     );
+    // An export of the window carries the tiers that overlap it (whole files), so the copy
+    // answers the old part as its source does.
+    let exported = dir.path().join("exported");
+    let o = query(
+        &late,
+        &[
+            &["export", exported.to_str().unwrap()][..],
+            &w.iter().map(String::as_str).collect::<Vec<_>>(),
+        ]
+        .concat(),
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("\"file\":\"tier=1s/"), "{}", o.stdout);
+    assert!(o.stdout.contains("\"file\":\"tier=1m/"), "{}", o.stdout);
+    for q in [&["rates", "-r", "1s"][..], &["rates", "-r", "1m"]] {
+        let ((a, sa), (b, sb)) = (rows(&exported, &args(&w, q)), rows(&late, &args(&w, q)));
+        assert_eq!(a.len(), b.len(), "{q:?}: {sa} / {sb}");
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x, y, "{q:?}");
+        }
+        assert_eq!(sa["segments"], sb["segments"], "{q:?}");
+    }
     // --verbose says where each part came from.
     let o = query(
         &mixed,

@@ -7,7 +7,9 @@
 //! same encoding, codec, row groups and pages, so a copy costs per row what the original did),
 //! with the original's footer keys and the kept rows' counts (`stel.rows`, `stel.first_ns`,
 //! `stel.last_ns`, samples); the rest are skipped without being read (partition directories
-//! outside the window are not even listed into).
+//! outside the window are not even listed into). Rollup tier files (`tier=<t>/…`) that overlap
+//! the window are copied whole: a tier row summarises a whole interval and a file a day or an
+//! hour of them, a few MB at most.
 
 use std::{process::ExitCode, sync::Arc, time::Instant};
 
@@ -44,7 +46,8 @@ use crate::{
 
 /// Copy a time range to a local directory or s3://bucket/prefix, keeping the Hive layout.
 ///
-/// Without time flags the whole history is exported.
+/// Without time flags the whole history is exported. Rollup tier files that overlap the window
+/// are copied whole (a tier's rows are whole intervals).
 ///
 /// Examples:
 ///   stel-query export /mnt/lake/stel --last 10m
@@ -104,6 +107,7 @@ async fn export_file(
     meta: &ObjectMeta,
     rel: &str,
     r: &TimeRange,
+    tier_interval_ns: Option<i64>,
 ) -> Result<Option<(Action, u64, u64)>> {
     // Files are bounded by the sink's rotation size; one GET serves both the footer and a copy.
     let bytes = src.store.get(&meta.location).await?.bytes().await?;
@@ -115,7 +119,9 @@ async fn export_file(
             "{rel} has no ts statistics; cannot tell its time range"
         )));
     };
-    if hi < r.from_ns || lo >= r.to_ns {
+    // A tier row's `ts` is its interval's start: the file reaches one interval past its last.
+    let reach = hi.saturating_add(tier_interval_ns.map_or(0, |iv| iv - 1));
+    if reach < r.from_ns || lo >= r.to_ns {
         return Ok(None);
     }
     // The source's own (already encoded) path parts under its prefix: rebuilding the key from the
@@ -124,7 +130,7 @@ async fn export_file(
         Some(parts) => parts.fold(dst.prefix.clone(), |p, part| p.join(part)),
         None => dst.path(rel),
     };
-    if lo >= r.from_ns && hi < r.to_ns {
+    if tier_interval_ns.is_some() || (lo >= r.from_ns && hi < r.to_ns) {
         let n = bytes.len() as u64;
         dst.store.put(&dest, PutPayload::from(bytes)).await?;
         return Ok(Some((Action::Copied, rows, n)));
@@ -311,13 +317,19 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let src = &cat.location;
     let (mut files, mut bytes) = (0u64, 0u64);
     for s in sessions {
-        let mut list: Vec<ObjectMeta> = src
-            .store
-            .list(Some(&src.path(&s.dir)))
-            .try_collect()
-            .await?;
-        list.sort_by(|x, y| x.location.cmp(&y.location));
-        for meta in list {
+        // The raw files (trimmed at the window's edges), then the tiers' (whole).
+        let dirs = std::iter::once((s.dir.as_str(), None)).chain(
+            s.tiers
+                .iter()
+                .map(|t| (t.dir.as_str(), Some(t.interval_ns))),
+        );
+        let mut list: Vec<(ObjectMeta, Option<i64>)> = Vec::new();
+        for (dir, whole) in dirs {
+            let mut l: Vec<ObjectMeta> = src.store.list(Some(&src.path(dir))).try_collect().await?;
+            l.sort_by(|x, y| x.location.cmp(&y.location));
+            list.extend(l.into_iter().map(|m| (m, whole)));
+        }
+        for (meta, whole) in list {
             let full = meta.location.as_ref();
             let rel = full
                 .strip_prefix(src.prefix.as_ref())
@@ -333,7 +345,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     continue;
                 }
             }
-            if let Some((action, rows, n)) = export_file(src, &dst, &meta, &rel, &r).await? {
+            if let Some((action, rows, n)) = export_file(src, &dst, &meta, &rel, &r, whole).await? {
                 files += 1;
                 bytes += n;
                 p.row(vec![
