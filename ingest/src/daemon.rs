@@ -350,6 +350,11 @@ impl Daemon {
         Ok(())
     }
 
+    /// Where the counters come from.
+    pub fn source_kind(&self) -> SourceKind {
+        self.cfg.source.kind
+    }
+
     /// Spawns the decoder threads; batches go to `sinks`.
     pub fn start(&mut self, sinks: Vec<Arc<dyn Sink>>) {
         self.sinks = sinks.clone();

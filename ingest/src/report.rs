@@ -231,6 +231,32 @@ pub fn status_line(
     )
 }
 
+/// Whether the counter path's figures (the first part of the status line) mean anything: not
+/// for an INT-only collector (no counter source), nor for capture files in which INT reports
+/// were decoded and the counter path has seen nothing (no IPFIX message decoded or dropped by
+/// the filter) — a file with nothing recognisable keeps them, to show that.
+pub fn counter_path_applies(now: &Snapshot) -> bool {
+    use Metric as M;
+    let sources: Vec<&str> = now
+        .series(M::ReaderBytes)
+        .map(|x| x.label(Label::Source))
+        .filter(|l| *l != "int")
+        .collect();
+    counters_apply(
+        !sources.is_empty() && sources.iter().all(|l| *l == "none"),
+        sources == ["file"],
+        now.sum(M::DecodeMessages) + now.sum(M::FilterDroppedMessages),
+        now.sum(M::IntDecodedReports),
+    )
+}
+
+/// [`counter_path_applies`] from the figures: `int_only` (no counter source), `files`
+/// (`--input`), `counter_seen` (IPFIX messages decoded or dropped by the template filter),
+/// `int_reports` (INT reports decoded).
+pub fn counters_apply(int_only: bool, files: bool, counter_seen: u64, int_reports: u64) -> bool {
+    !(int_only || files && int_reports > 0 && counter_seen == 0)
+}
+
 /// What the sinks dropped (disk full, queue full, memory budget, …), per sink with its reasons:
 /// `parquet 1234 (disk_full 1000, queue_full 234)`; `None` when nothing was dropped.
 pub fn sink_drops(now: &Snapshot) -> Option<String> {
@@ -373,20 +399,31 @@ impl StatusTicker {
         topo.health.set(verdict);
         // Everything below reads this one snapshot of the registry.
         let snap = topo.registry.snapshot();
-        let mut line = status_line(
-            &snap,
-            &self.prev,
-            dt,
-            self.unit,
-            &self.rates.line(&topo.live),
-        );
         let filter_kind = int_now
             .as_ref()
             .and_then(|s| s.filter.as_ref())
             .map(|f| f.kind);
-        if let Some(l) = int_status_line(&snap, &self.prev, dt, filter_kind) {
-            line.push_str(&format!(" | {l}"));
-        }
+        let int = int_status_line(&snap, &self.prev, dt, filter_kind);
+        let mut line = match int {
+            // INT alone: its part, and what the sinks dropped.
+            Some(l) if !counter_path_applies(&snap) => format!(
+                "stel-ingestd: {l}{}",
+                sink_drops(&snap).map_or_else(String::new, |d| format!(" | SINKS DROPPED {d}"))
+            ),
+            int => {
+                let mut line = status_line(
+                    &snap,
+                    &self.prev,
+                    dt,
+                    self.unit,
+                    &self.rates.line(&topo.live),
+                );
+                if let Some(l) = int {
+                    line.push_str(&format!(" | {l}"));
+                }
+                line
+            }
+        };
         if let Some(g) = topo
             .daemon
             .genl_status()
@@ -435,16 +472,19 @@ impl StatusTicker {
     pub fn finish(&self, fin: &Finished) -> serde_json::Value {
         let json = status_json(&fin.status, &fin.metrics, self.interval, true);
         write_status(&self.file, &json);
-        eprintln!(
-            "{}",
-            status_line(
-                &fin.metrics,
-                &self.prev,
-                self.last_tick.elapsed().as_secs_f64().max(1e-3),
-                self.unit,
-                ""
-            )
-        );
+        // (INT's final figures are its own summary line.)
+        if counter_path_applies(&fin.metrics) {
+            eprintln!(
+                "{}",
+                status_line(
+                    &fin.metrics,
+                    &self.prev,
+                    self.last_tick.elapsed().as_secs_f64().max(1e-3),
+                    self.unit,
+                    ""
+                )
+            );
+        }
         if let Some(d) = sink_drops(&fin.metrics) {
             tracing::warn!("Sinks dropped samples during the run: {d}.");
         }

@@ -411,6 +411,7 @@ impl Topology {
         drained: Option<&dyn Fn(&crate::sys::uring::RecvStats) -> bool>,
         timeout: std::time::Duration,
     ) -> Finished {
+        let kind = self.daemon.source_kind();
         let mut st = self.daemon.finish(drained, timeout);
         let mut parquet = None;
         let mut int_final = None;
@@ -445,14 +446,23 @@ impl Topology {
             }
             st.components.insert("int".into(), s.info());
         }
+        // The counter sinks' summaries: not for INT alone (an empty counter history).
+        let counters = crate::report::counters_apply(
+            kind == crate::config::SourceKind::None,
+            kind == crate::config::SourceKind::File,
+            st.pipeline.decode.messages + st.filter.dropped,
+            int_final.as_ref().map_or(0, |s| s.decode.reports_decoded),
+        );
         if let Some(h) = self.history {
             match h.shutdown() {
                 Ok(s) => {
-                    eprintln!(
-                        "stel-ingestd: history: {} files published, {} samples written",
-                        s.get(Metric::SinkPublishedFiles),
-                        stel_store::parquet::accounting::written(&s)
-                    );
+                    let written = stel_store::parquet::accounting::written(&s);
+                    if counters || written > 0 {
+                        eprintln!(
+                            "stel-ingestd: history: {} files published, {written} samples written",
+                            s.get(Metric::SinkPublishedFiles),
+                        );
+                    }
                     parquet = Some(s);
                 }
                 Err(e) => eprintln!("stel-ingestd: history: final flush failed: {e}"),
@@ -462,13 +472,15 @@ impl Topology {
         if let Some(r) = self.rollups {
             match r.shutdown() {
                 Ok((s, t)) => {
-                    eprintln!(
-                        "stel-ingestd: rollups: {} files published ({} bytes), {} samples rolled up, {} shed",
-                        t.files,
-                        t.bytes.iter().sum::<u64>(),
-                        stel_store::rollup::accounting::rolled_up(&s),
-                        stel_store::rollup::accounting::shed(&s)
-                    );
+                    if counters || t.files > 0 {
+                        eprintln!(
+                            "stel-ingestd: rollups: {} files published ({} bytes), {} samples rolled up, {} shed",
+                            t.files,
+                            t.bytes.iter().sum::<u64>(),
+                            stel_store::rollup::accounting::rolled_up(&s),
+                            stel_store::rollup::accounting::shed(&s)
+                        );
+                    }
                     rollup_final = Some(s);
                 }
                 Err(e) => eprintln!("stel-ingestd: rollups: {e}"),

@@ -100,8 +100,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 /// With umask 000 (where a plain `create` gives 0666 files and a 0777 socket), everything the
 /// daemon writes has its fixed mode and the configured group: history (counter and INT Parquet)
 /// 0640, the inspect socket 0660, the status file 0600, the data directory's lock file 0644,
-/// directories 0750. And everything a run
-/// writes follows `--data-dir`: nothing appears in the working directory.
+/// directories 0750. And everything a run writes follows `--data-dir`: nothing appears in the
+/// working directory.
 #[test]
 fn files_sockets_and_directories_have_fixed_modes_and_group_whatever_the_umask() {
     let t = tempfile::tempdir().unwrap();
@@ -781,7 +781,11 @@ fn the_cli_speaks_stel_emu() {
         every_flag_described(&help);
         assert!(help.contains("Examples:"), "{help}");
         assert!(help.contains("--drops"), "{help}");
+        assert!(help.contains("\nUsage: stel-emu int [OPTIONS]\n"), "{help}");
     }
+    let (code, _, err) = emu(&["int", "--no-such-flag"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("Usage: stel-emu int [OPTIONS]"), "{err}");
     let (code, _, err) = emu(&["help", "nothing"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("stel-emu help int"), "{err}");

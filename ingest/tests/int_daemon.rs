@@ -1517,3 +1517,120 @@ fn the_emulators_defaults_show_drops_and_path_changes() {
     );
     assert_eq!(s.get(Metric::IntPathChanges), u("path_changes"), "{fin}");
 }
+
+/// INT alone prints INT's figures only: `--int-only` and a capture holding only INT reports
+/// show no counter-path zeros (`0.0 M counters/s … filtered 0`) and no empty counter history's
+/// summary; a capture with IPFIX counters too shows both.
+#[test]
+fn int_alone_prints_only_int_figures() {
+    const INGESTD: &str = env!("CARGO_BIN_EXE_stel-ingestd");
+    const EMU: &str = env!("CARGO_BIN_EXE_stel-emu");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let status_file = d.join("status.json");
+    let mut child = Command::new(INGESTD)
+        .args([
+            "--int-only",
+            "--int-listen",
+            "127.0.0.1:0",
+            "--status-line",
+            "on",
+        ])
+        .args(["--no-inspect", "--data-dir"])
+        .arg(d.join("live"))
+        .arg("--status-file")
+        .arg(&status_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
+        v["info"]["components"]["int"]["listen"][0].is_string()
+    });
+    let addr = st["info"]["components"]["int"]["listen"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = Command::new(EMU)
+        .args(["int", "--to", &addr, "--count", "200", "--rate", "0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The tick that counted them printed its line before writing the file.
+    wait_status(&status_file, &mut child, "200 reports decoded", |v| {
+        metrics(v).get(Metric::IntDecodedReports) == 200
+    });
+    kill(&child, "-TERM");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("stel-ingestd: int ") && l.contains(" reports/s, ")),
+        "{err}"
+    );
+    assert!(!err.contains("counters/s"), "{err}");
+    assert!(!err.contains("stel-ingestd: history:"), "{err}");
+    assert!(!err.contains("stel-ingestd: rollups:"), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("stel-ingestd: stopped cleanly (INT only)"),
+        "{err}"
+    );
+
+    // Captures: INT only, then INT and IPFIX counters.
+    let pcap = d.join("int.pcap");
+    let ipfix = d.join("counters.ipfix");
+    let o = Command::new(EMU)
+        .args(["int", "--count", "200", "--rate", "0", "--pcap"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(EMU)
+        .args([
+            "--ports",
+            "2",
+            "--interval",
+            "100us",
+            "--duration",
+            "5ms",
+            "--file",
+        ])
+        .arg(&ipfix)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ingest = |files: &[&Path], data: &str| {
+        let o = Command::new(INGESTD)
+            .args(["--status-line", "on", "--no-inspect", "--data-dir"])
+            .arg(d.join(data))
+            .arg("--input")
+            .args(files)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{err}");
+        err
+    };
+    let err = ingest(&[&pcap], "int-capture");
+    assert!(!err.contains("counters/s"), "{err}");
+    assert!(!err.contains("stel-ingestd: history:"), "{err}");
+    assert!(
+        err.contains(
+            "stel-ingestd: stopped cleanly: 200 INT reports decoded, no counters in the input"
+        ),
+        "{err}"
+    );
+    let err = ingest(&[&ipfix, &pcap], "both");
+    assert!(err.contains(" M counters/s "), "{err}");
+    assert!(
+        err.contains("stel-ingestd: history: 1 files published"),
+        "{err}"
+    );
+    assert!(err.contains("stel-ingestd: int: "), "{err}");
+    assert!(
+        err.contains("stel-ingestd: stopped cleanly: 100 snapshots decoded"),
+        "{err}"
+    );
+}

@@ -865,7 +865,8 @@ pub fn outer_frame(out: &mut Vec<u8>, switch_id: u32, dst_port: u16, payload: &[
 }
 
 #[derive(Debug, clap::Parser)]
-#[command(name = "stel-emu int", verbatim_doc_comment)]
+// bin_name: `cli_main` parses from "int" on, which clap would take as the program's name.
+#[command(name = "stel-emu int", bin_name = "stel-emu int", verbatim_doc_comment)]
 /// Sends INT telemetry reports like P4/INT switches (AmLight/NoviFlow by default) to a UDP
 /// collector, or writes them to a pcap file. The defaults show what INT is for: 1 % of reports
 /// carry a drop, 2 % see congestion, and every flow of 3+ hops changes path every 50 of its

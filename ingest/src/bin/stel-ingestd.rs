@@ -630,6 +630,10 @@ fn run(a: Args) -> Result<ExitCode, String> {
             st.pipeline.decode.records
         ),
         (None, None) if int_only => eprintln!("stel-ingestd: stopped cleanly (INT only)"),
+        (None, None) if !report::counter_path_applies(m) => eprintln!(
+            "stel-ingestd: stopped cleanly: {} INT reports decoded, no counters in the input",
+            m.sum(stel_store::metrics::Metric::IntDecodedReports)
+        ),
         (None, None) => eprintln!(
             "stel-ingestd: stopped cleanly: {} snapshots decoded, {how}",
             st.pipeline.decode.records
