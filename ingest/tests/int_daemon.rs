@@ -34,6 +34,18 @@ fn wait_status(path: &Path, child: &mut Child, what: &str, ok: impl Fn(&Value) -
     }
 }
 
+/// Waits for the daemon's INT listen address (its status file); returns the status and it.
+fn wait_int_listen(status_file: &Path, child: &mut Child) -> (Value, String) {
+    let st = wait_status(status_file, child, "the INT listen address", |v| {
+        v["info"]["components"]["int"]["listen"][0].is_string()
+    });
+    let addr = st["info"]["components"]["int"]["listen"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (st, addr)
+}
+
 /// The registry series of a status file (its `metrics` section).
 fn metrics(v: &Value) -> Snapshot {
     Snapshot::from_json(&v["metrics"])
@@ -101,13 +113,7 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-        v["info"]["components"]["int"]["listen"][0].is_string()
-    });
-    let addr = st["info"]["components"]["int"]["listen"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (st, addr) = wait_int_listen(&status_file, &mut child);
     assert_eq!(metrics(&st).get(Metric::IntEvcs), 8, "{st}");
 
     let truth_path = d.join("truth.json");
@@ -314,13 +320,7 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-        v["info"]["components"]["int"]["listen"][0].is_string()
-    });
-    let addr = st["info"]["components"]["int"]["listen"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (_, addr) = wait_int_listen(&status_file, &mut child);
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .send_to(&packet, &addr)
@@ -410,14 +410,8 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-            v["info"]["components"]["int"]["listen"][0].is_string()
-        });
+        let (st, addr) = wait_int_listen(&status_file, &mut child);
         assert_eq!(st["info"]["components"]["int"]["reader"], reader, "{st}");
-        let addr = st["info"]["components"]["int"]["listen"][0]
-            .as_str()
-            .unwrap()
-            .to_string();
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
         let b = UdpSocket::bind("127.0.0.2:0").unwrap();
         a.send_to(&v05_plain_report(1), &addr).unwrap();
@@ -919,13 +913,7 @@ fn random_switch_ids_flows_and_sequence_numbers_keep_decoder_state_bounded_and_h
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-        v["info"]["components"]["int"]["listen"][0].is_string()
-    });
-    let addr = st["info"]["components"]["int"]["listen"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (_, addr) = wait_int_listen(&status_file, &mut child);
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.connect(&addr).unwrap();
     let mut sent = 0u64;
@@ -1382,14 +1370,8 @@ fn udp_gro_batches_are_cut_into_reports_exactly_with_io_uring_and_recvmsg() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-            v["info"]["components"]["int"]["listen"][0].is_string()
-        });
+        let (st, addr) = wait_int_listen(&status_file, &mut child);
         assert_eq!(st["info"]["components"]["int"]["reader"], reader, "{st}");
-        let addr = st["info"]["components"]["int"]["listen"][0]
-            .as_str()
-            .unwrap()
-            .to_string();
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         sock.connect(&addr).unwrap();
         let mut g = Generator::new(GenConfig {
@@ -1544,13 +1526,7 @@ fn int_alone_prints_only_int_figures() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-        v["info"]["components"]["int"]["listen"][0].is_string()
-    });
-    let addr = st["info"]["components"]["int"]["listen"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (_, addr) = wait_int_listen(&status_file, &mut child);
     let o = Command::new(EMU)
         .args(["int", "--to", &addr, "--count", "200", "--rate", "0"])
         .output()
