@@ -100,9 +100,14 @@ fn int_questions_and_sql_over_the_int_tables() {
         assert!(r["p99_ns"].as_u64().unwrap() <= r["max_ns"].as_u64().unwrap());
     }
 
+    // The EVC columns say what they hold: flows its name (as `int evc`'s evc_name), drops its
+    // id (int_drops has no name column).
     let (code, out, err) = query(&data, &["int", "flows", "-n", "3"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(rows(&out).len(), 3);
+    for r in rows(&out) {
+        assert!(r["evc_name"].as_str().unwrap().starts_with("vlan_"), "{r}");
+    }
 
     let (code, out, err) = query(&data, &["int", "drops"]);
     assert_eq!(code, 0, "{err}");
@@ -111,6 +116,9 @@ fn int_questions_and_sql_over_the_int_tables() {
         .map(|r| r["drops"].as_u64().unwrap())
         .sum();
     assert_eq!(drops, truth.drops_sent);
+    assert!(rows(&out)
+        .iter()
+        .any(|r| r["evc_id"].as_str().is_some_and(|e| e.starts_with("evc-"))));
 
     let (code, out, err) = query(&data, &["sql", "SELECT count(*) AS n FROM int_hops"]);
     assert_eq!(code, 0, "{err}");

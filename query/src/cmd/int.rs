@@ -142,7 +142,7 @@ fn sql(a: &Args, from: i64, to: i64) -> (String, &'static str) {
     match a.what {
         What::Flows => (
             format!(
-                "SELECT flow_key, max(vlan) AS vlan, max(evc_name) AS evc, \
+                "SELECT flow_key, max(vlan) AS vlan, max(evc_name) AS evc_name, \
                  arrow_cast(max(ip_proto), 'Int64') AS proto, max(src_port) AS src_port, \
                  max(dst_port) AS dst_port, count(*) AS reports, max(hop_count) AS hops, \
                  CAST(avg(latency_sum_ns) AS BIGINT) AS avg_latency_ns, \
@@ -172,7 +172,7 @@ fn sql(a: &Args, from: i64, to: i64) -> (String, &'static str) {
         What::Drops => (
             format!(
                 "SELECT switch_id, drop_reason, count(*) AS drops, \
-                 count(DISTINCT flow_key) AS flows, max(evc_id) AS evc \
+                 count(DISTINCT flow_key) AS flows, max(evc_id) AS evc_id \
                  FROM int_drops WHERE {win} \
                  GROUP BY switch_id, drop_reason ORDER BY drops DESC"
             ),
