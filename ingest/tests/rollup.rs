@@ -162,3 +162,67 @@ print(json.dumps(out))
     assert_eq!(got["raw"], got["tier"], "DuckDB on raw vs the 1m tier");
     assert_eq!(got["switch"], serde_json::json!([["sw7"]]));
 }
+
+/// `stel-ingestd rollup` writes history, so it takes the output directory's lock like a daemon:
+/// refused (exit 2, naming the holder) while a daemon writes that directory, and it runs once
+/// the daemon has exited.
+#[test]
+fn rollup_is_refused_while_a_daemon_writes_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("raw-only.toml");
+    std::fs::write(&cfg, "[rollup]\nenabled = false\n").unwrap();
+    let data = dir.path().join("data");
+    let daemon = Command::new(INGESTD)
+        .arg("--config")
+        .arg(&cfg)
+        .args([
+            "--demo",
+            "--no-ebpf",
+            "--no-inspect",
+            "--ports",
+            "2",
+            "--stats",
+            "2",
+        ])
+        .args(["--interval", "1ms", "--duration", "3s", "--data-dir"])
+        .arg(&data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = data.join("status.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !status.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = Command::new(INGESTD)
+        .args(["rollup", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} is being written by another stel-ingestd (pid {}, since ",
+            data.display(),
+            daemon.id()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("give this one another --out"), "{err}");
+    let out = daemon.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = run(Command::new(INGESTD)
+        .args(["rollup", "--data-dir"])
+        .arg(&data));
+    assert!(err.contains("tier files under"), "{err}");
+}

@@ -281,7 +281,8 @@ enum Command {
         /// Raw history to read (profile=…/group=…/date=…/hour=…/part-….parquet).
         #[arg(long)]
         data_dir: PathBuf,
-        /// Where the tiers go (default: the data dir itself). Refused if tiers are there already.
+        /// Where the tiers go (default: the data dir itself). Refused if tiers are there already,
+        /// or while a daemon writes that directory (its lock, as a daemon's).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Configuration file whose [rollup] section says which tiers (default: the built-in
@@ -697,6 +698,8 @@ fn rollup(data_dir: &Path, out: Option<&Path>, config: Option<&Path>) -> Result<
         None => DaemonConfig::default(),
     };
     let out = out.unwrap_or(data_dir);
+    // The tiers are history: one writer per directory, as for the daemon (held until return).
+    let _lock = sys::dirlock::lock_dir(out, "--out").map_err(|e| e.to_string())?;
     let switch = cfg.parquet.as_ref().and_then(|p| p.switch_name.clone());
     let t = Instant::now();
     let r = stel_store::rollup::rebuild(data_dir, out, &cfg.rollup, switch, |p, rows| {

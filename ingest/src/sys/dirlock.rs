@@ -3,7 +3,8 @@
 //! At start every sink clears what a crashed run left in its directory (unpublished temporary
 //! files); a second daemon on a directory another one is writing would delete that one's files
 //! in progress and rewrite its status file. So before any sink starts, the daemon locks every
-//! directory it writes history into and holds the locks until it exits. The kernel drops a
+//! directory it writes history into and holds the locks until it exits (`stel-ingestd rollup`
+//! locks the directory it writes its tiers into the same way). The kernel drops a
 //! `flock` when its process ends, however it ends (`kill -9` too): a lock never outlives its
 //! holder, and the file left behind means nothing on its own.
 //!
