@@ -837,3 +837,78 @@ print(json.dumps({{"tag": root.tag, "w": root.get("width"), "h": root.get("heigh
         }
     }
 }
+
+/// A server started before the daemon published anything (systemd starts both) waits for the
+/// first files, says so once, then serves them; a data directory that does not exist is still
+/// an error at once (exit 2).
+#[test]
+fn serve_waits_for_the_first_files() {
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            "/nonexistent/stel",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = |r: Box<dyn Read + Send>| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(r).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        rx
+    };
+    let err = lines(Box::new(child.stderr.take().unwrap()));
+    let out = lines(Box::new(child.stdout.take().unwrap()));
+    let waiting = err.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(
+        waiting.contains("nothing to serve yet")
+            && waiting.contains("waiting for the daemon's first files"),
+        "{waiting}"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "serve exited on an empty data dir"
+    );
+    // The daemon's history appears.
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(data_dir().join("."))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let serving = out.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(
+        serving.contains("serving Flight SQL on grpc://127.0.0.1:"),
+        "{serving}"
+    );
+    let tables: u64 = serving
+        .split(" (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(tables > 0, "{serving}");
+    sigterm(child.id());
+    assert!(child.wait().unwrap().success());
+}

@@ -146,6 +146,31 @@ async fn stop_signal() {
 
 /// # Errors
 /// Bad flags, no data, an address that cannot be bound, TLS files that do not load.
+/// How often a server started before the daemon's first files looks for them.
+const FIRST_FILES_POLL: Duration = Duration::from_secs(2);
+
+/// The catalog of `data`, once it has something to serve: a server started (by systemd, say)
+/// before the daemon published its first file waits for it, saying so once, instead of exiting.
+/// A data directory that is not there at all is still an error.
+async fn first_history(data: &str) -> Result<(crate::catalog::Catalog, Vec<String>)> {
+    let mut said = false;
+    loop {
+        match crate::cmd::sql::open(data, false).await {
+            Err(Error::NotFound(m)) => {
+                if !said {
+                    eprintln!(
+                        "stel-query: serve: nothing to serve yet ({m}); waiting for the daemon's first files (looking every {}s)",
+                        FIRST_FILES_POLL.as_secs()
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(FIRST_FILES_POLL).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     let limits = Limits {
         max_queries: a.max_queries.max(1),
@@ -160,7 +185,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .enable_all()
         .build()?;
     // Unreadable files are skipped with a warning (a server keeps serving what it can read).
-    let (cat, tables) = exec.block_on(crate::cmd::sql::open(&a.data_dir, false))?;
+    let (cat, tables) = exec.block_on(first_history(&a.data_dir))?;
     let cat = Arc::new(cat);
     functions::register(&cat.ctx, Arc::clone(&cat));
     // DataFusion caches a table's file listing for the process's life by default; a server
