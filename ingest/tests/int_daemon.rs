@@ -1610,3 +1610,39 @@ fn int_alone_prints_only_int_figures() {
         "{err}"
     );
 }
+
+/// `--int-only` listens where the config file says (`[int] listen`) as well as on
+/// `--int-listen`; with neither it says what it needs, exit 2.
+#[test]
+fn int_only_listens_where_the_config_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let status_file = dir.path().join("status.json");
+    let conf = dir.path().join("stel.toml");
+    std::fs::write(&conf, "[int]\nlisten = [\"127.0.0.1:0\"]\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--int-only")
+        .arg("--config")
+        .arg(&conf)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--status-file")
+        .arg(&status_file)
+        .args(["--no-inspect", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_, addr) = wait_int_listen(&status_file, &mut child);
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    stop_daemon(child);
+
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .arg("--int-only")
+        .arg("--data-dir")
+        .arg(dir.path().join("data2"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("give it somewhere to listen"), "{err}");
+}

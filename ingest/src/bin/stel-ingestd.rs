@@ -179,8 +179,9 @@ struct Args {
     /// /api/kytos/mef_eline/v2/evc/ returns it); re-read on SIGHUP.
     #[arg(long, value_name = "FILE")]
     int_kytos_evcs: Option<PathBuf>,
-    /// No counter source: collect INT reports only (a collector host that is not a switch).
-    #[arg(long, conflicts_with_all = ["demo", "usersock_group", "input"], requires = "int_listen")]
+    /// No counter source: collect INT reports only (a collector host that is not a switch), on
+    /// --int-listen or the config's [int] listen.
+    #[arg(long, conflicts_with_all = ["demo", "usersock_group", "input"])]
     int_only: bool,
     /// Stop after this long (e.g. 30s); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
@@ -410,6 +411,12 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
         cfg.int.get_or_insert_with(Default::default).evc.kytos_evcs = Some(p.clone());
     }
     if a.int_only {
+        if cfg.int.as_ref().is_none_or(|i| i.listen.is_empty()) {
+            return Err(
+                "--int-only collects INT reports only: give it somewhere to listen (--int-listen 0.0.0.0:5900, or [int] listen in --config)"
+                    .into(),
+            );
+        }
         cfg.source.kind = SourceKind::None;
         if cfg.history.enabled && a.data_dir.is_none() && a.config.is_none() {
             cfg.parquet.get_or_insert_with(Default::default).dir = PathBuf::from("stel-data");
