@@ -46,6 +46,18 @@ fn wait_int_listen(status_file: &Path, child: &mut Child) -> (Value, String) {
     (st, addr)
 }
 
+/// Starts `c` (a `stel-ingestd` command) writing its status to `status_file`, without the
+/// inspect socket, its final status as JSON on stdout; stdout and stderr piped.
+fn spawn_reporting(c: &mut Command, status_file: &Path) -> Child {
+    c.arg("--status-file")
+        .arg(status_file)
+        .args(["--no-inspect", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// The registry series of a status file (its `metrics` section).
 fn metrics(v: &Value) -> Snapshot {
     Snapshot::from_json(&v["metrics"])
@@ -96,23 +108,19 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let status_file = d.join("status.json");
     let data = d.join("data");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .args([
-            "--int-only",
-            "--int-listen",
-            "127.0.0.1:0",
-            "--int-kytos-evcs",
-        ])
-        .arg(&evcs)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--status-file")
-        .arg(&status_file)
-        .args(["--no-inspect", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_reporting(
+        Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .args([
+                "--int-only",
+                "--int-listen",
+                "127.0.0.1:0",
+                "--int-kytos-evcs",
+            ])
+            .arg(&evcs)
+            .arg("--data-dir")
+            .arg(&data),
+        &status_file,
+    );
     let (st, addr) = wait_int_listen(&status_file, &mut child);
     assert_eq!(metrics(&st).get(Metric::IntEvcs), 8, "{st}");
 
@@ -310,16 +318,12 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let status_file = dir.path().join("status.json");
     let data = dir.path().join("data");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .arg("--status-file")
-        .arg(&status_file)
-        .args(["--no-inspect", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_reporting(
+        Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data),
+        &status_file,
+    );
     let (_, addr) = wait_int_listen(&status_file, &mut child);
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -398,18 +402,14 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
         std::fs::write(&cfg, format!("[int]\nreader = \"{reader}\"\n")).unwrap();
         let status_file = d.join("status.json");
         let data = d.join("data");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-            .arg("--config")
-            .arg(&cfg)
-            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data)
-            .arg("--status-file")
-            .arg(&status_file)
-            .args(["--no-inspect", "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_reporting(
+            Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+                .arg("--config")
+                .arg(&cfg)
+                .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+                .arg(&data),
+            &status_file,
+        );
         let (st, addr) = wait_int_listen(&status_file, &mut child);
         assert_eq!(st["info"]["components"]["int"]["reader"], reader, "{st}");
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -685,18 +685,14 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
         )
         .unwrap();
         let status_file = d.join("status.json");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-            .arg("--config")
-            .arg(&cfg)
-            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(d.join("data"))
-            .arg("--status-file")
-            .arg(&status_file)
-            .args(["--no-inspect", "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_reporting(
+            Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+                .arg("--config")
+                .arg(&cfg)
+                .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+                .arg(d.join("data")),
+            &status_file,
+        );
         let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
             v["info"]["components"]["int"]["listen"][0].is_string()
         });
@@ -810,18 +806,14 @@ fn int_filter_is_attached_before_the_sockets_receive() {
         })
     };
     let status_file = d.join("status.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .arg("--config")
-        .arg(&cfg)
-        .args(["--int-only", "--int-listen", &addr, "--data-dir"])
-        .arg(d.join("data"))
-        .arg("--status-file")
-        .arg(&status_file)
-        .args(["--no-inspect", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_reporting(
+        Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--int-only", "--int-listen", &addr, "--data-dir"])
+            .arg(d.join("data")),
+        &status_file,
+    );
     // The flood goes on until the kernel filter has dropped plenty of it after start-up.
     let st = wait_status(
         &status_file,
@@ -901,18 +893,14 @@ fn random_switch_ids_flows_and_sequence_numbers_keep_decoder_state_bounded_and_h
     .unwrap();
     let status_file = d.join("status.json");
     let data = d.join("data");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .arg("--config")
-        .arg(&config)
-        .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .arg("--status-file")
-        .arg(&status_file)
-        .args(["--no-inspect", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_reporting(
+        Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .arg("--config")
+            .arg(&config)
+            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data),
+        &status_file,
+    );
     let (_, addr) = wait_int_listen(&status_file, &mut child);
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.connect(&addr).unwrap();
@@ -1358,18 +1346,14 @@ fn udp_gro_batches_are_cut_into_reports_exactly_with_io_uring_and_recvmsg() {
         std::fs::write(&config, format!("[int]\nreader = \"{reader}\"\n")).unwrap();
         let status_file = d.join("status.json");
         let data = d.join("data");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-            .arg("--config")
-            .arg(&config)
-            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data)
-            .arg("--status-file")
-            .arg(&status_file)
-            .args(["--no-inspect", "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_reporting(
+            Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+                .arg("--config")
+                .arg(&config)
+                .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+                .arg(&data),
+            &status_file,
+        );
         let (st, addr) = wait_int_listen(&status_file, &mut child);
         assert_eq!(st["info"]["components"]["int"]["reader"], reader, "{st}");
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -1619,19 +1603,15 @@ fn int_only_listens_where_the_config_says() {
     let status_file = dir.path().join("status.json");
     let conf = dir.path().join("stel.toml");
     std::fs::write(&conf, "[int]\nlisten = [\"127.0.0.1:0\"]\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .arg("--int-only")
-        .arg("--config")
-        .arg(&conf)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .arg("--status-file")
-        .arg(&status_file)
-        .args(["--no-inspect", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_reporting(
+        Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .arg("--int-only")
+            .arg("--config")
+            .arg(&conf)
+            .arg("--data-dir")
+            .arg(dir.path().join("data")),
+        &status_file,
+    );
     let (_, addr) = wait_int_listen(&status_file, &mut child);
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     stop_daemon(child);
