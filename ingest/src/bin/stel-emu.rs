@@ -26,7 +26,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// Examples:
 ///   stel-emu --netlink-group 1 --duration 10s                # design rate: 64 × 30 × 10us
-///   stel-emu --ports 8 --interval 1ms --pattern microburst --netlink-group 1
+///   stel-emu --ports 8 --interval 10us --pattern microburst --netlink-group 1
 ///   stel-emu --file capture.ipfix --duration 1s --truth truth.json --session session.json
 ///   stel-emu --replay capture.ipfix --netlink-group 1       # also .pcap/.pcapng, recordings
 ///   stel-emu --netlink-group 1 --duration 1s --record sent.nl  # what was sent, datagram by datagram
@@ -55,7 +55,9 @@ struct Args {
     /// Snapshots per message; 0 = as many as fit in 64 KiB − 320 B.
     #[arg(long, default_value_t = 0)]
     snapshots_per_message: usize,
-    /// Load pattern driving the counters.
+    /// Load pattern driving the counters. The load is read once per snapshot, so microbursts
+    /// (50 µs every 1 ms) need an --interval well below 50 µs: at 1ms each port is either always
+    /// or never in a burst.
     #[arg(long, value_enum, default_value_t = Pattern::Steady)]
     pattern: Pattern,
     /// Port speed of the load model (and of --redis's PORT tables): 100G, 25G, 400000 (Mb/s).
