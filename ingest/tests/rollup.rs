@@ -226,3 +226,47 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
         .arg(&data));
     assert!(err.contains("tier files under"), "{err}");
 }
+
+/// `stel-ingestd rollup` on a directory without raw history is an error (exit 2) that names
+/// the directory, not "0 raw files → 0 tier files" and exit 0: a mistyped --data-dir is
+/// neither created nor left with anything in it.
+#[test]
+fn rollup_without_raw_history_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("stel-dta");
+    let o = Command::new(INGESTD)
+        .args(["rollup", "--data-dir"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} does not exist or is not a directory (is --data-dir right?)",
+            missing.display()
+        )),
+        "{err}"
+    );
+    assert!(!missing.exists(), "rollup created {}", missing.display());
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = Command::new(INGESTD)
+        .args(["rollup", "--data-dir"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{} holds no raw history", empty.display())),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&empty)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != ".stel-ingestd.lock")
+        .collect();
+    assert!(left.is_empty(), "rollup wrote {left:?}");
+}

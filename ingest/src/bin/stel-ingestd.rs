@@ -279,7 +279,8 @@ enum Command {
     ///
     /// Example: stel-ingestd rollup --data-dir /var/lib/stel
     Rollup {
-        /// Raw history to read (profile=…/group=…/date=…/hour=…/part-….parquet).
+        /// Raw history to read (profile=…/group=…/date=…/hour=…/part-….parquet); a directory
+        /// that does not exist or holds none is an error (exit 2).
         #[arg(long)]
         data_dir: PathBuf,
         /// Where the tiers go (default: the data dir itself). Refused if tiers are there already,
@@ -704,6 +705,13 @@ fn rollup(data_dir: &Path, out: Option<&Path>, config: Option<&Path>) -> Result<
         Some(p) => DaemonConfig::load(p).map_err(|e| e.to_string())?,
         None => DaemonConfig::default(),
     };
+    // Checked before the lock, which would create the directory.
+    if !data_dir.is_dir() {
+        return Err(format!(
+            "{} does not exist or is not a directory (is --data-dir right?)",
+            data_dir.display()
+        ));
+    }
     let out = out.unwrap_or(data_dir);
     // The tiers are history: one writer per directory, as for the daemon (held until return).
     let _lock = sys::dirlock::lock_dir(out, "--out").map_err(|e| e.to_string())?;

@@ -39,6 +39,11 @@ pub enum RebuildError {
     File { path: PathBuf, message: String },
     #[error("{0} already holds rollup tiers ({1}); remove them first or write elsewhere (--out)")]
     Exists(PathBuf, String),
+    #[error(
+        "{0} holds no raw history (published files under profile=<p>/group=<g>/); \
+         is it the daemon's --data-dir?"
+    )]
+    NoRaw(PathBuf),
 }
 
 /// What a rebuild read and wrote.
@@ -75,7 +80,8 @@ fn file_schema(
 /// (default: the host name). `each` is told about every file read.
 ///
 /// # Errors
-/// An invalid config, tiers already under `out`, or a raw file that cannot be read.
+/// An invalid config, tiers already under `out`, no published raw file under `root`, or a raw
+/// file that cannot be read.
 pub fn rebuild(
     root: &Path,
     out: &Path,
@@ -92,11 +98,6 @@ pub fn rebuild(
     if let Some(t) = existing.first() {
         return Err(RebuildError::Exists(out.to_path_buf(), t.clone()));
     }
-    std::fs::create_dir_all(out).map_err(|e| RebuildError::File {
-        path: out.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let mut w = RollupWriter::new(cfg, out.to_path_buf(), switch, BudgetHandle::default())?;
     // Per session, files in time order.
     /// A session's raw files: (first_ns, relative path, path).
     type Files = Vec<(u64, String, PathBuf)>;
@@ -109,6 +110,16 @@ pub fn rebuild(
                 .push((first_ns, rel, path));
         }
     }
+    // Nothing to build from (a mistyped directory, or one holding only tiers): say so before
+    // anything is created under `out`.
+    if sessions.is_empty() {
+        return Err(RebuildError::NoRaw(root.to_path_buf()));
+    }
+    std::fs::create_dir_all(out).map_err(|e| RebuildError::File {
+        path: out.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut w = RollupWriter::new(cfg, out.to_path_buf(), switch, BudgetHandle::default())?;
     let mut report = RebuildReport::default();
     for files in sessions.values_mut() {
         files.sort();
