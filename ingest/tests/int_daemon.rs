@@ -58,6 +58,25 @@ fn spawn_reporting(c: &mut Command, status_file: &Path) -> Child {
         .unwrap()
 }
 
+/// Starts `stel-ingestd --int-only` on 127.0.0.1:0 (with `config` if given) writing INT tables
+/// under `data`, as [`spawn_reporting`] does, and waits for its listen address: the child, its
+/// status then, the address.
+fn start_int_only(
+    config: Option<&Path>,
+    data: &Path,
+    status_file: &Path,
+) -> (Child, Value, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"));
+    if let Some(config) = config {
+        c.arg("--config").arg(config);
+    }
+    c.args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data);
+    let mut child = spawn_reporting(&mut c, status_file);
+    let (st, addr) = wait_int_listen(status_file, &mut child);
+    (child, st, addr)
+}
+
 /// The registry series of a status file (its `metrics` section).
 fn metrics(v: &Value) -> Snapshot {
     Snapshot::from_json(&v["metrics"])
@@ -318,13 +337,7 @@ fn reference_amlight_vector_through_the_daemon_with_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let status_file = dir.path().join("status.json");
     let data = dir.path().join("data");
-    let mut child = spawn_reporting(
-        Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data),
-        &status_file,
-    );
-    let (_, addr) = wait_int_listen(&status_file, &mut child);
+    let (mut child, _, addr) = start_int_only(None, &data, &status_file);
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .send_to(&packet, &addr)
@@ -402,15 +415,7 @@ fn reporter_address_is_the_senders_with_io_uring_and_recvmsg() {
         std::fs::write(&cfg, format!("[int]\nreader = \"{reader}\"\n")).unwrap();
         let status_file = d.join("status.json");
         let data = d.join("data");
-        let mut child = spawn_reporting(
-            Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-                .arg("--config")
-                .arg(&cfg)
-                .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-                .arg(&data),
-            &status_file,
-        );
-        let (st, addr) = wait_int_listen(&status_file, &mut child);
+        let (mut child, st, addr) = start_int_only(Some(&cfg), &data, &status_file);
         assert_eq!(st["info"]["components"]["int"]["reader"], reader, "{st}");
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
         let b = UdpSocket::bind("127.0.0.2:0").unwrap();
@@ -685,26 +690,12 @@ fn int_filter_drops_other_versions_and_senders_in_the_kernel_counted() {
         )
         .unwrap();
         let status_file = d.join("status.json");
-        let mut child = spawn_reporting(
-            Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-                .arg("--config")
-                .arg(&cfg)
-                .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-                .arg(d.join("data")),
-            &status_file,
-        );
-        let st = wait_status(&status_file, &mut child, "the INT listen address", |v| {
-            v["info"]["components"]["int"]["listen"][0].is_string()
-        });
+        let (mut child, st, addr) = start_int_only(Some(&cfg), &d.join("data"), &status_file);
         let kind = if ebpf { "kernel" } else { "user_space" };
         assert_eq!(
             st["info"]["components"]["int"]["filter"]["kind"], kind,
             "{st}"
         );
-        let addr = st["info"]["components"]["int"]["listen"][0]
-            .as_str()
-            .unwrap()
-            .to_string();
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
         let b = UdpSocket::bind("127.0.0.2:0").unwrap();
         for seq in 1..=3 {
@@ -893,15 +884,7 @@ fn random_switch_ids_flows_and_sequence_numbers_keep_decoder_state_bounded_and_h
     .unwrap();
     let status_file = d.join("status.json");
     let data = d.join("data");
-    let mut child = spawn_reporting(
-        Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-            .arg("--config")
-            .arg(&config)
-            .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data),
-        &status_file,
-    );
-    let (_, addr) = wait_int_listen(&status_file, &mut child);
+    let (mut child, _, addr) = start_int_only(Some(&config), &data, &status_file);
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.connect(&addr).unwrap();
     let mut sent = 0u64;
@@ -1346,15 +1329,7 @@ fn udp_gro_batches_are_cut_into_reports_exactly_with_io_uring_and_recvmsg() {
         std::fs::write(&config, format!("[int]\nreader = \"{reader}\"\n")).unwrap();
         let status_file = d.join("status.json");
         let data = d.join("data");
-        let mut child = spawn_reporting(
-            Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-                .arg("--config")
-                .arg(&config)
-                .args(["--int-only", "--int-listen", "127.0.0.1:0", "--data-dir"])
-                .arg(&data),
-            &status_file,
-        );
-        let (st, addr) = wait_int_listen(&status_file, &mut child);
+        let (mut child, st, addr) = start_int_only(Some(&config), &data, &status_file);
         assert_eq!(st["info"]["components"]["int"]["reader"], reader, "{st}");
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         sock.connect(&addr).unwrap();

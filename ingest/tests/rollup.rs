@@ -199,13 +199,7 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let o = Command::new(INGESTD)
-        .args(["rollup", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = rollup_refused(&data);
     assert!(
         err.contains(&format!(
             "{} is being written by another stel-ingestd (pid {}, since ",
@@ -227,6 +221,18 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
     assert!(err.contains("tier files under"), "{err}");
 }
 
+/// `stel-ingestd rollup --data-dir data`, which must be refused (exit 2): its stderr.
+fn rollup_refused(data: &Path) -> String {
+    let o = Command::new(INGESTD)
+        .args(["rollup", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    err
+}
+
 /// `stel-ingestd rollup` on a directory without raw history is an error (exit 2) that names
 /// the directory, not "0 raw files → 0 tier files" and exit 0: a mistyped --data-dir is
 /// neither created nor left with anything in it.
@@ -234,13 +240,7 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
 fn rollup_without_raw_history_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("stel-dta");
-    let o = Command::new(INGESTD)
-        .args(["rollup", "--data-dir"])
-        .arg(&missing)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = rollup_refused(&missing);
     assert!(
         err.contains(&format!(
             "{} does not exist or is not a directory (is --data-dir right?)",
@@ -252,13 +252,7 @@ fn rollup_without_raw_history_says_so() {
 
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let o = Command::new(INGESTD)
-        .args(["rollup", "--data-dir"])
-        .arg(&empty)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = rollup_refused(&empty);
     assert!(
         err.contains(&format!("{} holds no raw history", empty.display())),
         "{err}"
