@@ -15,7 +15,10 @@
 use std::{
     fs::{File, OpenOptions, Permissions},
     io::{self, Read, Seek, Write},
-    os::{fd::AsRawFd, unix::fs::PermissionsExt},
+    os::{
+        fd::AsRawFd,
+        unix::fs::{OpenOptionsExt, PermissionsExt},
+    },
     path::{Path, PathBuf},
 };
 
@@ -84,6 +87,7 @@ pub fn lock_dir(dir: &Path, setting: &'static str) -> Result<Option<DirLock>, Di
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(LOCK_MODE)
         .open(&path)
     {
         Ok(f) => f,
@@ -114,7 +118,8 @@ pub fn lock_dir(dir: &Path, setting: &'static str) -> Result<Option<DirLock>, Di
         };
     }
     // Ours: say who holds it. The lock holds whatever happens to these writes (a read-only
-    // descriptor of another user's file, a full disk): only the message would lack the pid.
+    // descriptor of another user's file, a full disk): the line left in the file then names a
+    // process that has exited, which `holder` does not repeat.
     let line = format!("pid {}, since {}\n", std::process::id(), utc_now());
     let _ = file.set_permissions(Permissions::from_mode(LOCK_MODE));
     let _ = file
@@ -126,14 +131,20 @@ pub fn lock_dir(dir: &Path, setting: &'static str) -> Result<Option<DirLock>, Di
     }))
 }
 
-/// The holder's line from the lock file, or `pid unknown` (it has not written it yet).
+/// The holder's line from the lock file, or `pid unknown`: the holder has not written it yet,
+/// or could not (another user's file), so that the line names a process that has exited.
 fn holder(file: &mut File) -> String {
     let mut text = String::new();
     let _ = file
         .rewind()
         .and_then(|()| file.take(256).read_to_string(&mut text));
     let line = text.lines().next().unwrap_or_default().trim();
-    if line.starts_with("pid ") {
+    let alive = line
+        .strip_prefix("pid ")
+        .and_then(|r| r.split(',').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| Path::new("/proc").join(pid.to_string()).exists());
+    if alive {
         line.to_string()
     } else {
         "pid unknown".to_string()
@@ -186,5 +197,23 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, LOCK_MODE);
+    }
+
+    /// A line its holder could not rewrite (another user's lock file) names a process that has
+    /// exited: a refusal says `pid unknown` rather than that process.
+    #[test]
+    fn a_stale_holder_line_is_not_repeated() {
+        let d = tempfile::tempdir().unwrap();
+        let _held = lock_dir(d.path(), "--data-dir")
+            .unwrap()
+            .expect("flock on tmp");
+        // pid_max is at most 2^22: no process has this pid.
+        std::fs::write(
+            d.path().join(LOCK_FILE),
+            "pid 4194305, since 2026-01-01T00:00:00Z\n",
+        )
+        .unwrap();
+        let msg = lock_dir(d.path(), "--data-dir").unwrap_err().to_string();
+        assert!(msg.contains("(pid unknown)"), "{msg}");
     }
 }
