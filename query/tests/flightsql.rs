@@ -909,6 +909,30 @@ fn serve_waits_for_the_first_files() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(tables > 0, "{serving}");
+    // SIGTERM the moment it says it serves: a clean stop.
     sigterm(child.id());
     assert!(child.wait().unwrap().success());
+
+    // And while it waits: a clean stop too (systemd stopping a server whose daemon never came).
+    let empty = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(empty.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = lines(Box::new(child.stderr.take().unwrap()));
+    let waiting = err.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(waiting.contains("nothing to serve yet"), "{waiting}");
+    sigterm(child.id());
+    let status = child.wait().unwrap();
+    let stopped = err
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_default();
+    assert!(status.success(), "{status:?}: {stopped}");
+    assert!(
+        stopped.contains("stopped before the first files came"),
+        "{stopped}"
+    );
 }

@@ -121,37 +121,47 @@ fn tls_config(a: &Args) -> Result<Option<ServerTlsConfig>> {
     Ok(Some(ServerTlsConfig::new().identity(identity)))
 }
 
-/// Resolves to `()` on SIGTERM or Ctrl-C.
-async fn stop_signal() {
+/// SIGTERM, listened for from the start of `run`: a SIGTERM while the server waits for the
+/// first files, or right after it says it serves, stops it cleanly rather than killing it.
+/// `None` where it cannot be listened for (then Ctrl-C only).
+#[cfg(unix)]
+type Term = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Term = Option<()>;
+
+/// Starts listening for SIGTERM (inside the runtime that polls [`stop_signal`]).
+fn listen_term() -> Term {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+        signal(SignalKind::terminate()).ok()
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        None
     }
 }
 
-/// # Errors
-/// Bad flags, no data, an address that cannot be bound, TLS files that do not load.
+/// Resolves to `()` on SIGTERM (`term`) or Ctrl-C.
+async fn stop_signal(term: &mut Term) {
+    #[cfg(unix)]
+    if let Some(t) = term {
+        tokio::select! {
+            _ = t.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        return;
+    }
+    let _ = term;
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// How often a server started before the daemon's first files looks for them.
 const FIRST_FILES_POLL: Duration = Duration::from_secs(2);
 
 /// The catalog of `data`, once it has something to serve: a server started (by systemd, say)
-/// before the daemon published its first file waits for it, saying so once, instead of exiting.
-/// A data directory that is not there at all is still an error.
+/// before the daemon published its first file waits for it, saying so once. A data directory
+/// that is not there at all is an error.
 async fn first_history(data: &str) -> Result<(crate::catalog::Catalog, Vec<String>)> {
     let mut said = false;
     loop {
@@ -171,6 +181,8 @@ async fn first_history(data: &str) -> Result<(crate::catalog::Catalog, Vec<Strin
     }
 }
 
+/// # Errors
+/// Bad flags, no data, an address that cannot be bound, TLS files that do not load.
 pub fn run(a: Args) -> Result<ExitCode> {
     let limits = Limits {
         max_queries: a.max_queries.max(1),
@@ -184,8 +196,26 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .thread_name("stel-query-exec")
         .enable_all()
         .build()?;
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("stel-query-grpc")
+        .enable_all()
+        .build()?;
+    // Registered on the gRPC runtime, whose worker drives it while the engine's runtime waits
+    // for the first files.
+    let mut term = io.block_on(async { listen_term() });
     // Unreadable files are skipped with a warning (a server keeps serving what it can read).
-    let (cat, tables) = exec.block_on(first_history(&a.data_dir))?;
+    let first = exec.block_on(async {
+        tokio::select! {
+            r = first_history(&a.data_dir) => r.map(Some),
+            () = stop_signal(&mut term) => Ok(None),
+        }
+    })?;
+    let Some((cat, tables)) = first else {
+        eprintln!("stel-query: serve: stopped before the first files came");
+        exec.shutdown_background();
+        return Ok(ExitCode::SUCCESS);
+    };
     let cat = Arc::new(cat);
     functions::register(&cat.ctx, Arc::clone(&cat));
     // DataFusion caches a table's file listing for the process's life by default; a server
@@ -203,11 +233,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         token.clone(),
         stop_rx,
     )?;
-    let io = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("stel-query-grpc")
-        .enable_all()
-        .build()?;
     let counts = Arc::clone(&stats);
     let served = io.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -240,7 +265,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let shutdown = async move {
-            stop_signal().await;
+            stop_signal(&mut term).await;
             eprintln!("stel-query: serve: stopping");
             let _ = stop_tx.send(true);
             let _ = stopped_tx.send(());
