@@ -548,7 +548,9 @@ pub const STATUS_FILE_DEFAULTS: [&str; 3] = [
 
 /// The status file to show among `candidates`: a running daemon's ([`staleness`] finds nothing)
 /// before a stopped or dead one's, a status file before anything else, and among equals the one
-/// written last (`info.written_unix_ms`).
+/// written last (`info.written_unix_ms`). A file that is there but cannot be read (another
+/// user's: the daemon's is 0600) comes after a running daemon's and before a stopped one's, so
+/// that [`show`] says why it cannot be read rather than showing a stale file in its place.
 ///
 /// # Errors
 /// None of them exists (the message lists them and says how to name the file).
@@ -557,7 +559,12 @@ pub fn pick_status_file(candidates: &[PathBuf]) -> Result<PathBuf, String> {
     candidates
         .iter()
         .filter_map(|p| {
-            let text = std::fs::read_to_string(p).ok()?;
+            let text = match std::fs::read_to_string(p) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+                // Perhaps a running daemon's: ranked as one whose state is unknown.
+                Err(_) => return Some(((true, false, 0), p)),
+            };
             let rank = match serde_json::from_str::<serde_json::Value>(&text) {
                 Ok(v) => (
                     staleness(&v, now).is_none(),

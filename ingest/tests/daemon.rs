@@ -507,7 +507,8 @@ fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing()
         .arg(&data);
         c
     };
-    let first = demo("5s")
+    // Runs until stopped, so that the second one meets it however slow the box.
+    let first = demo("600s")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -542,6 +543,12 @@ fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing()
     let held = std::fs::read_to_string(&lock).unwrap();
     assert!(held.starts_with(&holder), "{held}");
 
+    // std has no signal API; the `kill` command sends SIGTERM like systemd would.
+    let rc = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success());
     let out = first.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
@@ -704,6 +711,18 @@ fn status_reads_the_data_dirs_file_and_prefers_a_running_daemons() {
     );
     let e = pick_status_file(std::slice::from_ref(&missing)).unwrap_err();
     assert!(e.contains("--data-dir"), "{e}");
+    // One that is there but cannot be read (a directory here: as root every file is readable)
+    // is shown, and says why, rather than a stopped daemon's file; a running one's still wins.
+    let unreadable = t.path().join("unreadable.json");
+    std::fs::create_dir(&unreadable).unwrap();
+    assert_eq!(
+        pick_status_file(&[stopped.clone(), unreadable.clone()]).unwrap(),
+        unreadable
+    );
+    assert_eq!(
+        pick_status_file(&[unreadable.clone(), live_file.clone()]).unwrap(),
+        live_file
+    );
 
     let rc = Command::new("kill")
         .args(["-TERM", &live.id().to_string()])
