@@ -20,7 +20,7 @@
 //! Ownership: the topology owns every component; the main loop borrows `daemon` (the reader
 //! thread's state), `state_db` (session events) and `int` (reload, figures). Nothing here is on
 //! the data path.
-use std::{os::fd::OwnedFd, path::PathBuf, sync::Arc};
+use std::{os::fd::OwnedFd, sync::Arc};
 
 use stel_store::{
     metrics::{Metric, Registry},
@@ -123,23 +123,11 @@ impl Topology {
             );
         let health = Health::new(5);
         let status_metrics = StatusMetrics::new(Arc::clone(&registry), cfg.source.kind);
-        let history_dir = parquet_cfg
-            .as_ref()
-            .map(|p| p.dir.clone())
-            .unwrap_or_else(|| PathBuf::from("stel-data"));
+        // The history's root, also where the INT tables go by default (with the history off too).
+        let history_dir = cfg.data_dir();
 
-        // Privileged set-up: INT sockets (SO_RCVBUFFORCE) with the report filter loaded
-        // (CAP_BPF) and attached before they are bound, then the counter path.
-        let (int_sockets, int_filter) = match &int_cfg {
-            Some(_) if files => (Some(Vec::new()), None),
-            Some(c) => {
-                let (s, f) = int_source::bind(c).map_err(|e| e.to_string())?;
-                (Some(s), f)
-            }
-            None => (None, None),
-        };
-        let mut daemon = Daemon::setup(cfg, local)?;
-        // The files' group becomes the process's (still privileged, no other thread yet).
+        // The files' group becomes the process's (still privileged, no other thread yet): what
+        // the run creates from here on is that group's.
         if !group.is_empty() {
             let gid = crate::sys::caps::resolve_group(&group)
                 .map_err(|e| format!("[files] group / --group {group:?}: {e}"))?;
@@ -150,13 +138,12 @@ impl Topology {
                 )
             })?;
         }
-        // Then drop every capability before any thread exists.
-        daemon
-            .drop_privileges()
-            .map_err(|e| format!("dropping capabilities: {e}"))?;
 
-        // One writer per directory: locked before any sink clears a crashed run's files there
-        // and before the status file is written; held until the process exits.
+        // One writer per directory: locked before anything else the run sets up (a second
+        // daemon's INT sockets would share the port of the first one's and take part of its
+        // reports until refused), before any sink clears a crashed run's files there and before
+        // the status file is written; held until the process exits. The lock file and any
+        // directory made for it belong to the files' group, set just before.
         let mut write_dirs = Vec::new();
         if let Some(p) = &parquet_cfg {
             write_dirs.push((p.dir.clone(), "--data-dir"));
@@ -177,6 +164,22 @@ impl Topology {
             }
             locks.extend(dirlock::lock_dir(&dir, setting).map_err(|e| e.to_string())?);
         }
+
+        // Privileged set-up: INT sockets (SO_RCVBUFFORCE) with the report filter loaded
+        // (CAP_BPF) and attached before they are bound, then the counter path.
+        let (int_sockets, int_filter) = match &int_cfg {
+            Some(_) if files => (Some(Vec::new()), None),
+            Some(c) => {
+                let (s, f) = int_source::bind(c).map_err(|e| e.to_string())?;
+                (Some(s), f)
+            }
+            None => (None, None),
+        };
+        let mut daemon = Daemon::setup(cfg, local)?;
+        // Then drop every capability before any thread exists.
+        daemon
+            .drop_privileges()
+            .map_err(|e| format!("dropping capabilities: {e}"))?;
 
         // INT tables go under the history's root too: say now, naming it, if it cannot be
         // written (the counter history checks its own when it starts).

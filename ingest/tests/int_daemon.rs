@@ -1601,3 +1601,69 @@ fn int_only_listens_where_the_config_says() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("give it somewhere to listen"), "{err}");
 }
+
+/// The INT tables follow --data-dir with the counters' history off too (they went to
+/// ./stel-data), and a second daemon on that directory and port is refused by the directory's
+/// lock before it opens a socket: exit 2 naming the holder (it failed binding the port, or,
+/// with several INT threads sharing it by SO_REUSEPORT, took part of the first one's reports
+/// until refused).
+#[test]
+fn a_second_int_daemon_is_refused_before_it_binds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let data = dir.path().join("int-data");
+    let conf = dir.path().join("stel.toml");
+    std::fs::write(&conf, "[int]\nthreads = 2\n").unwrap();
+    let status_file = dir.path().join("status.json");
+    let daemon = |listen: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"));
+        c.current_dir(&cwd)
+            .arg("--config")
+            .arg(&conf)
+            .args(["--int-only", "--no-history", "--int-listen", listen])
+            .arg("--data-dir")
+            .arg(&data);
+        c
+    };
+    let mut first = spawn_reporting(&mut daemon("127.0.0.1:0"), &status_file);
+    let (_, addr) = wait_int_listen(&status_file, &mut first);
+    assert!(
+        data.join(".stel-ingestd.lock").exists(),
+        "the INT tables' directory is not --data-dir"
+    );
+    assert!(!cwd.join("stel-data").exists(), "INT tables in ./stel-data");
+
+    let second = daemon(&addr)
+        .arg("--status-file")
+        .arg(dir.path().join("second.json"))
+        .arg("--no-inspect")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} is being written by another stel-ingestd (pid {}, since ",
+            data.display(),
+            first.id()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("in use"), "{err}");
+
+    // The first one still has its port to itself: every report reaches it.
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for seq in 1..=50 {
+        sock.send_to(&v05_plain_report(seq), &addr).unwrap();
+    }
+    wait_status(&status_file, &mut first, "50 reports", |v| {
+        int_reader(&metrics(v), Metric::ReaderDatagrams) >= 50
+    });
+    let fin = stop_daemon(first);
+    assert_eq!(
+        int_reader(&metrics(&fin), Metric::ReaderDatagrams),
+        50,
+        "{fin}"
+    );
+}

@@ -184,7 +184,8 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
             "--stats",
             "2",
         ])
-        .args(["--interval", "1ms", "--duration", "3s", "--data-dir"])
+        // Runs until stopped, so that the rollup meets it however slow the box.
+        .args(["--interval", "1ms", "--duration", "600s", "--data-dir"])
         .arg(&data)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -199,7 +200,7 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let err = rollup_refused(&data);
+    let err = rollup_refused(&data, None);
     assert!(
         err.contains(&format!(
             "{} is being written by another stel-ingestd (pid {}, since ",
@@ -209,6 +210,12 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
         "{err}"
     );
     assert!(err.contains("give this one another --out"), "{err}");
+    // std has no signal API; the `kill` command sends SIGTERM like systemd would.
+    let rc = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success());
     let out = daemon.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -221,26 +228,28 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
     assert!(err.contains("tier files under"), "{err}");
 }
 
-/// `stel-ingestd rollup --data-dir data`, which must be refused (exit 2): its stderr.
-fn rollup_refused(data: &Path) -> String {
-    let o = Command::new(INGESTD)
-        .args(["rollup", "--data-dir"])
-        .arg(data)
-        .output()
-        .unwrap();
+/// `stel-ingestd rollup --data-dir data [--out out]`, which must be refused (exit 2): its
+/// stderr.
+fn rollup_refused(data: &Path, out: Option<&Path>) -> String {
+    let mut c = Command::new(INGESTD);
+    c.args(["rollup", "--data-dir"]).arg(data);
+    if let Some(out) = out {
+        c.arg("--out").arg(out);
+    }
+    let o = c.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(2), "{err}");
     err
 }
 
 /// `stel-ingestd rollup` on a directory without raw history is an error (exit 2) that names
-/// the directory, not "0 raw files → 0 tier files" and exit 0: a mistyped --data-dir is
-/// neither created nor left with anything in it.
+/// the directory, not "0 raw files → 0 tier files" and exit 0: neither a mistyped --data-dir
+/// nor a new --out is created, and nothing but the lock file is left in an existing one.
 #[test]
 fn rollup_without_raw_history_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("stel-dta");
-    let err = rollup_refused(&missing);
+    let err = rollup_refused(&missing, None);
     assert!(
         err.contains(&format!(
             "{} does not exist or is not a directory (is --data-dir right?)",
@@ -252,11 +261,19 @@ fn rollup_without_raw_history_says_so() {
 
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let err = rollup_refused(&empty);
+    let out = dir.path().join("tiers");
+    let err = rollup_refused(&empty, Some(&out));
     assert!(
         err.contains(&format!("{} holds no raw history", empty.display())),
         "{err}"
     );
+    assert!(!out.exists(), "rollup created {}", out.display());
+    let err = rollup_refused(&empty, None);
+    assert!(
+        err.contains(&format!("{} holds no raw history", empty.display())),
+        "{err}"
+    );
+    // Nothing but the lock it took (an existing directory is locked first).
     let left: Vec<_> = std::fs::read_dir(&empty)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -141,7 +141,8 @@ struct Args {
     /// (Gb/s) ([status] rate_unit).
     #[arg(long, value_name = "bytes|bits")]
     rate_unit: Option<stel_store::rate::RateUnit>,
-    /// Do not write Parquet history.
+    /// Do not write the counters' Parquet history (INT tables, with --int-listen, are still
+    /// written under --data-dir).
     #[arg(long, conflicts_with = "upload_to")]
     no_history: bool,
     /// Copy every Parquet file the history publishes to this data lake, keeping the Hive
@@ -297,8 +298,8 @@ enum Command {
     /// Which file: --file; else status.json in --data-dir (or STEL_DATA_DIR), the daemon's data
     /// directory; else, of /run/stel/status.json, ./stel-data/status.json and
     /// /var/lib/stel/status.json (where daemons write it by default), a running daemon's before
-    /// a stopped one's, the most recently written among several. The file read is named on
-    /// stderr.
+    /// a stopped one's, the most recently written among several (one it may not read, before a
+    /// stopped one's: it says why). The file read is named on stderr.
     #[command(verbatim_doc_comment)]
     Status {
         /// Status file to read (wins over --data-dir).
@@ -397,11 +398,13 @@ fn config_from(a: &Args) -> Result<DaemonConfig, String> {
     if a.no_inspect {
         cfg.inspect.enabled = false;
     }
-    if cfg.history.enabled {
+    if let Some(d) = &a.data_dir {
+        // The history's root, and the INT tables' with the history off too ([parquet] is
+        // ignored then, its dir is not).
+        cfg.parquet.get_or_insert_with(Default::default).dir = d.clone();
+    } else if cfg.history.enabled {
         let p = cfg.parquet.get_or_insert_with(Default::default);
-        if let Some(d) = &a.data_dir {
-            p.dir = d.clone();
-        } else if (a.demo || !a.input.is_empty()) && a.config.is_none() {
+        if (a.demo || !a.input.is_empty()) && a.config.is_none() {
             p.dir = PathBuf::from("stel-data");
         }
     }
@@ -714,7 +717,18 @@ fn rollup(data_dir: &Path, out: Option<&Path>, config: Option<&Path>) -> Result<
     }
     let out = out.unwrap_or(data_dir);
     // The tiers are history: one writer per directory, as for the daemon (held until return).
-    let _lock = sys::dirlock::lock_dir(out, "--out").map_err(|e| e.to_string())?;
+    // A directory that exists is locked first (a daemon writing it may not have published its
+    // first raw file yet: that it is in use is the answer); one that does not is created, by
+    // the lock, only when there is something to build.
+    let lock = || sys::dirlock::lock_dir(out, "--out").map_err(|e| e.to_string());
+    let held = if out.is_dir() { Some(lock()?) } else { None };
+    if !stel_store::rollup::has_raw_history(data_dir) {
+        return Err(stel_store::rollup::RebuildError::NoRaw(data_dir.to_path_buf()).to_string());
+    }
+    let _held = match held {
+        Some(h) => h,
+        None => lock()?,
+    };
     let switch = cfg.parquet.as_ref().and_then(|p| p.switch_name.clone());
     let t = Instant::now();
     let r = stel_store::rollup::rebuild(data_dir, out, &cfg.rollup, switch, |p, rows| {

@@ -31,5 +31,5 @@ pub mod writer;
 pub use accum::{Accumulator, IntervalRow, SeriesRow, ThresholdRow, NO_TIME};
 pub use config::{BurstRule, RollupConfig, Tier, TierConfig};
 pub use plan::Plan;
-pub use rebuild::{rebuild, RebuildError, RebuildReport};
+pub use rebuild::{has_raw_history, rebuild, RebuildError, RebuildReport};
 pub use sink::{accounting, RollupSink, RollupWriter, WriterTotals};

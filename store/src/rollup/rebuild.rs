@@ -75,6 +75,29 @@ fn file_schema(
     Ok((Arc::new(schema), b))
 }
 
+/// A session's raw files: (first_ns, relative path, path).
+type Files = Vec<(u64, String, PathBuf)>;
+
+/// The published raw files under `root`, per session (profile, group).
+fn raw_sessions(root: &Path) -> BTreeMap<(String, String), Files> {
+    let mut sessions: BTreeMap<(String, String), Files> = BTreeMap::new();
+    for (rel, path, first_ns) in published_parts(root) {
+        if let LayoutEntry::Part { profile, group, .. } = classify(root, &path) {
+            sessions
+                .entry((profile, group))
+                .or_default()
+                .push((first_ns, rel, path));
+        }
+    }
+    sessions
+}
+
+/// Whether `root` holds a published raw file to build tiers from (what [`rebuild`] refuses
+/// without, [`RebuildError::NoRaw`]).
+pub fn has_raw_history(root: &Path) -> bool {
+    !raw_sessions(root).is_empty()
+}
+
 /// Builds `cfg`'s tiers under `out` from the raw files under `root` (every session, in time
 /// order), as the daemon would have written them live; `switch` names the switch in the files
 /// (default: the host name). `each` is told about every file read.
@@ -98,18 +121,7 @@ pub fn rebuild(
     if let Some(t) = existing.first() {
         return Err(RebuildError::Exists(out.to_path_buf(), t.clone()));
     }
-    // Per session, files in time order.
-    /// A session's raw files: (first_ns, relative path, path).
-    type Files = Vec<(u64, String, PathBuf)>;
-    let mut sessions: BTreeMap<(String, String), Files> = BTreeMap::new();
-    for (rel, path, first_ns) in published_parts(root) {
-        if let LayoutEntry::Part { profile, group, .. } = classify(root, &path) {
-            sessions
-                .entry((profile, group))
-                .or_default()
-                .push((first_ns, rel, path));
-        }
-    }
+    let mut sessions = raw_sessions(root);
     // Nothing to build from (a mistyped directory, or one holding only tiers): say so before
     // anything is created under `out`.
     if sessions.is_empty() {
