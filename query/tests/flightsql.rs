@@ -913,26 +913,33 @@ fn serve_waits_for_the_first_files() {
     sigterm(child.id());
     assert!(child.wait().unwrap().success());
 
-    // And while it waits: a clean stop too (systemd stopping a server whose daemon never came).
-    let empty = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-query"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(empty.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = lines(Box::new(child.stderr.take().unwrap()));
-    let waiting = err.recv_timeout(Duration::from_secs(60)).unwrap();
-    assert!(waiting.contains("nothing to serve yet"), "{waiting}");
-    sigterm(child.id());
-    let status = child.wait().unwrap();
-    let stopped = err
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_default();
-    assert!(status.success(), "{status:?}: {stopped}");
-    assert!(
-        stopped.contains("stopped before the first files came"),
-        "{stopped}"
-    );
+    // And while it waits: a clean stop too, on SIGTERM (systemd stopping a server whose daemon
+    // never came) and on SIGINT (Ctrl-C).
+    for signal in ["-TERM", "-INT"] {
+        let empty = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(empty.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = lines(Box::new(child.stderr.take().unwrap()));
+        let waiting = err.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert!(waiting.contains("nothing to serve yet"), "{waiting}");
+        let st = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let status = child.wait().unwrap();
+        let stopped = err
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_default();
+        assert!(status.success(), "{signal}: {status:?}: {stopped}");
+        assert!(
+            stopped.contains("stopped before the first files came"),
+            "{signal}: {stopped}"
+        );
+    }
 }

@@ -121,39 +121,56 @@ fn tls_config(a: &Args) -> Result<Option<ServerTlsConfig>> {
     Ok(Some(ServerTlsConfig::new().identity(identity)))
 }
 
-/// SIGTERM, listened for from the start of `run`: a SIGTERM while the server waits for the
-/// first files, or right after it says it serves, stops it cleanly rather than killing it.
-/// `None` where it cannot be listened for (then Ctrl-C only).
-#[cfg(unix)]
-type Term = Option<tokio::signal::unix::Signal>;
-#[cfg(not(unix))]
-type Term = Option<()>;
-
-/// Starts listening for SIGTERM (inside the runtime that polls [`stop_signal`]).
-fn listen_term() -> Term {
+/// SIGTERM and SIGINT (Ctrl-C), listened for from the start of `run`: one arriving while the
+/// server waits for the first files, opens the catalog or binds, or right after it says it
+/// serves, stops it cleanly (once listened for, the default action that would kill it is gone,
+/// so neither may go unheard in between).
+struct Stop {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        signal(SignalKind::terminate()).ok()
-    }
-    #[cfg(not(unix))]
-    {
-        None
-    }
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
 }
 
-/// Resolves to `()` on SIGTERM (`term`) or Ctrl-C.
-async fn stop_signal(term: &mut Term) {
-    #[cfg(unix)]
-    if let Some(t) = term {
-        tokio::select! {
-            _ = t.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+impl Stop {
+    /// Starts listening (inside a runtime; [`Self::recv`] may be polled from another one).
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Self {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
+            }
         }
-        return;
+        #[cfg(not(unix))]
+        {
+            Self {}
+        }
     }
-    let _ = term;
-    let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves on the first SIGTERM or SIGINT.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            if self.term.is_some() || self.int.is_some() {
+                tokio::select! {
+                    () = one(&mut self.term) => {}
+                    () = one(&mut self.int) => {}
+                }
+                return;
+            }
+        }
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// How often a server started before the daemon's first files looks for them.
@@ -203,12 +220,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .build()?;
     // Registered on the gRPC runtime, whose worker drives it while the engine's runtime waits
     // for the first files.
-    let mut term = io.block_on(async { listen_term() });
+    let mut stop = io.block_on(async { Stop::listen() });
     // Unreadable files are skipped with a warning (a server keeps serving what it can read).
     let first = exec.block_on(async {
         tokio::select! {
             r = first_history(&a.data_dir) => r.map(Some),
-            () = stop_signal(&mut term) => Ok(None),
+            () = stop.recv() => Ok(None),
         }
     })?;
     let Some((cat, tables)) = first else {
@@ -265,7 +282,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let shutdown = async move {
-            stop_signal(&mut term).await;
+            stop.recv().await;
             eprintln!("stel-query: serve: stopping");
             let _ = stop_tx.send(true);
             let _ = stopped_tx.send(());
