@@ -559,21 +559,10 @@ pub fn pick_status_file(candidates: &[PathBuf]) -> Result<PathBuf, String> {
     candidates
         .iter()
         .filter_map(|p| {
-            let text = match std::fs::read_to_string(p) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-                // Perhaps a running daemon's: ranked as one whose state is unknown.
-                Err(_) => return Some(((true, false, 0), p)),
-            };
-            let rank = match serde_json::from_str::<serde_json::Value>(&text) {
-                Ok(v) => (
-                    staleness(&v, now).is_none(),
-                    true,
-                    v["info"]["written_unix_ms"].as_u64().unwrap_or(0),
-                ),
-                Err(_) => (false, false, 0),
-            };
-            Some((rank, p))
+            Some((
+                status_rank(std::fs::read_to_string(p), || p.exists(), now)?,
+                p,
+            ))
         })
         // The first of equals: max_by_key keeps the last, so compare reversed positions.
         .enumerate()
@@ -592,6 +581,33 @@ pub fn pick_status_file(candidates: &[PathBuf]) -> Result<PathBuf, String> {
         })
 }
 
+/// How [`pick_status_file`] ranks a candidate from what reading it gave (`exists`: whether
+/// the file is there, asked only when it could not be read), the larger first: (a running
+/// daemon's, a status file, written at); `None`: not there.
+fn status_rank(
+    read: std::io::Result<String>,
+    exists: impl FnOnce() -> bool,
+    now: u64,
+) -> Option<(bool, bool, u64)> {
+    let text = match read {
+        Ok(t) => t,
+        // There but not ours to read: perhaps a running daemon's, ranked as one whose state is
+        // unknown (below a running daemon's file, above a stopped one's).
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && exists() => {
+            return Some((true, false, 0))
+        }
+        Err(_) => return None,
+    };
+    Some(match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) => (
+            staleness(&v, now).is_none(),
+            true,
+            v["info"]["written_unix_ms"].as_u64().unwrap_or(0),
+        ),
+        Err(_) => (false, false, 0),
+    })
+}
+
 fn now_unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -605,10 +621,17 @@ fn now_unix_ms() -> u64 {
 /// The file cannot be read or is not a status file (the message says which and what to check).
 pub fn show(file: &Path, json: bool, help_text: bool) -> Result<Shown, String> {
     let s = std::fs::read_to_string(file).map_err(|e| {
-        format!(
-            "{}: {e} (is the daemon running? its [status] file setting decides the path)",
-            file.display()
-        )
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            format!(
+                "{}: {e} (the daemon writes it 0600: run this as the daemon's user or root)",
+                file.display()
+            )
+        } else {
+            format!(
+                "{}: {e} (is the daemon running? its [status] file setting decides the path)",
+                file.display()
+            )
+        }
     })?;
     let v = serde_json::from_str::<serde_json::Value>(&s)
         .map_err(|e| format!("{}: {e} (not a status file)", file.display()))?;
@@ -620,4 +643,30 @@ pub fn show(file: &Path, json: bool, help_text: bool) -> Result<Shown, String> {
         Snapshot::from_json(&v["metrics"]).to_table(help_text)
     };
     Ok(Shown { out, stale })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A status file that is there but not the caller's to read ranks between a running
+    /// daemon's and a stopped one's. The fault is made up here: the tests run as root, which
+    /// reads every file (`ingest/tests/daemon.rs` ranks real files).
+    #[test]
+    fn an_unreadable_status_file_ranks_between_running_and_stopped() {
+        let denied = || Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        let unreadable = status_rank(denied(), || true, 0).unwrap();
+        assert_eq!(status_rank(denied(), || false, 0), None);
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(status_rank(Err(missing), || true, 0), None);
+        let stopped = status_rank(
+            Ok(r#"{"info":{"pid":1,"stopped":true,"written_unix_ms":5}}"#.into()),
+            || true,
+            10,
+        )
+        .unwrap();
+        assert!(!stopped.0 && stopped.1, "{stopped:?}");
+        let running = (true, true, 5);
+        assert!(stopped < unreadable && unreadable < running);
+    }
 }

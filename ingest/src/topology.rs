@@ -2,10 +2,11 @@
 //!
 //! ```text
 //!  build:  check the whole config (every problem at once)
+//!          → the files' group becomes the process's
+//!          → lock every directory the run writes history into (sys::dirlock): a second daemon
+//!            on one of them stops here, before it opens a socket or any sink touches its files
 //!          → privileged set-up: INT sockets, the counter socket, filter, reader (Daemon::setup)
 //!          → drop every capability
-//!          → lock every directory the run writes history into (sys::dirlock): a second daemon
-//!            on one of them stops here, before any sink touches its files
 //!          → sinks, in dependency order: live → Parquet history → rollup tiers (the history's
 //!            directory and disk budget) → uploader (needs the history's directory) → inspect
 //!            socket (needs live) → COUNTERS_DB → OTLP
@@ -181,15 +182,12 @@ impl Topology {
             .drop_privileges()
             .map_err(|e| format!("dropping capabilities: {e}"))?;
 
-        // INT tables go under the history's root too: say now, naming it, if it cannot be
-        // written (the counter history checks its own when it starts).
-        if int_cfg.is_some() && parquet_cfg.is_none() {
-            stel_store::durable::check_writable(&history_dir).map_err(|e| {
-                format!(
-                    "cannot write the INT tables under {}: {e}",
-                    history_dir.display()
-                )
-            })?;
+        // Without the counter history, say now, naming it, if the INT tables' directory cannot
+        // be written (the counter history checks its own when it starts).
+        if let Some(c) = int_cfg.as_ref().filter(|_| parquet_cfg.is_none()) {
+            let dir = c.tables_dir(&history_dir);
+            stel_store::durable::check_writable(&dir)
+                .map_err(|e| format!("cannot write the INT tables under {}: {e}", dir.display()))?;
         }
         let live = Live::new(&registry);
         let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::clone(&live) as Arc<dyn Sink>];

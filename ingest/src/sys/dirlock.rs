@@ -58,12 +58,22 @@ pub enum DirLockError {
         setting: &'static str,
     },
     /// The lock file cannot be created or opened, or `flock` failed otherwise.
-    #[error("cannot lock {}: {source}", path.display())]
+    #[error("cannot lock {}: {source}{}", path.display(), hint(source))]
     Io {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
+}
+
+/// What to do about an I/O error on the lock file, for its message.
+fn hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        " (the history cannot be written there either: run as the directory's owner, e.g. \
+         the stel user, or root, or give another --data-dir)"
+    } else {
+        ""
+    }
 }
 
 /// Takes `dir`'s lock without waiting (`dir` is created, [`stel_store::durable::create_dirs`],
@@ -132,7 +142,9 @@ pub fn lock_dir(dir: &Path, setting: &'static str) -> Result<Option<DirLock>, Di
 }
 
 /// The holder's line from the lock file, or `pid unknown`: the holder has not written it yet,
-/// or could not (another user's file), so that the line names a process that has exited.
+/// or could not (another user's file), so that the line names a process that has exited. (A
+/// holder this process cannot see in /proc — another PID namespace, `hidepid` — is `pid
+/// unknown` too: only the message is affected.)
 fn holder(file: &mut File) -> String {
     let mut text = String::new();
     let _ = file
