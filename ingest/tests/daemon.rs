@@ -270,12 +270,7 @@ fn stel_ingestd_drops_every_capability_and_stops_cleanly_on_sigterm() {
         1,
         "{st}"
     );
-    // std has no signal API; the `kill` command sends SIGTERM like systemd would.
-    let rc = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(rc.success());
+    stel_testkit::sigterm(child.id());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
@@ -543,12 +538,7 @@ fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing()
     let held = std::fs::read_to_string(&lock).unwrap();
     assert!(held.starts_with(&holder), "{held}");
 
-    // std has no signal API; the `kill` command sends SIGTERM like systemd would.
-    let rc = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(rc.success());
+    stel_testkit::sigterm(pid);
     let out = first.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
@@ -712,11 +702,7 @@ fn status_reads_the_data_dirs_file_and_prefers_a_running_daemons() {
     let e = pick_status_file(std::slice::from_ref(&missing)).unwrap_err();
     assert!(e.contains("--data-dir"), "{e}");
 
-    let rc = Command::new("kill")
-        .args(["-TERM", &live.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(rc.success());
+    stel_testkit::sigterm(live.id());
     assert!(live.wait().unwrap().success());
     // Stopped now: its final status is stale and says so.
     let (code, _, err) = status(&cwd, &["--data-dir", "stel-data"], None);

@@ -210,12 +210,7 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
         "{err}"
     );
     assert!(err.contains("give this one another --out"), "{err}");
-    // std has no signal API; the `kill` command sends SIGTERM like systemd would.
-    let rc = Command::new("kill")
-        .args(["-TERM", &daemon.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(rc.success());
+    stel_testkit::sigterm(daemon.id());
     let out = daemon.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -26,7 +26,7 @@ use std::{
 
 use serde_json::{json, Value};
 use stel_query::settings::parse_time_ns;
-use stel_testkit::{python3, workspace_bin};
+use stel_testkit::{python3, sigterm, workspace_bin};
 
 /// Polls `f` every 50 ms until it returns something, for at most `secs`.
 fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -42,14 +42,6 @@ fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 
 fn read_json(p: &Path) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
-}
-
-fn sigterm(pid: u32) {
-    let st = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
 }
 
 /// History the real daemon wrote, once per test process: 2 s of the demo (64 ports × 30 stats

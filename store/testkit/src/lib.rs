@@ -130,6 +130,16 @@ pub fn nested_cargo() -> Command {
     c
 }
 
+/// Sends SIGTERM to `pid`, as systemd stops a service (std has no signal API: the `kill`
+/// command sends it).
+pub fn sigterm(pid: u32) {
+    let rc = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(rc.success(), "kill -TERM {pid}");
+}
+
 /// A TCP port that was free a moment ago (for a server started later on purpose).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
