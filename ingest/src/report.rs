@@ -621,17 +621,12 @@ fn now_unix_ms() -> u64 {
 /// The file cannot be read or is not a status file (the message says which and what to check).
 pub fn show(file: &Path, json: bool, help_text: bool) -> Result<Shown, String> {
     let s = std::fs::read_to_string(file).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::PermissionDenied {
-            format!(
-                "{}: {e} (the daemon writes it 0600: run this as the daemon's user or root)",
-                file.display()
-            )
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            "the daemon writes it 0600: run this as the daemon's user or root"
         } else {
-            format!(
-                "{}: {e} (is the daemon running? its [status] file setting decides the path)",
-                file.display()
-            )
-        }
+            "is the daemon running? its [status] file setting decides the path"
+        };
+        format!("{}: {e} ({hint})", file.display())
     })?;
     let v = serde_json::from_str::<serde_json::Value>(&s)
         .map_err(|e| format!("{}: {e} (not a status file)", file.display()))?;

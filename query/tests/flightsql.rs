@@ -26,7 +26,7 @@ use std::{
 
 use serde_json::{json, Value};
 use stel_query::settings::parse_time_ns;
-use stel_testkit::{python3, sigterm, workspace_bin};
+use stel_testkit::{kill, python3, sigterm, workspace_bin};
 
 /// Polls `f` every 50 ms until it returns something, for at most `secs`.
 fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -852,14 +852,17 @@ fn serve_waits_for_the_first_files() {
         String::from_utf8_lossy(&o.stderr)
     );
 
+    let serve = |dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_stel-query"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stel-query"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = serve(dir.path());
     let lines = |r: Box<dyn Read + Send>| {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -909,21 +912,11 @@ fn serve_waits_for_the_first_files() {
     // never came) and on SIGINT (Ctrl-C).
     for signal in ["-TERM", "-INT"] {
         let empty = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stel-query"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(empty.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = serve(empty.path());
         let err = lines(Box::new(child.stderr.take().unwrap()));
         let waiting = err.recv_timeout(Duration::from_secs(60)).unwrap();
         assert!(waiting.contains("nothing to serve yet"), "{waiting}");
-        let st = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        kill(child.id(), signal);
         let status = child.wait().unwrap();
         let stopped = err
             .recv_timeout(Duration::from_secs(60))

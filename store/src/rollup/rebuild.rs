@@ -95,7 +95,9 @@ fn raw_sessions(root: &Path) -> BTreeMap<(String, String), Files> {
 /// Whether `root` holds a published raw file to build tiers from (what [`rebuild`] refuses
 /// without, [`RebuildError::NoRaw`]).
 pub fn has_raw_history(root: &Path) -> bool {
-    !raw_sessions(root).is_empty()
+    published_parts(root)
+        .into_iter()
+        .any(|(_, path, _)| matches!(classify(root, &path), LayoutEntry::Part { .. }))
 }
 
 /// Builds `cfg`'s tiers under `out` from the raw files under `root` (every session, in time

@@ -130,14 +130,19 @@ pub fn nested_cargo() -> Command {
     c
 }
 
-/// Sends SIGTERM to `pid`, as systemd stops a service (std has no signal API: the `kill`
-/// command sends it).
-pub fn sigterm(pid: u32) {
+/// Sends `signal` (`-TERM`, `-INT`, …) to `pid` (std has no signal API: the `kill` command
+/// sends it).
+pub fn kill(pid: u32, signal: &str) {
     let rc = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
+        .args([signal, &pid.to_string()])
         .status()
         .expect("run kill");
-    assert!(rc.success(), "kill -TERM {pid}");
+    assert!(rc.success(), "kill {signal} {pid}");
+}
+
+/// Sends SIGTERM to `pid`, as systemd stops a service.
+pub fn sigterm(pid: u32) {
+    kill(pid, "-TERM");
 }
 
 /// A TCP port that was free a moment ago (for a server started later on purpose).
