@@ -3,8 +3,9 @@
 //! ```text
 //!  build:  check the whole config (every problem at once)
 //!          → the files' group becomes the process's
-//!          → lock every directory the run writes history into (sys::dirlock): a second daemon
-//!            on one of them stops here, before it opens a socket or any sink touches its files
+//!          → lock every directory the run writes history into, and the data directory when
+//!            the status file is there (sys::dirlock): a second daemon on one of them stops
+//!            here, before it opens a socket or any sink touches its files
 //!          → privileged set-up: INT sockets, the counter socket, filter, reader (Daemon::setup)
 //!          → drop every capability
 //!          → sinks, in dependency order: live → Parquet history → rollup tiers (the history's
@@ -147,7 +148,7 @@ impl Topology {
         // directory made for it belong to the files' group, set just before.
         let mut write_dirs = Vec::new();
         if let Some(p) = &parquet_cfg {
-            write_dirs.push((p.dir.clone(), "--data-dir"));
+            write_dirs.push((p.dir.clone(), "--data-dir", Need::Required));
         }
         if let Some(c) = &int_cfg {
             let explicit = !c.parquet.dir.as_os_str().is_empty();
@@ -156,14 +157,34 @@ impl Topology {
             } else {
                 "--data-dir"
             };
-            write_dirs.push((c.tables_dir(&history_dir), setting));
+            write_dirs.push((c.tables_dir(&history_dir), setting, Need::Required));
+        }
+        // The status file in the data directory (its default place) makes it this run's too: a
+        // run that writes no history there (--no-history without INT tables) locks it all the
+        // same rather than rewrite a running daemon's status.json. (The status writer creates the
+        // directory anyway; the lock only does so before the first tick.) A status file given
+        // elsewhere (--status-file) locks nothing.
+        if status_file
+            .parent()
+            .is_some_and(|p| p == history_dir || same_dir(p, &history_dir))
+        {
+            write_dirs.push((history_dir.clone(), "--data-dir", Need::StatusOnly));
         }
         let mut locks: Vec<DirLock> = Vec::new();
-        for (dir, setting) in write_dirs {
+        for (dir, setting, need) in write_dirs {
             if locks.iter().any(|l| same_dir(l.dir(), &dir)) {
                 continue;
             }
-            locks.extend(dirlock::lock_dir(&dir, setting).map_err(|e| e.to_string())?);
+            match (dirlock::lock_dir(&dir, setting), need) {
+                (Ok(l), _) => locks.extend(l),
+                // Only the status file would go there, and it is best effort (a failed write
+                // is a warning): a directory it cannot create or write does not stop the run,
+                // as it did not before it was locked. Another daemon's lock does.
+                (Err(e @ dirlock::DirLockError::Io { .. }), Need::StatusOnly) => {
+                    tracing::warn!(error = %e, "Cannot lock the data directory for the status file; running unlocked.");
+                }
+                (Err(e), _) => return Err(e.to_string()),
+            }
         }
 
         // Privileged set-up: INT sockets (SO_RCVBUFFORCE) with the report filter loaded
@@ -268,8 +289,9 @@ impl Topology {
                     Some(s)
                 }
                 // A socket the operator chose must work; the default one is a convenience, and
-                // ingesting matters more (e.g. a --no-history run, which locks no directory,
-                // beside a daemon that serves the socket there).
+                // ingesting matters more (e.g. a --no-history run with its status file outside
+                // its data directory, which locks nothing, beside a daemon that serves the
+                // socket there).
                 Err(e) if inspect_cfg.socket.as_os_str().is_empty() => {
                     tracing::warn!(error = %e, "Live inspect is off (set [inspect] socket or --inspect-socket).");
                     None
@@ -559,6 +581,13 @@ pub struct Finished {
     /// The data directories stay locked while this lives: the final status file is written
     /// after the topology stops.
     _locks: Vec<DirLock>,
+}
+
+/// Why a directory is locked: the run writes history there, or only its status file.
+#[derive(Debug, Clone, Copy)]
+enum Need {
+    Required,
+    StatusOnly,
 }
 
 /// Whether `a` and `b` name the same existing directory (symlinks and `..` resolved).

@@ -586,6 +586,89 @@ fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing()
     assert!(err3.contains("stopped cleanly"), "{err3}");
 }
 
+/// One daemon per data directory with `--no-history` too: a run that writes no history but
+/// whose status file is `<data dir>/status.json` (the default) is refused beside a daemon on
+/// that directory (exit 2, naming the holder) instead of rewriting its status file. Where its
+/// data directory cannot be created, it runs without the status file, as it did before the
+/// lock (a WARN).
+#[test]
+fn a_no_history_run_on_a_data_dir_in_use_is_refused_and_leaves_its_status_file() {
+    use std::process::{Command, Stdio};
+    const INGESTD: &str = env!("CARGO_BIN_EXE_stel-ingestd");
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let demo = |duration: &str| {
+        let mut c = Command::new(INGESTD);
+        c.args(["--demo", "--no-ebpf", "--no-inspect", "--ports", "2"])
+            .args(["--stats", "2", "--interval", "1ms", "--duration", duration]);
+        c
+    };
+    // Runs until stopped, so that the second one meets it however slow the box.
+    let mut first = demo("600s")
+        .arg("--data-dir")
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = first.id();
+    let status = data.join("status.json");
+    let first_pid = || {
+        let text = std::fs::read_to_string(&status).ok()?;
+        let st: serde_json::Value = serde_json::from_str(&text).ok()?;
+        st["info"]["pid"].as_u64()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while first_pid().is_none() {
+        assert!(Instant::now() < deadline, "the first daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let second = demo("5s")
+        .arg("--no-history")
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    let want = format!(
+        "stel-ingestd: {} is being written by another stel-ingestd (pid {pid}, since ",
+        data.display()
+    );
+    assert!(err.contains(&want), "{err}");
+    assert!(
+        err.contains("stop it or give this one another --data-dir"),
+        "{err}"
+    );
+    // The first one's status file: the refused run, which has exited, did not write it (a run
+    // that started would have, at its exit at the latest).
+    assert_eq!(first_pid(), Some(u64::from(pid)));
+    stel_testkit::sigterm(pid);
+    assert!(first.wait().unwrap().success());
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    assert_eq!(st["info"]["pid"].as_u64(), Some(u64::from(pid)), "{st}");
+    assert_eq!(st["info"]["stopped"].as_bool(), Some(true), "{st}");
+
+    // A data directory that cannot be created (under a file): no lock, no status file, a
+    // warning, and the run itself goes on as before.
+    let file = t.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = demo("300ms")
+        .arg("--no-history")
+        .arg("--data-dir")
+        .arg(file.join("data"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("Cannot lock the data directory for the status file"),
+        "{err}"
+    );
+}
+
 /// `stel-ingestd status` reads the file of the daemon it is pointed at (`--data-dir`,
 /// `STEL_DATA_DIR`) and, pointed nowhere, a running daemon's file before a stopped one's, naming
 /// the file it read on stderr.

@@ -129,7 +129,8 @@ struct Args {
     /// Where the run writes: the Parquet history, and (unless --status-file / --inspect-socket
     /// say otherwise) the status file and the inspect socket. Default: ./stel-data with --demo,
     /// --input or --int-only, else [parquet] dir or /var/lib/stel. One daemon at a time: a run
-    /// that writes history locks it (<data dir>/.stel-ingestd.lock) and a second one is refused.
+    /// that writes history or its status file there locks it (<data dir>/.stel-ingestd.lock)
+    /// and a second one is refused.
     #[arg(long, env = "STEL_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Group of every file, directory and socket the daemon creates (history 0640, sockets
@@ -142,7 +143,9 @@ struct Args {
     #[arg(long, value_name = "bytes|bits")]
     rate_unit: Option<stel_store::rate::RateUnit>,
     /// Do not write the counters' Parquet history (INT tables, with --int-listen, are still
-    /// written under --data-dir).
+    /// written under --data-dir). The data directory is still locked while the status file is
+    /// there (its default): a run with neither history nor INT tables locks nothing only with
+    /// a --status-file elsewhere.
     #[arg(long, conflicts_with = "upload_to")]
     no_history: bool,
     /// Copy every Parquet file the history publishes to this data lake, keeping the Hive
