@@ -508,6 +508,8 @@ fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing()
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Killed if an assertion fails before it is stopped.
+    let first = stel_testkit::KillOnDrop::new(first);
     let pid = first.id();
     // Running: it has written its status file (after taking the lock).
     let status = data.join("status.json");
@@ -539,7 +541,7 @@ fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing()
     assert!(held.starts_with(&holder), "{held}");
 
     stel_testkit::sigterm(pid);
-    let out = first.wait_with_output().unwrap();
+    let out = first.into_inner().wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
     assert!(err.contains("stopped cleanly"), "{err}");
@@ -604,13 +606,15 @@ fn a_no_history_run_on_a_data_dir_in_use_is_refused_and_leaves_its_status_file()
         c
     };
     // Runs until stopped, so that the second one meets it however slow the box.
-    let mut first = demo("600s")
+    let first = demo("600s")
         .arg("--data-dir")
         .arg(&data)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Killed if an assertion fails before it is stopped.
+    let first = stel_testkit::KillOnDrop::new(first);
     let pid = first.id();
     let status = data.join("status.json");
     let first_pid = || {
@@ -645,7 +649,7 @@ fn a_no_history_run_on_a_data_dir_in_use_is_refused_and_leaves_its_status_file()
     // that started would have, at its exit at the latest).
     assert_eq!(first_pid(), Some(u64::from(pid)));
     stel_testkit::sigterm(pid);
-    assert!(first.wait().unwrap().success());
+    assert!(first.into_inner().wait().unwrap().success());
     let st: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
     assert_eq!(st["info"]["pid"].as_u64(), Some(u64::from(pid)), "{st}");
@@ -701,13 +705,15 @@ fn status_reads_the_data_dirs_file_and_prefers_a_running_daemons() {
     std::fs::create_dir(&cwd).unwrap();
     let mut c = Command::new(INGESTD);
     demo(&mut c);
-    let mut live = c
-        .current_dir(&cwd)
-        .env_remove("STEL_DATA_DIR")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // No --duration: killed if an assertion fails before it is stopped.
+    let live = stel_testkit::KillOnDrop::new(
+        c.current_dir(&cwd)
+            .env_remove("STEL_DATA_DIR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let live_file = cwd.join("stel-data/status.json");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !live_file.exists() {
@@ -786,7 +792,7 @@ fn status_reads_the_data_dirs_file_and_prefers_a_running_daemons() {
     assert!(e.contains("--data-dir"), "{e}");
 
     stel_testkit::sigterm(live.id());
-    assert!(live.wait().unwrap().success());
+    assert!(live.into_inner().wait().unwrap().success());
     // Stopped now: its final status is stale and says so.
     let (code, _, err) = status(&cwd, &["--data-dir", "stel-data"], None);
     assert_eq!(code, Some(1), "{err}");

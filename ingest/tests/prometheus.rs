@@ -15,6 +15,7 @@ use std::{
 
 use serde_json::Value;
 use stel_store::metrics::{Kind, Label, Metric, Sample, Snapshot};
+use stel_testkit::KillOnDrop;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -63,19 +64,11 @@ fn wait<T>(what: &str, child: &mut Child, mut f: impl FnMut() -> Option<T>) -> T
     }
 }
 
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_real_prometheus_scrapes_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let maddr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let mut daemon = Killed(
+    let mut daemon = KillOnDrop::new(
         Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
             .args(["--demo", "--duration", "120s", "--data-dir"])
             .arg(dir.path().join("data"))
@@ -90,7 +83,7 @@ fn a_real_prometheus_scrapes_the_daemon() {
             .unwrap(),
     );
     // Live and counting: /health says ok and the first tick has published.
-    let ours = wait("the daemon's /metrics", &mut daemon.0, || {
+    let ours = wait("the daemon's /metrics", &mut daemon, || {
         let (st, body) = get(maddr, "/metrics")?;
         (st.contains("200") && body.contains("stel_decode_records_total")).then_some(body)
     });
@@ -107,7 +100,7 @@ fn a_real_prometheus_scrapes_the_daemon() {
         ),
     )
     .unwrap();
-    let mut prom = Killed(
+    let mut prom = KillOnDrop::new(
         Command::new("prometheus")
             .arg(format!("--config.file={}", cfg.display()))
             .arg(format!(
@@ -130,15 +123,13 @@ fn a_real_prometheus_scrapes_the_daemon() {
         (!r.is_empty()).then_some(r)
     };
     // The scrape worked and the decode counter has a value above zero in Prometheus.
-    let up = wait("Prometheus to scrape the daemon", &mut prom.0, || {
+    let up = wait("Prometheus to scrape the daemon", &mut prom, || {
         query("up{job=\"stel\"} == 1")
     });
     assert_eq!(up.len(), 1);
-    let records = wait(
-        "stel_decode_records_total in Prometheus",
-        &mut prom.0,
-        || query("stel_decode_records_total > 0"),
-    );
+    let records = wait("stel_decode_records_total in Prometheus", &mut prom, || {
+        query("stel_decode_records_total > 0")
+    });
     let v: f64 = records[0]["value"][1].as_str().unwrap().parse().unwrap();
     assert!(v > 0.0);
 
@@ -149,7 +140,7 @@ fn a_real_prometheus_scrapes_the_daemon() {
         .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
         .collect();
     assert!(exposed.len() >= 15, "{exposed:?}");
-    let stored = wait("every stel_ series in Prometheus", &mut prom.0, || {
+    let stored = wait("every stel_ series in Prometheus", &mut prom, || {
         let r = query("count by (__name__) ({__name__=~\"stel_.*\"})")?;
         let names: BTreeSet<String> = r
             .iter()
@@ -167,7 +158,7 @@ fn a_real_prometheus_scrapes_the_daemon() {
         let s = Snapshot::from_json(&v["metrics"]);
         (s.has(Metric::DecodeRecords)).then_some(s)
     };
-    let tick = wait("the status file's metrics", &mut daemon.0, read_status);
+    let tick = wait("the status file's metrics", &mut daemon, read_status);
     let served = exposed_series(&get(maddr, "/metrics").unwrap().1);
     for x in &tick.samples {
         assert!(
@@ -179,11 +170,11 @@ fn a_real_prometheus_scrapes_the_daemon() {
 
     // SIGTERM: the daemon still stops cleanly with the endpoint running.
     let rc = Command::new("kill")
-        .args(["-TERM", &daemon.0.id().to_string()])
+        .args(["-TERM", &daemon.id().to_string()])
         .status()
         .unwrap();
     assert!(rc.success());
-    assert!(daemon.0.wait().unwrap().success());
+    assert!(daemon.wait().unwrap().success());
 
     // The final status file has every series /metrics served (none disappears), and every
     // metric that needs nothing but a running daemon is among them.

@@ -191,6 +191,8 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Killed if an assertion fails before it is stopped.
+    let daemon = stel_testkit::KillOnDrop::new(daemon);
     let status = data.join("status.json");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !status.exists() {
@@ -211,7 +213,7 @@ fn rollup_is_refused_while_a_daemon_writes_the_directory() {
     );
     assert!(err.contains("give this one another --out"), "{err}");
     stel_testkit::sigterm(daemon.id());
-    let out = daemon.wait_with_output().unwrap();
+    let out = daemon.into_inner().wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -6,6 +6,7 @@
 //! - [`redis::TestRedis`]: a private `redis-server`.
 //! - [`otlp::Receiver`]: a real OTLP receiver.
 //! - [`MotoS3`], [`SailServer`], [`python3`]: below.
+//! - [`KillOnDrop`], [`kill`], [`sigterm`]: a test's own child processes (a daemon it starts).
 //!
 //! A local S3-compatible server for tests (`stel-ingest`'s uploader tests, `stel-query`'s export
 //! tests): `python3 -m moto.server` from PyPI (`deploy/setup.sh --test` installs it). If it cannot
@@ -143,6 +144,53 @@ pub fn kill(pid: u32, signal: &str) {
 /// Sends SIGTERM to `pid`, as systemd stops a service.
 pub fn sigterm(pid: u32) {
     kill(pid, "-TERM");
+}
+
+/// A child process a test owns: SIGKILLed and reaped when dropped, so that a failing assertion
+/// (a panic unwinds through it) does not leave it running — a daemon started with `--duration
+/// 600s` would go on for ten minutes. The child is reachable through `Deref` (`id()`,
+/// `try_wait()`); a test that checks how the child stops sends its own signal and then takes it
+/// back with [`KillOnDrop::into_inner`] to wait for it.
+#[derive(Debug)]
+pub struct KillOnDrop(Option<Child>);
+
+impl KillOnDrop {
+    /// Guards `child`.
+    pub fn new(child: Child) -> Self {
+        Self(Some(child))
+    }
+
+    /// The child, no longer killed on drop (to `wait()` or `wait_with_output()` for it after
+    /// stopping it).
+    pub fn into_inner(mut self) -> Child {
+        self.0.take().expect("the child is taken only here")
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.0
+            .as_ref()
+            .expect("the child is taken only by into_inner")
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0
+            .as_mut()
+            .expect("the child is taken only by into_inner")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// A TCP port that was free a moment ago (for a server started later on purpose).
