@@ -74,15 +74,6 @@ fn metrics(v: &Value) -> Snapshot {
     Snapshot::from_json(&v["metrics"])
 }
 
-/// Sends a signal the way an operator (or systemd) would.
-fn kill(child: &Child, sig: &str) {
-    let rc = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(rc.success());
-}
-
 fn mode(p: &Path) -> u32 {
     std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
 }
@@ -231,7 +222,7 @@ fn the_inspect_socket_and_status_file_follow_the_data_dir() {
         data.join("status.json").exists().then_some(())
     });
     assert!(!t.path().join("stel-data").exists(), "wrote ./stel-data");
-    kill(&child, "-TERM");
+    stel_testkit::sigterm(child.id());
     assert!(child.wait().unwrap().success());
 }
 
@@ -428,7 +419,7 @@ fn health_answers_while_idle_clients_hold_connections() {
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert!(dropped > 0, "no dropped connection counted:\n{m}");
-    kill(&child, "-TERM");
+    stel_testkit::sigterm(child.id());
     assert!(child.wait().unwrap().success());
     drop(idle);
 }
@@ -677,7 +668,7 @@ fn status_of_a_daemon_that_is_gone_is_stale() {
         });
         let o = show();
         assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
-        kill(&child, how);
+        stel_testkit::kill(child.id(), how);
         let _ = child.wait();
         let o = show();
         let (out, err) = text(&o);
@@ -842,7 +833,7 @@ fn usersock_daemon(group: u32, data: &Path, extra: &[&str]) -> Child {
 
 /// SIGTERM, then the final `--json` status, the exit status and stderr.
 fn stop(mut child: Child) -> (Value, std::process::ExitStatus, String) {
-    kill(&child, "-TERM");
+    stel_testkit::sigterm(child.id());
     let mut out = String::new();
     child
         .stdout

@@ -90,7 +90,7 @@ fn int_reader(s: &Snapshot, m: Metric) -> u64 {
 /// Stops the daemon with SIGTERM, as systemd does; it must exit 0. Returns its final status
 /// (`--json` on stdout).
 fn stop_daemon(child: Child) -> Value {
-    kill(&child, "-TERM");
+    stel_testkit::sigterm(child.id());
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -98,15 +98,6 @@ fn stop_daemon(child: Child) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
-}
-
-fn kill(child: &Child, sig: &str) {
-    // std has no signal API; the `kill` command sends it like systemd would.
-    let rc = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(rc.success());
 }
 
 #[test]
@@ -179,12 +170,12 @@ fn daemon_receives_int_over_udp_into_parquet_exactly() {
     });
 
     // SIGHUP: the EVC names are read again.
-    kill(&child, "-HUP");
+    stel_testkit::kill(child.id(), "-HUP");
     wait_status(&status_file, &mut child, "the EVC reload", |v| {
         metrics(v).reason(Metric::IntEvcReloads, "ok") == 1
     });
 
-    kill(&child, "-TERM");
+    stel_testkit::sigterm(child.id());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
@@ -975,7 +966,7 @@ fn random_switch_ids_flows_and_sequence_numbers_keep_decoder_state_bounded_and_h
         metrics(v).get(Metric::IntDatagrams) == sent
     });
     assert!(child.try_wait().unwrap().is_none(), "the daemon died");
-    kill(&child, "-TERM");
+    stel_testkit::sigterm(child.id());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
@@ -1374,7 +1365,7 @@ fn udp_gro_batches_are_cut_into_reports_exactly_with_io_uring_and_recvmsg() {
         let st = wait_status(&status_file, &mut child, "every report", |v| {
             metrics(v).get(Metric::IntReports) == reports
         });
-        kill(&child, "-TERM");
+        stel_testkit::sigterm(child.id());
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "exit {:?}: {err}", out.status);
@@ -1495,7 +1486,7 @@ fn int_alone_prints_only_int_figures() {
     wait_status(&status_file, &mut child, "200 reports decoded", |v| {
         metrics(v).get(Metric::IntDecodedReports) == 200
     });
-    kill(&child, "-TERM");
+    stel_testkit::sigterm(child.id());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");

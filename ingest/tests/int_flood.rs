@@ -257,7 +257,7 @@ fn made_up_switch_ids_over_udp_stay_in_budget_and_a_real_network_stays_exact() {
         "peak RSS {peak} above the stated budget {stated} (before the flood {before})"
     );
 
-    kill_term(&child);
+    stel_testkit::sigterm(child.id());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
@@ -314,15 +314,6 @@ print(json.dumps(out))
         + got["int_hops_all"].as_u64().unwrap()
         + got["int_drops_all"].as_u64().unwrap();
     assert_eq!(all, sink.sum(Metric::SinkDeliveredSamples), "{got}");
-}
-
-fn kill_term(child: &Child) {
-    // std has no signal API; the `kill` command sends it like systemd would.
-    let rc = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(rc.success());
 }
 
 /// `stel-ingestd --input` at defaults over a capture of 100 k UDP datagrams to the INT port:
@@ -493,7 +484,7 @@ print(json.dumps({{t: ds.dataset({root:?} + "/table=" + t, format="parquet", par
     assert_eq!(got["int_reports"], u("reports_sent"), "{got}");
     assert_eq!(got["int_hops"], u("hops_sent"), "{got}");
     assert_eq!(got["int_drops"], u("drops_sent"), "{got}");
-    kill_term(&child);
+    stel_testkit::sigterm(child.id());
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -55,11 +55,7 @@ impl Ingestd {
 
     /// SIGTERM; returns the final counters (--json) and stderr.
     fn stop(self) -> (serde_json::Value, String, tempfile::TempDir) {
-        let rc = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(rc.success());
+        stel_testkit::sigterm(self.child.id());
         let out = self.child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "exit {:?}: {err}", out.status);

@@ -169,11 +169,7 @@ fn a_real_prometheus_scrapes_the_daemon() {
     }
 
     // SIGTERM: the daemon still stops cleanly with the endpoint running.
-    let rc = Command::new("kill")
-        .args(["-TERM", &daemon.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(rc.success());
+    stel_testkit::sigterm(daemon.id());
     assert!(daemon.wait().unwrap().success());
 
     // The final status file has every series /metrics served (none disappears), and every
