@@ -9,6 +9,29 @@
 # the demo keeps the CPU; whatever is left of that build finishes after the demo stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for a in "$@"; do
+    case "$a" in
+        -h | --help)
+            cat <<'EOF'
+Usage: bash deploy/demo.sh [STEL-INGESTD OPTIONS]
+
+Installs what it needs (deploy/setup.sh), builds stel-ingestd and runs it on its embedded demo:
+the switch emulator in-process at the design rate (64 ports x 30 stats every 10 us), port rates
+printed each second, history written to ./stel-data. Ctrl-C (or --duration) stops it; then it
+prints the stel-query commands that ask the history it wrote (stel-query is built meanwhile at
+idle priority). Safe to run again.
+
+The options go to `stel-ingestd --demo`, for example:
+  bash deploy/demo.sh --duration 10s
+  bash deploy/demo.sh --pattern microburst --data-dir /tmp/burst
+  bash deploy/demo.sh --interval 1ms --metrics 127.0.0.1:9464
+
+Every option: stel-ingestd --help (after a first run, ~/.cache/stel/target/release/stel-ingestd).
+EOF
+            exit 0
+            ;;
+    esac
+done
 bash deploy/setup.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stel/target}"
 cargo build --release -p stel-ingest --bins
