@@ -798,3 +798,57 @@ fn status_reads_the_data_dirs_file_and_prefers_a_running_daemons() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("stopped"), "{err}");
 }
+
+/// A duration typed without a unit is refused with exit 2, naming the flag and the units to
+/// add: `--duration 10` was read as 10 ns and the daemon stopped at once, "stopped cleanly: 0
+/// snapshots decoded", exit 0. The same parser serves every duration flag of stel-ingestd and
+/// stel-emu (and `stel-emu int`).
+#[test]
+fn a_duration_without_a_unit_is_refused() {
+    let runs: [(&str, &[&str], &str); 7] = [
+        (
+            env!("CARGO_BIN_EXE_stel-ingestd"),
+            &["--demo", "--duration", "10"],
+            "--duration",
+        ),
+        (
+            env!("CARGO_BIN_EXE_stel-ingestd"),
+            &["--demo", "--interval", "10"],
+            "--interval",
+        ),
+        (
+            env!("CARGO_BIN_EXE_stel-emu"),
+            &["--file", "/dev/null", "--duration", "10"],
+            "--duration",
+        ),
+        (
+            env!("CARGO_BIN_EXE_stel-emu"),
+            &["--interval", "10"],
+            "--interval",
+        ),
+        (
+            env!("CARGO_BIN_EXE_stel-emu"),
+            &["--template-every", "10"],
+            "--template-every",
+        ),
+        (
+            env!("CARGO_BIN_EXE_stel-emu"),
+            &["--reset-after", "10"],
+            "--reset-after",
+        ),
+        (
+            env!("CARGO_BIN_EXE_stel-emu"),
+            &["int", "--duration", "10"],
+            "--duration",
+        ),
+    ];
+    for (bin, args, flag) in runs {
+        let out = std::process::Command::new(bin).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("`10` has no unit: give one (10s, 10ms, 10us"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -33,16 +33,25 @@ pub fn parse_speed_mbps(s: &str) -> Result<f64, String> {
 }
 
 /// Parses a duration into ns: one or more `<number><unit>` parts (`10us`, `1.5s`, `1h30m`,
-/// `1h 30m`), units `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`, `h`, `d`; a bare number is ns.
+/// `1h 30m`), units `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`, `h`, `d`. A bare number is refused,
+/// as a bare port speed below 1G is: `--duration 10` meant seconds to whoever typed it, and read
+/// as ns it stopped the daemon at once. (Config keys that are numbers by design, `…_ms`, `…_s`,
+/// are not read through this.)
 ///
 /// # Errors
-/// Anything else, or a value beyond `u64` ns (584 years); the message shows examples.
+/// A bare number (the message says which units to add), anything else, or a value beyond `u64`
+/// ns (584 years); the message shows examples.
 pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     let text = s.trim();
     let bad =
         |why: String| format!("`{s}` is not a duration ({why}); examples: 10us, 500ms, 30s, 1h30m");
     if text.is_empty() {
         return Err(bad("empty".into()));
+    }
+    if text.chars().all(|c| c.is_ascii_digit() || c == '.') && text.parse::<f64>().is_ok() {
+        return Err(format!(
+            "`{text}` has no unit: give one ({text}s, {text}ms, {text}us; also ns, m, h, d)"
+        ));
     }
     let mut rest = text;
     let mut total: f64 = 0.0;
@@ -60,7 +69,6 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
             .unwrap_or(after.len());
         let (unit, next) = after.split_at(unit_len);
         let mul = match unit {
-            "" if total == 0.0 && next.trim().is_empty() => 1.0,
             "ns" => 1.0,
             "us" | "µs" => 1e3,
             "ms" => 1e6,
@@ -110,7 +118,13 @@ mod tests {
     fn durations_parse() {
         assert_eq!(p("10us"), Ok(10_000));
         assert_eq!(p("10µs"), Ok(10_000));
-        assert_eq!(p("250"), Ok(250));
+        // A bare number has no unit to assume: refused, naming the units to add.
+        let e = p("10").unwrap_err();
+        assert!(
+            e.contains("no unit: give one") && e.contains("10s") && e.contains("10ms"),
+            "{e}"
+        );
+        assert!(p("0.5").unwrap_err().contains("0.5s"));
         assert_eq!(p(" 250ns "), Ok(250));
         assert_eq!(p("1.5s"), Ok(1_500_000_000));
         assert_eq!(p("1m"), Ok(60_000_000_000));

@@ -63,7 +63,8 @@ struct Args {
     /// Port speed of the load model (and of --redis's PORT tables): 100G, 25G, 400000 (Mb/s).
     #[arg(long, default_value = "100G", value_parser = stel_store::units::parse_speed_mbps, value_name = "SPEED")]
     speed: f64,
-    /// How long to stream (e.g. 10s, 2m). Default: until Ctrl-C (netlink) or 1s (file).
+    /// How long to stream, with a unit (e.g. 10s, 2m; a bare number is refused). Default: until
+    /// Ctrl-C (netlink) or 1s (file).
     #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
     duration: Option<u64>,
     /// Send over NETLINK_USERSOCK to this multicast group (1-32). Needs root.

@@ -187,7 +187,8 @@ struct Args {
     /// --int-listen or the config's [int] listen.
     #[arg(long, conflicts_with_all = ["demo", "usersock_group", "input"])]
     int_only: bool,
-    /// Stop after this long (e.g. 30s); default: until SIGINT/SIGTERM.
+    /// Stop after this long, with a unit (e.g. 30s, 2m; a bare number is refused); default:
+    /// until SIGINT/SIGTERM.
     #[arg(long, value_parser = stel_store::units::parse_duration_ns)]
     duration: Option<u64>,
     /// Print the final counters as JSON on stdout.
