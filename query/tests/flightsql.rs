@@ -153,15 +153,22 @@ struct Serve {
     child: Child,
     /// `host:port` it printed.
     addr: String,
+    /// The line it printed that on.
+    line: String,
     stderr: std::thread::JoinHandle<String>,
 }
 
 impl Serve {
     /// Starts the server on a free port and waits for the line with its address.
     fn start(extra: &[&str]) -> Self {
+        Self::start_on(&data_dir(), extra)
+    }
+
+    /// [`Self::start`] over another data directory.
+    fn start_on(dir: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stel-query"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir())
+            .arg(dir)
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -192,6 +199,7 @@ impl Serve {
         Self {
             child,
             addr,
+            line,
             stderr,
         }
     }
@@ -202,6 +210,29 @@ impl Serve {
         let st = self.child.wait().unwrap();
         (st, self.stderr.join().unwrap())
     }
+}
+
+/// The count and the names of the tables in the start-up line
+/// (`… (file:///…/, 7 tables: counters, int_drops, …; no token; …)`).
+fn startup_tables(line: &str) -> (usize, Vec<String>) {
+    let about = line
+        .split_once(" (")
+        .and_then(|(_, r)| r.split("; ").next())
+        .and_then(|r| r.split_once(", "))
+        .map(|(_, tables)| tables)
+        .unwrap_or_else(|| panic!("no tables in {line:?}"));
+    let (n, names) = about.split_once(": ").unwrap_or((about, ""));
+    let n = n
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no table count in {line:?}"));
+    let names = names
+        .split(", ")
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect();
+    (n, names)
 }
 
 /// The stop line's counts.
@@ -830,6 +861,44 @@ print(json.dumps({{"tag": root.tag, "w": root.get("width"), "h": root.get("heigh
     }
 }
 
+/// The start-up line counts and names the tables a client lists (GetTables, ADBC's
+/// get_objects): the session tables and their rollup tiers, the long view, the INT tables; and
+/// on a data directory with INT tables only, those (it counted the session tables alone: "3
+/// tables" where clients listed 7, "0 tables" over INT tables a client could query).
+#[test]
+fn the_startup_line_counts_the_tables_clients_list() {
+    let int_only = tempfile::tempdir().unwrap();
+    for t in ["int_reports", "int_hops", "int_drops"] {
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(data_dir().join(format!("table={t}")))
+            .arg(int_only.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    for (dir, at_least) in [(data_dir(), 7), (int_only.path().to_path_buf(), 3)] {
+        let s = Serve::start_on(&dir, &[]);
+        let (n, named) = startup_tables(&s.line);
+        let got = run_clients(
+            r#"
+uri = "grpc://" + A["addr"]
+print(json.dumps({"adbc": Adbc(uri).tables(), "flight": Flight(uri).tables(),
+                  "count": rows(Flight(uri).query("SELECT count(*) AS n FROM int_reports"))}))
+"#,
+            &json!({"addr": s.addr}),
+        );
+        let listed: Vec<String> = serde_json::from_value(got["adbc"].clone()).unwrap();
+        assert_eq!(got["flight"], got["adbc"], "{dir:?}");
+        assert!(listed.len() >= at_least, "{dir:?}: {listed:?}");
+        assert_eq!(n, listed.len(), "{dir:?}: {} vs {listed:?}", s.line);
+        assert_eq!(named, listed, "{dir:?}: {}", s.line);
+        assert!(got["count"][0]["n"].as_u64().unwrap() > 0, "{dir:?}: {got}");
+        let (st, err) = s.stop();
+        assert!(st.success(), "{err}");
+    }
+}
+
 /// A server started before the daemon published anything (systemd starts both) waits for the
 /// first files, says so once, then serves them; a data directory that does not exist is still
 /// an error at once (exit 2).
@@ -897,13 +966,7 @@ fn serve_waits_for_the_first_files() {
         serving.contains("serving Flight SQL on grpc://127.0.0.1:"),
         "{serving}"
     );
-    let tables: u64 = serving
-        .split(" (")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(tables > 0, "{serving}");
+    assert!(startup_tables(&serving).0 > 0, "{serving}");
     // SIGTERM the moment it says it serves: a clean stop.
     sigterm(child.id());
     assert!(child.wait().unwrap().success());

@@ -198,6 +198,28 @@ async fn first_history(data: &str) -> Result<(crate::catalog::Catalog, Vec<Strin
     }
 }
 
+/// How many tables there are, with their names (the first [`NAMED`] of them): `7 tables:
+/// counters, int_drops, …`.
+fn tables_phrase<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let n = names.len();
+    let mut shown: Vec<&str> = names.take(NAMED).collect();
+    if n > NAMED {
+        shown.push("…");
+    }
+    format!(
+        "{n} table{}{}",
+        if n == 1 { "" } else { "s" },
+        if n == 0 {
+            String::new()
+        } else {
+            format!(": {}", shown.join(", "))
+        }
+    )
+}
+
+/// Tables named in the start-up line; more are counted only.
+const NAMED: usize = 8;
+
 /// # Errors
 /// Bad flags, no data, an address that cannot be bound, TLS files that do not load.
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -228,7 +250,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             () = stop.recv() => Ok(None),
         }
     })?;
-    let Some((cat, tables)) = first else {
+    // The tables named in the start-up line are the ones clients list (GetTables), not the
+    // session tables `open` names: the long view and the INT tables are served too.
+    let Some((cat, _)) = first else {
         eprintln!("stel-query: serve: stopped before the first files came");
         exec.shutdown_background();
         return Ok(ExitCode::SUCCESS);
@@ -250,6 +274,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         token.clone(),
         stop_rx,
     )?;
+    let tables = exec.block_on(service::listed_tables(&cat.ctx));
+    let tables = tables_phrase(tables.iter().map(|t| t.name.as_str()));
     let counts = Arc::clone(&stats);
     let served = io.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -261,8 +287,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let mut out = std::io::stdout().lock();
             writeln!(
                 out,
-                "stel-query: serving Flight SQL on {scheme}://{local} ({} tables from {}; {}; read-only; max {} queries, {} per query, {:?} each)",
-                tables.len(),
+                "stel-query: serving Flight SQL on {scheme}://{local} ({}, {tables}; {}; read-only; max {} queries, {} per query, {:?} each)",
                 cat.location.url,
                 if token.is_some() { "bearer token required" } else { "no token" },
                 limits.max_queries,

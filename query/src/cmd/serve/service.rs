@@ -30,6 +30,7 @@ use arrow_flight::{
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::{
+    catalog::TableProvider,
     execution::{
         disk_manager::{DiskManagerBuilder, DiskManagerMode},
         memory_pool::{GreedyMemoryPool, TrackConsumersPool},
@@ -671,23 +672,15 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let mut b = query.into_builder();
-        let ctx = &self.inner.ctx;
-        for c in ctx.catalog_names() {
-            let Some(cat) = ctx.catalog(&c) else { continue };
-            for s in cat.schema_names() {
-                let Some(schema) = cat.schema(&s) else {
-                    continue;
-                };
-                let mut names = schema.table_names();
-                names.sort();
-                for t in names {
-                    let Ok(Some(table)) = schema.table(&t).await else {
-                        continue;
-                    };
-                    b.append(&c, &s, &t, table_type(table.table_type()), &table.schema())
-                        .map_err(internal)?;
-                }
-            }
+        for t in listed_tables(&self.inner.ctx).await {
+            b.append(
+                &t.catalog,
+                &t.schema,
+                &t.name,
+                table_type(t.table.table_type()),
+                &t.table.schema(),
+            )
+            .map_err(internal)?;
         }
         Ok(Self::one_batch(b.build().map_err(internal)?))
     }
@@ -735,6 +728,44 @@ impl FlightSqlService for FlightSqlServer {
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// One table as GetTables lists it.
+#[derive(Debug)]
+pub(super) struct Listed {
+    pub(super) catalog: String,
+    pub(super) schema: String,
+    pub(super) name: String,
+    pub(super) table: Arc<dyn TableProvider>,
+}
+
+/// Every table GetTables (and so ADBC's `get_objects`, JDBC's `getTables`, Grafana's browser)
+/// lists, by catalog, schema and name: the one listing the start-up line counts too, so the two
+/// cannot disagree.
+pub(super) async fn listed_tables(ctx: &SessionContext) -> Vec<Listed> {
+    let mut out = Vec::new();
+    for c in ctx.catalog_names() {
+        let Some(cat) = ctx.catalog(&c) else { continue };
+        for s in cat.schema_names() {
+            let Some(schema) = cat.schema(&s) else {
+                continue;
+            };
+            let mut names = schema.table_names();
+            names.sort();
+            for name in names {
+                let Ok(Some(table)) = schema.table(&name).await else {
+                    continue;
+                };
+                out.push(Listed {
+                    catalog: c.clone(),
+                    schema: s.clone(),
+                    name,
+                    table,
+                });
+            }
+        }
+    }
+    out
 }
 
 fn table_type(t: TableType) -> &'static str {
