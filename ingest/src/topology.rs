@@ -179,8 +179,15 @@ impl Topology {
                 (Ok(l), _) => locks.extend(l),
                 // Only the status file would go there, and it is best effort (a failed write
                 // is a warning): a directory it cannot create or write does not stop the run,
-                // as it did not before it was locked. Another daemon's lock does.
-                (Err(e @ dirlock::DirLockError::Io { .. }), Need::StatusOnly) => {
+                // as it did not before it was locked (a data dir that is a regular file
+                // included: the warning names it). Another daemon's lock does.
+                (
+                    Err(
+                        e @ (dirlock::DirLockError::Io { .. }
+                        | dirlock::DirLockError::NotADirectory { .. }),
+                    ),
+                    Need::StatusOnly,
+                ) => {
                     tracing::warn!(error = %e, "Cannot lock the data directory for the status file; running unlocked.");
                 }
                 (Err(e), _) => return Err(e.to_string()),

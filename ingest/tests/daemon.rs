@@ -852,3 +852,53 @@ fn a_duration_without_a_unit_is_refused() {
         );
     }
 }
+
+/// A --data-dir that is a regular file is named as such: "cannot lock …/.stel-ingestd.lock:
+/// File exists (os error 17)" said nothing of the mistake. With the history on it is an error
+/// (exit 2, nothing started); with --no-history only the status file would go there, which is
+/// best effort: a warning naming it, and the run goes on.
+#[test]
+fn a_data_dir_that_is_a_file_is_named_as_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("afile");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let want = format!("--data-dir {} is not a directory", file.display());
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .args([
+                "--demo",
+                "--no-ebpf",
+                "--no-inspect",
+                "--ports",
+                "1",
+                "--stats",
+                "1",
+                "--interval",
+                "10ms",
+                "--duration",
+                "1s",
+            ])
+            .args(extra)
+            .arg("--data-dir")
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.lines().any(|l| l == format!("stel-ingestd: {want}")),
+        "{err}"
+    );
+    assert!(!err.contains("File exists"), "{err}");
+    let out = run(&["--no-history"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains(" WARN ") && l.contains(&want)),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
+}

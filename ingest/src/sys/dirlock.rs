@@ -57,6 +57,15 @@ pub enum DirLockError {
         /// The flag or config key that names the directory, for the hint.
         setting: &'static str,
     },
+    /// The directory, or one of the directories above it, is something else (a regular file):
+    /// named as such, not as the lock file's `File exists` / `Not a directory`.
+    #[error("{setting} {}{} is not a directory", dir.display(), in_the_way(dir, path))]
+    NotADirectory {
+        dir: PathBuf,
+        /// The path that is not a directory: `dir` itself or the ancestor in the way.
+        path: PathBuf,
+        setting: &'static str,
+    },
     /// The lock file cannot be created or opened, or `flock` failed otherwise.
     #[error("cannot lock {}: {source}{}", path.display(), hint(source))]
     Io {
@@ -64,6 +73,29 @@ pub enum DirLockError {
         #[source]
         source: io::Error,
     },
+}
+
+/// The first of `dir` and its ancestors, nearest first, that exists and is not a directory (a
+/// symlink is followed): what stops `dir` being created or used.
+fn not_a_directory(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .filter(|p| !p.as_os_str().is_empty())
+        .find_map(|p| match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => Some(None),
+            Ok(_) => Some(Some(p.to_path_buf())),
+            Err(_) => None,
+        })
+        .flatten()
+}
+
+/// For [`DirLockError::NotADirectory`]'s message: `: <ancestor>` when the path in the way is
+/// above the directory.
+fn in_the_way(dir: &Path, path: &Path) -> String {
+    if dir == path {
+        String::new()
+    } else {
+        format!(": {}", path.display())
+    }
 }
 
 /// What to do about an I/O error on the lock file, for its message.
@@ -82,7 +114,8 @@ fn hint(e: &io::Error) -> &'static str {
 /// unprotected.
 ///
 /// # Errors
-/// [`DirLockError::Held`]: another process holds it. [`DirLockError::Io`]: the directory or the
+/// [`DirLockError::Held`]: another process holds it. [`DirLockError::NotADirectory`]: `dir`, or
+/// a path above it, exists and is not a directory. [`DirLockError::Io`]: the directory or the
 /// lock file cannot be created or opened (the history could not be written there either).
 pub fn lock_dir(dir: &Path, setting: &'static str) -> Result<Option<DirLock>, DirLockError> {
     let path = dir.join(LOCK_FILE);
@@ -90,6 +123,13 @@ pub fn lock_dir(dir: &Path, setting: &'static str) -> Result<Option<DirLock>, Di
         path: path.clone(),
         source,
     };
+    if let Some(f) = not_a_directory(dir) {
+        return Err(DirLockError::NotADirectory {
+            dir: dir.to_path_buf(),
+            path: f,
+            setting,
+        });
+    }
     stel_store::durable::create_dirs(dir).map_err(io_err)?;
     // No truncation before the lock is ours: the file names the current holder.
     let mut file = match OpenOptions::new()
@@ -181,6 +221,25 @@ fn utc_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_regular_file_is_named_as_not_a_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("afile");
+        std::fs::write(&f, b"x").unwrap();
+        let e = lock_dir(&f, "--data-dir").unwrap_err().to_string();
+        assert_eq!(e, format!("--data-dir {} is not a directory", f.display()));
+        let below = f.join("sub");
+        let e = lock_dir(&below, "--data-dir").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--data-dir {}: {} is not a directory",
+                below.display(),
+                f.display()
+            )
+        );
+    }
 
     #[test]
     fn a_second_lock_is_refused_naming_the_holder_and_free_once_dropped() {
