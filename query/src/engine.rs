@@ -500,16 +500,27 @@ pub async fn stream_interval(cat: &Catalog, s: &Session, r: &TimeRange) -> Resul
         );
     }
     ts.sort_unstable();
-    ts.windows(2)
-        .map(|w| w[1] - w[0])
-        .filter(|d| *d > 0)
-        .min()
-        .ok_or_else(|| {
-            Error::NotFound(format!(
-                "fewer than two snapshots of {}/{} in {r}; cannot tell the stream's interval",
-                s.profile, s.group
-            ))
-        })
+    if let Some(d) = ts.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 0).min() {
+        return Ok(d);
+    }
+    // Name the range that exists, as an empty window without `-r stream` does.
+    if ts.is_empty() {
+        return Err(cat.empty_window(s, r).await);
+    }
+    let exists = match cat.extent(s).await? {
+        Some((a, b)) => format!(
+            "; data exists for {}..{}",
+            crate::window::fmt_ts(a),
+            crate::window::fmt_ts(b)
+        ),
+        None => String::new(),
+    };
+    Err(Error::NotFound(format!(
+        "one snapshot of {}/{} in {r} (at {}): cannot tell the stream's interval{exists} (widen --last, or use --from/--to)",
+        s.profile,
+        s.group,
+        crate::window::fmt_ts(ts[0])
+    )))
 }
 
 /// Scans one chunk: `streams` (partitions of one scan) each on its own task, merged into `acc`.

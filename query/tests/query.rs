@@ -529,6 +529,57 @@ fn history_top_sql_and_errors() {
     assert!(o.stdout.contains("stel-query"));
 }
 
+/// `rates -r stream` over a window without two snapshots names the range that exists, as the
+/// same window without `-r stream` does, and with --json prints the begin record before the
+/// error like it (it said "fewer than two snapshots …", no range, nothing on stdout).
+#[test]
+fn an_empty_window_names_the_range_with_and_without_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    write_emulated(dir.path(), cfg(Pattern::Steady, 2), 100, 1000);
+    let d = dir.path().to_str().unwrap();
+    let exists = "data exists for 2023-11-14T22:13:20.000000000Z..2023-11-14T22:13:20.000990000Z";
+    let (from, one) = (t(START), t(START + 5_000));
+    let windows: [(&[&str], &str); 2] = [
+        (
+            &[
+                "--from",
+                "2020-01-01T00:00:00Z",
+                "--to",
+                "2020-01-01T00:00:01Z",
+            ],
+            "no samples of lab/PORT in 2020-01-01T00:00:00",
+        ),
+        (
+            &["--from", &from, "--to", &one],
+            "one snapshot of lab/PORT in ",
+        ),
+    ];
+    for (window, said) in windows {
+        for res in [&[][..], &["-r", "stream"][..]] {
+            let mut args = vec!["rates", "-d", d];
+            args.extend(window);
+            args.extend(res);
+            let o = query(&args, &[]);
+            assert_eq!(o.code, 1, "{args:?}: {}", o.stderr);
+            assert!(o.stderr.contains(exists), "{args:?}: {}", o.stderr);
+            if !res.is_empty() || !said.starts_with("one") {
+                assert!(o.stderr.contains(said), "{args:?}: {}", o.stderr);
+            }
+            args.push("--json");
+            let o = query(&args, &[]);
+            assert_eq!(o.code, 1, "{args:?}: {}", o.stderr);
+            let begin = o.json().into_iter().find(|v| v["type"] == "begin");
+            assert!(begin.is_some(), "{args:?}: no begin record: {}", o.stdout);
+            let e: Value = serde_json::from_str(o.stderr.trim()).unwrap();
+            assert_eq!(e["type"], "error", "{args:?}");
+            assert!(
+                e["data"]["message"].as_str().unwrap().contains(exists),
+                "{args:?}: {e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn export_to_and_query_from_a_real_s3_server() {
     let dir = tempfile::tempdir().unwrap();
