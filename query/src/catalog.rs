@@ -437,8 +437,17 @@ impl Catalog {
     /// The session for `profile` (optional when there is one) and `group`.
     ///
     /// # Errors
-    /// No such session; the message lists the ones that exist.
+    /// [`Error::Usage`] (exit 2) for a group no session has: the message says which groups
+    /// the history has (`--profile` cannot help). [`Error::NotFound`] when the group exists
+    /// under other profiles only, or there are no sessions at all; the message lists them.
     pub fn session(&self, profile: Option<&str>, group: &str) -> Result<&Session> {
+        if !self.sessions.is_empty() && !self.has_group(group) {
+            return Err(Error::Usage(format!(
+                "no {group} session under {}: this history has {} only",
+                self.location.url,
+                self.groups()
+            )));
+        }
         let found: Vec<&Session> = self
             .sessions
             .iter()
@@ -463,6 +472,25 @@ impl Catalog {
                     .collect::<Vec<_>>()
                     .join(", ")
             ))),
+        }
+    }
+
+    /// Whether some session (of any profile) is of `group`.
+    pub fn has_group(&self, group: &str) -> bool {
+        self.sessions
+            .iter()
+            .any(|s| s.group.eq_ignore_ascii_case(group))
+    }
+
+    /// The groups the sessions are of, for messages: `PORT`, `PORT and QUEUE`,
+    /// `BUFFER_POOL, PORT and QUEUE`.
+    pub fn groups(&self) -> String {
+        let mut g: Vec<&str> = self.sessions.iter().map(|s| s.group.as_str()).collect();
+        g.sort_unstable();
+        g.dedup();
+        match g.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => g.join(""),
         }
     }
 

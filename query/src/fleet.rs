@@ -123,7 +123,12 @@ pub async fn sessions<'a>(
     for t in targets {
         match t.cat.session(profile, group) {
             Ok(s) => found.push((t, s)),
-            Err(e) if targets.len() > 1 && matches!(e, Error::NotFound(_)) => {
+            // A switch without the session (or without the group at all) is left out while
+            // another has it.
+            Err(e)
+                if targets.len() > 1
+                    && (matches!(e, Error::NotFound(_)) || !t.cat.has_group(group)) =>
+            {
                 first_err.get_or_insert(e);
             }
             Err(e) => return Err(e),

@@ -580,6 +580,30 @@ fn an_empty_window_names_the_range_with_and_without_stream() {
     }
 }
 
+/// A group the history does not have is an error (exit 2) saying which groups it has, as an
+/// object or a stat it does not have is: --profile cannot help (it said "no QUEUE session …;
+/// sessions: lab/PORT (pick one with --profile)", exit 1).
+#[test]
+fn a_group_the_data_does_not_have_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_emulated(dir.path(), cfg(Pattern::Steady, 2), 100, 1000);
+    let d = dir.path().to_str().unwrap();
+    for args in [
+        &["history", "-d", d, "--group", "QUEUE"][..],
+        &["top", "-d", d, "--by", "occupancy", "--group", "QUEUE"][..],
+        &["rates", "-d", d, "--rif"][..],
+    ] {
+        let o = query(args, &[]);
+        assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("this history has PORT only"),
+            "{args:?}: {}",
+            o.stderr
+        );
+        assert!(!o.stderr.contains("--profile"), "{args:?}: {}", o.stderr);
+    }
+}
+
 #[test]
 fn export_to_and_query_from_a_real_s3_server() {
     let dir = tempfile::tempdir().unwrap();

@@ -32,7 +32,7 @@ use crate::{
 /// always take a unit (10s, 500ms, 1h30m). Unreadable or foreign Parquet files are skipped
 /// with a warning (--strict: an error).
 /// Exit codes: 0 rows printed, 1 no rows (an empty window, nothing matched), 2 error (a bad
-/// flag, a missing data directory, an object or stat the data does not have).
+/// flag, a missing data directory, a group, object or stat the data does not have).
 #[derive(Debug, Parser)]
 #[command(
     name = "stel-query",
