@@ -350,6 +350,24 @@ impl Catalog {
             if !tiers.is_empty() {
                 return Err(tiers_only(cat.location.url.as_ref(), &tiers, "tier=<t>/"));
             }
+            // INT history only (`stel-ingestd --int-only`): say where its questions are. Exit 1
+            // still, as for a directory with no counter history written yet.
+            let int: Vec<String> = cat
+                .location
+                .subdirs("", "table")
+                .await?
+                .into_iter()
+                .filter(|t| t.starts_with("int_"))
+                .collect();
+            if !int.is_empty() {
+                return Err(Error::NotFound(format!(
+                    "{} holds INT tables only ({} under table=<t>/), no counter history: ask `stel-query int flows|hops|drops|evc -d {}`, or `stel-query sql` over {}",
+                    cat.location.url,
+                    int.join(", "),
+                    data,
+                    int.join(", ")
+                )));
+            }
             let skipped = cat.quarantine.skipped().len();
             return Err(Error::NotFound(format!(
                 "no {}Parquet files under {} (expected profile=<p>/group=<g>/date=…/hour=…/part-*.parquet; is stel-ingestd writing with its Parquet sink, or is --data-dir wrong?)",

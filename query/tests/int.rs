@@ -100,6 +100,20 @@ fn int_questions_and_sql_over_the_int_tables() {
         assert!(r["p99_ns"].as_u64().unwrap() <= r["max_ns"].as_u64().unwrap());
     }
 
+    // Counter questions on INT-only data say it holds INT tables and where their questions
+    // are (it said "no Parquet files under …"); exit 1 still (no counter history written).
+    for args in [&["rates"][..], &["history", "-o", "Ethernet0"][..]] {
+        let (code, _, err) = query(&data, args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        let e: Value = serde_json::from_str(err.trim()).unwrap();
+        let m = e["data"]["message"].as_str().unwrap();
+        assert!(
+            m.contains("holds INT tables only (int_drops, int_hops, int_reports")
+                && m.contains("stel-query int flows|hops|drops|evc -d "),
+            "{args:?}: {m}"
+        );
+    }
+
     // The EVC columns say what they hold: flows its name (as `int evc`'s evc_name), drops its
     // id (int_drops has no name column).
     let (code, out, err) = query(&data, &["int", "flows", "-n", "3"]);
