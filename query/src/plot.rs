@@ -1,6 +1,8 @@
 //! `--plot`: a line chart in the terminal (no dependency: a character grid with one marker per
 //! series, y-axis labels in human units, start and end time under the x axis).
 
+use stel_store::rate::RateUnit;
+
 use crate::window::fmt_ts;
 
 /// Markers for up to eight series.
@@ -80,9 +82,38 @@ pub fn chart(
     out
 }
 
+/// A rate axis's tick labels in one unit, the one [`RateUnit::format`] picks for `peak` (bytes/s)
+/// — `8.00 Gb/s` … `32.00 Gb/s`, not `8000.00 Mb/s` beside `32.00 Gb/s`.
+pub fn rate_axis(unit: RateUnit, peak: f64) -> impl Fn(f64) -> String {
+    let v = unit.value(peak).abs();
+    let (scale, name) = match unit {
+        RateUnit::Bytes if v > 1e7 => (1e6, "MB/s"),
+        RateUnit::Bytes if v > 1e4 => (1e3, "KB/s"),
+        RateUnit::Bytes => (1.0, "B/s"),
+        RateUnit::Bits if v > 1e10 => (1e9, "Gb/s"),
+        RateUnit::Bits if v > 1e7 => (1e6, "Mb/s"),
+        RateUnit::Bits if v > 1e4 => (1e3, "Kb/s"),
+        RateUnit::Bits => (1.0, "b/s"),
+    };
+    move |bytes_per_s| format!("{:.2} {name}", unit.value(bytes_per_s) / scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_axis_has_one_unit() {
+        // 4 GB/s peak in bits: 32 Gb/s; 1 GB/s is 8.00 Gb/s, not 8000.00 Mb/s.
+        let f = rate_axis(RateUnit::Bits, 4e9);
+        assert_eq!(f(4e9), "32.00 Gb/s");
+        assert_eq!(f(1e9), "8.00 Gb/s");
+        assert_eq!(f(0.0), "0.00 Gb/s");
+        assert_eq!(RateUnit::Bits.format(1e9), "8000.00 Mb/s");
+        let f = rate_axis(RateUnit::Bytes, 5e7);
+        assert_eq!(f(5e3), "0.01 MB/s");
+        assert_eq!(rate_axis(RateUnit::Bytes, 10.0)(5.0), "5.00 B/s");
+    }
 
     #[test]
     fn a_ramp_rises_left_to_right() {

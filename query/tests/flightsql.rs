@@ -815,6 +815,14 @@ fn charts_render_as_svg_and_png() {
             let err = String::from_utf8_lossy(&o.stderr);
             assert!(o.status.success(), "{name} --plot {ext}: {err}");
             assert!(err.contains("wrote the chart"), "{err}");
+            if name == "rates" {
+                // Which 8 of the demo's 64 ports, and why, said once.
+                assert_eq!(
+                    err.matches("--plot draws the 8 interfaces with the highest peak RX rate of the 64 in the window (-o picks others)").count(),
+                    1,
+                    "{err}"
+                );
+            }
             let bytes = std::fs::read(&file).unwrap();
             assert!(bytes.len() > 10_000, "{name}.{ext}: {} bytes", bytes.len());
             if ext == "png" {
@@ -847,6 +855,19 @@ print(json.dumps({{"tag": root.tag, "w": root.get("width"), "h": root.get("heigh
                     "{name}: {texts:?}"
                 );
                 assert!(texts.iter().any(|t| t.contains(y)), "{name}: {texts:?}");
+                if name == "rates" {
+                    // One unit on the rate axis (it drew `0.00 B/s` below `1000.00 MB/s`).
+                    let mut units: Vec<&str> = texts
+                        .iter()
+                        .map(|t| t.trim())
+                        .filter(|t| t.starts_with(|c: char| c.is_ascii_digit()))
+                        .filter_map(|t| t.strip_suffix("/s"))
+                        .filter_map(|t| t.rsplit(' ').next())
+                        .collect();
+                    units.sort_unstable();
+                    units.dedup();
+                    assert_eq!(units.len(), 1, "{name}: {texts:?}");
+                }
                 let legend = match name {
                     "int" => "vlan_",
                     "history" => "Ethernet0.OUT_CURR_OCCUPANCY_BYTES",

@@ -60,7 +60,8 @@ pub struct Args {
     #[command(flatten)]
     pub unit: UnitArg,
     /// Draw RX_BPS over time: alone in the terminal (table output), with a file name as an image
-    /// (`--plot rx.svg`, `--plot rx.png`).
+    /// (`--plot rx.svg`, `--plot rx.png`). At most 8 interfaces, those with the highest peak
+    /// RX rate (-o picks others).
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "FILE.svg|FILE.png")]
     pub plot: Option<String>,
 }
@@ -623,6 +624,9 @@ pub async fn compute(
     })
 }
 
+/// Interfaces `--plot` draws (the chart's markers and colours stay apart up to here).
+const PLOTTED: usize = 8;
+
 /// # Errors
 /// See [`Error`]; an empty window is `NotFound` and names the range that exists.
 pub async fn run(a: Args) -> Result<ExitCode> {
@@ -995,19 +999,25 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         )));
     }
     if want_plot {
-        // The eight busiest interfaces, so the chart stays readable.
-        series.sort_by(|a, b| {
-            let peak = |s: &plot::Series| s.1.iter().map(|p| p.1).fold(0.0, f64::max);
-            peak(b).total_cmp(&peak(a))
-        });
-        series.truncate(8);
+        // The eight interfaces with the highest peak RX rate, so the chart stays readable.
+        let peak = |s: &plot::Series| s.1.iter().map(|p| p.1).fold(0.0, f64::max);
+        series.sort_by(|a, b| peak(b).total_cmp(&peak(a)));
+        if series.len() > PLOTTED {
+            crate::diag::note(&format!(
+                "rates: --plot draws the {PLOTTED} interfaces with the highest peak RX rate of the {} in the window (-o picks others)",
+                series.len()
+            ));
+        }
+        series.truncate(PLOTTED);
         let label = format!("RX_BPS ({})", unit.name());
         let y = format!("RX rate ({})", unit.name());
         let labels = crate::chart::Labels {
             title: &label,
             y: &y,
         };
-        plot_to.draw(&mut p, labels, &series, 16, &|v| unit.format(v))?;
+        // One unit on the axis: the one of the highest value drawn.
+        let top = series.first().map_or(0.0, peak);
+        plot_to.draw(&mut p, labels, &series, 16, &plot::rate_axis(unit, top))?;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let mut out = json!({
