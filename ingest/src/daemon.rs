@@ -595,21 +595,34 @@ impl Daemon {
         }
     }
 
-    /// Stops: keeps receiving until `drained` says everything expected is in (or nothing came
-    /// for one poll interval when `drained` is `None`), bounded by `timeout`; then lets the
-    /// decoders finish and flush. Returns the final counters.
+    /// Stops: keeps receiving until `drained` says everything expected is in (the demo: all it
+    /// sent). Without `drained`, it takes what had been received when the stop came — the
+    /// socket's receive buffer as it stood (SO_MEMINFO's queued bytes) and the receive ring —
+    /// and no more: it stops at the first empty poll or once that many bytes are read, never
+    /// waiting for the source to go quiet (a switch's never does: every stop took `timeout`).
+    /// Bounded by `timeout` either way. Then lets the decoders finish and flush. Returns the
+    /// final counters.
     pub fn finish(
         mut self,
         drained: Option<&dyn Fn(&RecvStats) -> bool>,
         timeout: Duration,
     ) -> DaemonStatus {
         let until = Instant::now() + timeout;
+        // What was received at the stop: the ring's completions, reaped by the first poll, and
+        // the socket's queued bytes (allocations, each at least its datagram's bytes), read
+        // after it.
+        let queued = self
+            .socket
+            .fd()
+            .and_then(|fd| sys::meminfo_rmem_alloc(fd).ok())
+            .unwrap_or(0);
+        let from = self.reader.stats().bytes;
         while Instant::now() < until {
             match self.step() {
                 Ok(n) => {
                     let done = match drained {
                         Some(f) => f(&self.reader.stats()),
-                        None => n == 0,
+                        None => n == 0 || self.reader.stats().bytes - from >= queued,
                     };
                     if done {
                         break;

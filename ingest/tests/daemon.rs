@@ -902,3 +902,75 @@ fn a_data_dir_that_is_a_file_is_named_as_not_a_directory() {
     );
     assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
 }
+
+/// SIGTERM while the sender keeps transmitting (as a switch's ASIC never stops): the daemon
+/// logs why it stops, takes what was received at the stop, flushes and exits 0 — it does not
+/// wait for the socket to go quiet (it did, for the whole 5 s drain bound, at every restart;
+/// measured by hand: 5.02 s before, 0.016 s after). The sender is still sending when the
+/// daemon has exited: the stop did not depend on it pausing.
+#[test]
+fn sigterm_with_a_sender_still_transmitting_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("s.json");
+    let status = dir.path().join("status.json");
+    let mut emu = stel_testkit::KillOnDrop::new(
+        std::process::Command::new(env!("CARGO_BIN_EXE_stel-emu"))
+            .args(["--netlink-group", "18", "--ports", "8", "--stats", "4"])
+            .args(["--interval", "100us", "--session"])
+            .arg(&session)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !session.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(session.exists(), "stel-emu wrote no session file");
+    let daemon = stel_testkit::KillOnDrop::new(
+        std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .args(["--usersock-group", "18", "--no-history", "--no-inspect"])
+            .args(["--json", "--session"])
+            .arg(&session)
+            .arg("--status-file")
+            .arg(&status)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Until the daemon has decoded something: the sender's data is flowing through it.
+    let decoded = || {
+        let st: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&status).ok()?).ok()?;
+        Some(Snapshot::from_json(&st["metrics"]).sum(Metric::DecodeRecords))
+    };
+    while decoded().unwrap_or(0) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(decoded().unwrap_or(0) > 0, "the daemon decoded nothing");
+    stel_testkit::sigterm(daemon.id());
+    let out = daemon.into_inner().wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    let stopping: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("Stopping on SIGTERM: draining and flushing."))
+        .collect();
+    assert!(
+        stopping.len() == 1 && stopping[0].contains(" INFO "),
+        "{err}"
+    );
+    assert!(err.contains("stel-ingestd: stopped cleanly: "), "{err}");
+    let fin: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert!(
+        Snapshot::from_json(&fin["metrics"]).sum(Metric::DecodeRecords) > 0,
+        "{fin}"
+    );
+    assert!(
+        emu.try_wait().unwrap().is_none(),
+        "the sender stopped: the test no longer shows a stop under load"
+    );
+}

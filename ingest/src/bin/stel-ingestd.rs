@@ -540,6 +540,9 @@ fn run(a: Args) -> Result<ExitCode, String> {
     }
 
     // Stop reading new data, drain what is in flight, flush, exit 0.
+    if let Some(sig) = signal::stop_signal().filter(|_| stop.load(Ordering::Relaxed)) {
+        tracing::info!("Stopping on {sig}: draining and flushing.");
+    }
     halt.store(true, Ordering::Relaxed);
     // The emulator may be blocked sending into a full socket: keep reading until it has stopped.
     if let Some((h, _)) = &producer {
@@ -554,6 +557,8 @@ fn run(a: Args) -> Result<ExitCode, String> {
         }
         None => (None, 0),
     };
+    // The demo waits for all it sent; a socket or files: what was received at the stop (the
+    // socket buffer and the ring as they stood), not until the source goes quiet; 5 s at most.
     let drained = move |r: &sys::uring::RecvStats| r.datagrams + r.truncated >= sent;
     let fin = topo.finish(
         demo_done

@@ -341,8 +341,24 @@ pub fn send_many_gso(
 /// # Errors
 /// getsockopt failing.
 pub fn meminfo_drops(fd: std::os::fd::BorrowedFd<'_>) -> Result<u64, SysError> {
-    use std::os::fd::AsRawFd;
     const SK_MEMINFO_DROPS: usize = 8;
+    Ok(meminfo(fd)?[SK_MEMINFO_DROPS] as u64)
+}
+
+/// Bytes queued in a socket's receive buffer now (`getsockopt(SO_MEMINFO)`, entry
+/// SK_MEMINFO_RMEM_ALLOC): the datagrams' kernel allocations (`truesize`), so at least their
+/// payload bytes. What a stop drains: what had been received when it came.
+///
+/// # Errors
+/// getsockopt failing.
+pub fn meminfo_rmem_alloc(fd: std::os::fd::BorrowedFd<'_>) -> Result<u64, SysError> {
+    const SK_MEMINFO_RMEM_ALLOC: usize = 0;
+    Ok(meminfo(fd)?[SK_MEMINFO_RMEM_ALLOC] as u64)
+}
+
+/// `getsockopt(SO_MEMINFO)`: the SK_MEMINFO_* array (Linux 3.9; 9 entries since 4.6).
+fn meminfo(fd: std::os::fd::BorrowedFd<'_>) -> Result<[u32; 16], SysError> {
+    use std::os::fd::AsRawFd;
     let mut info = [0u32; 16];
     let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
     // SAFETY: `info` is a live buffer of `len` bytes; the kernel writes at most `len`.
@@ -358,7 +374,7 @@ pub fn meminfo_drops(fd: std::os::fd::BorrowedFd<'_>) -> Result<u64, SysError> {
     if rc < 0 {
         return Err(SysError::last("getsockopt(SO_MEMINFO)"));
     }
-    Ok(info[SK_MEMINFO_DROPS] as u64)
+    Ok(info)
 }
 
 /// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`), once;

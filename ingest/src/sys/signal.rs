@@ -1,13 +1,26 @@
 //! SIGINT/SIGTERM → a flag the loops poll, so the daemon stops reading, drains, flushes and
 //! exits 0.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// The signal that set [`STOP`] (0: none yet).
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only atomic stores: async-signal-safe. The signal first, so a reader that sees the flag
+    // finds it.
+    STOP_SIGNAL.store(sig, Ordering::Relaxed);
     STOP.store(true, Ordering::Relaxed);
+}
+
+/// The name of the signal that set the stop flag (`SIGTERM`, `SIGINT`), if one did.
+pub fn stop_signal() -> Option<&'static str> {
+    match STOP_SIGNAL.load(Ordering::Relaxed) {
+        libc::SIGTERM => Some("SIGTERM"),
+        libc::SIGINT => Some("SIGINT"),
+        _ => None,
+    }
 }
 
 /// Installs the handler for SIGINT and SIGTERM and returns the flag it sets.
