@@ -563,7 +563,7 @@ print(json.dumps(out))
     assert_eq!(got["wrote"], false);
     assert!(msg("memory").contains("--query-memory"), "{got}");
     assert_eq!(got["after_memory"], n);
-    assert!(msg("busy").contains("busy"), "{got}");
+    assert!(msg("busy").contains("busy: 1 query is running"), "{got}");
     assert_eq!(got["after_busy"], Value::Null, "{got}");
     assert_eq!(class("timeout"), "FlightTimedOutError", "{got}");
     assert!(msg("timeout").contains("--query-timeout"), "{got}");

@@ -1172,6 +1172,25 @@ fn the_cli_speaks_operator() {
             }
         }
     }
+    // What SQL can name: the rollup tiers and the INT tables too; serve's table function.
+    let o = query(&["sql", "--help"], &[]);
+    for t in [
+        "_1s",
+        "_1m",
+        "counters",
+        "int_reports",
+        "int_hops",
+        "int_drops",
+    ] {
+        assert!(o.stdout.contains(t), "sql --help lacks {t}:\n{}", o.stdout);
+    }
+    let o = query(&["serve", "--help"], &[]);
+    assert!(
+        o.stdout
+            .contains("rates(group, resolution, profile, speed)"),
+        "{}",
+        o.stdout
+    );
     let dir = tempfile::tempdir().unwrap();
     write_emulated(dir.path(), cfg(Pattern::Steady, 8), 3_000, 3000);
     let d = dir.path().to_str().unwrap();

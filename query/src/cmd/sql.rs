@@ -31,7 +31,9 @@ use crate::{
 /// Run SQL over the history (DataFusion dialect).
 ///
 /// Tables: `<profile>_<group>` per session (wide: ts + "<object>.<STAT>" columns, partitions
-/// date/hour) and the long view counters(ts, profile, "group", object, stat, value).
+/// date/hour), its rollup tiers `<profile>_<group>_1s`, `_1m` (when the data has them), the
+/// long view counters(ts, profile, "group", object, stat, value), and int_reports, int_hops,
+/// int_drops when the data has INT history (a fleet lake: the one table `lake`).
 /// `SHOW TABLES` lists them. Read-only unless --allow-writes.
 ///
 /// Examples:

@@ -41,10 +41,15 @@ use limits::{Limits, Stats};
 
 /// Serve the history over Arrow Flight SQL (Grafana, ADBC, JDBC, pyarrow).
 ///
-/// Tables are the ones `stel-query sql` sees: `<profile>_<group>` per session, the long view
-/// `counters`, and `int_reports`, `int_hops`, `int_drops` when the data has INT history.
-/// Statements are read-only. Prints the address it listens on; stops on SIGTERM or Ctrl-C and
-/// prints its counts (queries, rows, refusals by kind) on stderr.
+/// Tables are the ones `stel-query sql` sees: `<profile>_<group>` per session and its rollup
+/// tiers (`_1s`, `_1m`), the long view `counters`, and `int_reports`, `int_hops`, `int_drops`
+/// when the data has INT history. The table function rates(group, resolution, profile, speed)
+/// answers as `stel-query rates` does (the Grafana dashboards query it); the window is the
+/// query's ts bounds, else the last minute of data:
+///   SELECT * FROM rates('PORT', '1s')
+///     WHERE ts >= '2024-05-01T12:00:00Z' AND ts < '2024-05-01T12:05:00Z'
+/// Statements are read-only. Prints the address it listens on and the tables; stops on SIGTERM
+/// or Ctrl-C and prints its counts (queries, rows, refusals by kind) on stderr.
 ///
 /// Refusals (gRPC status codes): UNAUTHENTICATED no/wrong token; INVALID_ARGUMENT SQL that does
 /// not parse or plan; PERMISSION_DENIED a statement that writes; RESOURCE_EXHAUSTED

@@ -224,8 +224,11 @@ impl FlightSqlServer {
             self.refuse(
                 Refusal::Busy,
                 format!(
-                    "busy: {} queries are running, the server's limit (--max-queries); retry when one has finished",
-                    inner.limits.max_queries
+                    "busy: {} running, the server's limit (--max-queries); retry when one has finished",
+                    match inner.limits.max_queries {
+                        1 => "1 query is".to_string(),
+                        n => format!("{n} queries are"),
+                    }
                 ),
             )
         })?;
