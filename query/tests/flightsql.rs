@@ -920,6 +920,33 @@ print(json.dumps({"adbc": Adbc(uri).tables(), "flight": Flight(uri).tables(),
     }
 }
 
+/// An address already in use is only an error, exit 2, suggesting another --listen: no
+/// "serve stopped: queries=0 …" counts of a server that never served before it.
+#[test]
+fn an_address_in_use_is_only_an_error() {
+    let s = Serve::start(&[]);
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+        .args(["serve", "--listen", &s.addr, "--data-dir"])
+        .arg(data_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("stel-query: cannot listen on {}: ", s.addr))
+            && err.contains("another --listen"),
+        "{err}"
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let (st, err) = s.stop();
+    assert!(st.success(), "{err}");
+}
+
 /// A server started before the daemon published anything (systemd starts both) waits for the
 /// first files, says so once, then serves them; a data directory that does not exist is still
 /// an error at once (exit 2).

@@ -281,11 +281,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
     )?;
     let tables = exec.block_on(service::listed_tables(&cat.ctx));
     let tables = tables_phrase(tables.iter().map(|t| t.name.as_str()));
+    // Bound before serving: an address that cannot be bound is only an error (no counts of a
+    // server that never ran).
+    let listener = match io.block_on(tokio::net::TcpListener::bind(addr)) {
+        Ok(l) => l,
+        Err(e) => {
+            exec.shutdown_background();
+            return Err(Error::Usage(format!(
+                "cannot listen on {addr}: {e}; give another --listen HOST:PORT (port 0: any free port)"
+            )));
+        }
+    };
     let counts = Arc::clone(&stats);
     let served = io.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::Usage(format!("cannot listen on {addr}: {e}")))?;
         let local = listener.local_addr()?;
         let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
         {
