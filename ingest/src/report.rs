@@ -257,6 +257,19 @@ pub fn counters_apply(int_only: bool, files: bool, counter_seen: u64, int_report
     !(int_only || files && int_reports > 0 && counter_seen == 0)
 }
 
+/// The status line's part for a COUNTERS_DB Redis that is not connected, from
+/// [`crate::sinks::CountersDb::down`] (`<url>: <error>`, credentials already masked):
+/// ` | REDIS DOWN (redis://127.0.0.1:16398: Connection refused (os error 111), retrying)`;
+/// `retrying` while running, not on the final line.
+pub fn redis_down_part(down: &str, retrying: bool) -> String {
+    let down = stel_store::redact::redact(down);
+    if retrying {
+        format!(" | REDIS DOWN ({down}, retrying)")
+    } else {
+        format!(" | REDIS DOWN ({down})")
+    }
+}
+
 /// What the sinks dropped (disk full, queue full, memory budget, …), per sink with its reasons:
 /// `parquet 1234 (disk_full 1000, queue_full 234)`; `None` when nothing was dropped.
 pub fn sink_drops(now: &Snapshot) -> Option<String> {
@@ -431,6 +444,9 @@ impl StatusTicker {
         {
             line.push_str(&format!(" | {g}"));
         }
+        if let Some(d) = topo.counters_db().and_then(|c| c.down()) {
+            line.push_str(&redis_down_part(&d, true));
+        }
         let nothing = st.nothing_decoded();
         if let Some(w) = &nothing {
             line.push_str(&format!(" | NOTHING DECODED: {w}"));
@@ -475,14 +491,17 @@ impl StatusTicker {
         // (INT's final figures are its own summary line.)
         if counter_path_applies(&fin.metrics) {
             eprintln!(
-                "{}",
+                "{}{}",
                 status_line(
                     &fin.metrics,
                     &self.prev,
                     self.last_tick.elapsed().as_secs_f64().max(1e-3),
                     self.unit,
                     ""
-                )
+                ),
+                fin.redis_down
+                    .as_deref()
+                    .map_or_else(String::new, |d| redis_down_part(d, false))
             );
         }
         if let Some(d) = sink_drops(&fin.metrics) {

@@ -301,11 +301,25 @@ impl CountersDb {
         self.sink.stats()
     }
 
-    /// Stops the writer after a last round.
-    pub fn shutdown(self: Arc<Self>) {
+    /// `Some("<url>: <error>")` while Redis is not connected (retried), credentials masked;
+    /// see [`stel_store::sonic::CountersDbHandle::down`].
+    pub fn down(&self) -> Option<String> {
+        self.sink.down()
+    }
+
+    /// Stops the writer after a last round; returns [`Self::down`] as that round left it
+    /// (`Some`: the last values were not written).
+    pub fn shutdown(self: Arc<Self>) -> Option<String> {
         match Arc::try_unwrap(self) {
-            Ok(me) => me.sink.shutdown(),
-            Err(_) => tracing::warn!("COUNTERS_DB sink still in use at shutdown."),
+            Ok(me) => {
+                let h = me.sink.handle();
+                me.sink.shutdown();
+                h.down()
+            }
+            Err(me) => {
+                tracing::warn!("COUNTERS_DB sink still in use at shutdown.");
+                me.down()
+            }
         }
     }
 }

@@ -534,9 +534,7 @@ impl Topology {
         if let Some(s) = self.inspect {
             s.shutdown();
         }
-        if let Some(c) = self.counters {
-            c.shutdown();
-        }
+        let redis_down = self.counters.and_then(CountersDb::shutdown);
         if let Some(o) = self.otlp.and_then(Otlp::shutdown) {
             eprintln!(
                 "stel-ingestd: otlp: {} points delivered, {} dropped",
@@ -555,6 +553,7 @@ impl Topology {
             parquet,
             rollup: rollup_final,
             metrics: self.registry.snapshot(),
+            redis_down,
             _locks: self.locks,
         }
     }
@@ -585,6 +584,9 @@ pub struct Finished {
     pub rollup: Option<stel_store::metrics::Snapshot>,
     /// Every series of the daemon's registry, final.
     pub metrics: stel_store::metrics::Snapshot,
+    /// The COUNTERS_DB writer's Redis was not connected at the end (its last round could not
+    /// write): `<url>: <error>`, credentials masked.
+    pub redis_down: Option<String>,
     /// The data directories stay locked while this lives: the final status file is written
     /// after the topology stops.
     _locks: Vec<DirLock>,

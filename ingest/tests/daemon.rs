@@ -974,3 +974,41 @@ fn sigterm_with_a_sender_still_transmitting_stops_cleanly() {
         "the sender stopped: the test no longer shows a stop under load"
     );
 }
+
+/// A Redis that is not there (a wrong --redis URL: nothing listens on the port) is said on the
+/// per-second status line and on the last lines, credentials masked: it was one WARN at start,
+/// then a status line that never mentioned Redis and "stopped cleanly" (only
+/// `stel_counters_db_connected 0` in `stel-ingestd status` showed it).
+#[test]
+fn a_redis_that_is_down_is_on_the_status_line_and_the_last_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = stel_testkit::free_port();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args(["--demo", "--no-ebpf", "--no-inspect", "--no-history"])
+        .args(["--ports", "2", "--stats", "2", "--interval", "1ms"])
+        .args(["--duration", "3500ms", "--status-line", "on", "--redis"])
+        .arg(format!("redis://stel:s3cret@127.0.0.1:{port}"))
+        .arg("--status-file")
+        .arg(dir.path().join("status.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    let down = format!("| REDIS DOWN (redis://stel:***@127.0.0.1:{port}: Connection refused");
+    let ticks: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" M counters/s ") && l.contains(&down))
+        .collect();
+    // Two per-second lines (retrying) and the final figures (not).
+    assert!(ticks.len() >= 2, "{err}");
+    assert!(ticks[0].ends_with(", retrying)"), "{err}");
+    assert!(!ticks.last().unwrap().contains("retrying"), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("stel-ingestd: stopped: ")
+            && last.contains("COUNTERS_DB was not written")
+            && last.contains(&down),
+        "{err}"
+    );
+}

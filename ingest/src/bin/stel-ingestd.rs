@@ -641,13 +641,24 @@ fn run(a: Args) -> Result<ExitCode, String> {
         );
         return Ok(ExitCode::from(2));
     }
+    // COUNTERS_DB's Redis not connected at the end: the live view was not (all) written.
+    let redis = fin
+        .redis_down
+        .as_deref()
+        .map_or_else(String::new, |d| report::redis_down_part(d, false));
     match (st.nothing_decoded(), drops) {
         (Some(w), _) => {
             tracing::warn!("Nothing decoded: {w}.");
-            eprintln!("stel-ingestd: stopped cleanly but NOTHING WAS DECODED: {w} ({how})");
+            eprintln!(
+                "stel-ingestd: stopped cleanly but NOTHING WAS DECODED: {w} ({how}){redis}"
+            );
         }
         (None, Some(d)) => eprintln!(
-            "stel-ingestd: stopped: {} snapshots decoded, but SINKS DROPPED {d} ({how})",
+            "stel-ingestd: stopped: {} snapshots decoded, but SINKS DROPPED {d} ({how}){redis}",
+            st.pipeline.decode.records
+        ),
+        (None, None) if !redis.is_empty() => eprintln!(
+            "stel-ingestd: stopped: {} snapshots decoded, {how}, but COUNTERS_DB was not written{redis}",
             st.pipeline.decode.records
         ),
         (None, None) if int_only => eprintln!("stel-ingestd: stopped cleanly (INT only)"),

@@ -2,7 +2,7 @@ use std::{
     collections::HashMap,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -63,10 +63,15 @@ struct Shared {
     connects: Counter,
     connected: Gauge,
     lag: Histogram,
+    /// The server's URL, credentials masked, for [`CountersDbHandle::down`].
+    url: String,
+    /// The last connect or write error while not connected (`None` once connected): what the
+    /// status line says of a Redis that is down. Not a counter: text.
+    down: Mutex<Option<String>>,
 }
 
 impl Shared {
-    fn new(parent: Option<&Arc<Registry>>) -> Self {
+    fn new(parent: Option<&Arc<Registry>>, url: &str) -> Self {
         let r = Registry::child_of(parent);
         let sink = labels!(Sink = "counters_db");
         let c = |m: Metric| r.counter(m, labels!());
@@ -97,6 +102,8 @@ impl Shared {
             connected: g(Metric::CountersDbConnected),
             lag: r.histogram(Metric::CountersDbLag, labels!()),
             registry: r,
+            url: crate::redact::redact(url).into_owned(),
+            down: Mutex::new(None),
         }
     }
 }
@@ -146,6 +153,14 @@ impl CountersDbHandle {
     pub fn lag(&self) -> &Histogram {
         &self.shared.lag
     }
+
+    /// `Some("<url>: <error>")` while the writer is not connected after a failed connect or
+    /// write (it retries with back-off), `None` once connected or before the first attempt
+    /// ended. The URL's credentials and any in the error are masked ([`crate::redact`]).
+    pub fn down(&self) -> Option<String> {
+        let e = self.shared.down.lock().ok()?.clone()?;
+        Some(crate::redact::redact(&format!("{}: {e}", self.shared.url)).into_owned())
+    }
 }
 
 /// The COUNTERS_DB + RATES writer: its own thread, its own bounded queue. See the module docs.
@@ -169,7 +184,7 @@ impl CountersDbSink {
     ) -> Result<CountersDbSink, Error> {
         let client = cfg.validate()?;
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_batches);
-        let shared = Arc::new(Shared::new(registry));
+        let shared = Arc::new(Shared::new(registry, &cfg.url));
         let writer = Writer::new(cfg, client, rx, Arc::clone(&shared));
         let thread = std::thread::Builder::new()
             .name("stel-countersdb".into())
@@ -201,6 +216,11 @@ impl CountersDbSink {
     /// Batch arrival → values acknowledged by Redis.
     pub fn lag(&self) -> &Histogram {
         self.handle.lag()
+    }
+
+    /// See [`CountersDbHandle::down`].
+    pub fn down(&self) -> Option<String> {
+        self.handle.down()
     }
 
     /// Forgets lag samples so far (e.g. after a benchmark's warm-up).
@@ -609,6 +629,9 @@ impl Writer {
                 self.conn = Some(c);
                 self.shared.connects.add(1);
                 self.shared.connected.set(1);
+                if let Ok(mut d) = self.shared.down.lock() {
+                    *d = None;
+                }
                 self.backoff = Duration::from_millis(self.cfg.reconnect_min_ms);
                 self.err_log.reset();
                 // A new server may have lost everything: write all values and rates again.
@@ -628,6 +651,9 @@ impl Writer {
     fn failed(&mut self, what: &'static str, e: &redis::RedisError) {
         self.shared.errors.add(1);
         self.shared.connected.set(0);
+        if let Ok(mut d) = self.shared.down.lock() {
+            *d = Some(e.to_string());
+        }
         self.conn = None;
         self.retry_at = Instant::now() + self.backoff;
         if let Some(suppressed) = self.err_log.allow() {
