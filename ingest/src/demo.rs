@@ -131,9 +131,9 @@ pub fn spawn(
 pub fn pace_line(asked: f64, counters: u64, p: &DemoPace) -> String {
     let achieved = counters as f64 / p.wall_s.max(1e-9);
     let mut line = format!(
-        "demo rate: asked {:.0} M counters/s, achieved {:.0} M counters/s ({:.0} %)",
-        asked / 1e6,
-        achieved / 1e6,
+        "demo rate: asked {} counters/s, achieved {} counters/s ({:.0} %)",
+        rate(asked),
+        rate(achieved),
         achieved / asked * 100.0
     );
     if achieved < 0.95 * asked {
@@ -155,6 +155,23 @@ pub fn pace_line(asked: f64, counters: u64, p: &DemoPace) -> String {
     line
 }
 
+/// A rate with two significant digits at least, in M or k: `192 M`, `1.5 M`, `120 k`, `4.0 k`,
+/// `12` (`{:.0} M` printed 0.12 M as `0 M`).
+pub fn rate(v: f64) -> String {
+    let (x, unit) = if v >= 1e6 {
+        (v / 1e6, " M")
+    } else if v >= 1e3 {
+        (v / 1e3, " k")
+    } else {
+        (v, "")
+    };
+    if x >= 10.0 || unit.is_empty() {
+        format!("{x:.0}{unit}")
+    } else {
+        format!("{x:.1}{unit}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +187,22 @@ mod tests {
         assert_eq!(
             ok,
             "demo rate: asked 100 M counters/s, achieved 100 M counters/s (100 %)"
+        );
+        // Below 1 M: k, never "0 M" (a 2 ports × 30 stats demo at 1 ms: 0.12 M).
+        let small = pace_line(120e3, 1_200_000, &p(0.1, 0.0));
+        assert_eq!(
+            small,
+            "demo rate: asked 120 k counters/s, achieved 120 k counters/s (100 %)"
+        );
+        assert_eq!(
+            [
+                rate(192e6),
+                rate(1.46e6),
+                rate(4_000.0),
+                rate(12.4),
+                rate(0.0)
+            ],
+            ["192 M", "1.5 M", "4.0 k", "12", "0"]
         );
         let daemon = pace_line(100e6, 500_000_000, &p(3.0, 6.0));
         assert!(daemon.contains("(50 %)") && daemon.contains("the daemon could not take"));

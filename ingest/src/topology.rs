@@ -63,6 +63,9 @@ pub struct Topology {
     metrics: Option<MetricsServer>,
     /// The written directories' locks ([`dirlock`]), handed on to [`Finished`].
     locks: Vec<DirLock>,
+    /// `[int]` / `--int-listen` asked for INT (not only the capture files' implicit decoder):
+    /// its summary line is printed even when no report came.
+    int_asked: bool,
 }
 
 impl std::fmt::Debug for Topology {
@@ -109,6 +112,7 @@ impl Topology {
         // Capture files: INT reports in them (UDP to the [int] listen ports, default 5900) are
         // decoded into the tables (no INT socket is opened); with the history off, only when
         // [int] asks for it.
+        let int_asked = cfg.int.is_some();
         let int_cfg = match &cfg.int {
             None if files && cfg.history.enabled => Some(int_source::IntConfig::default()),
             c => c.clone(),
@@ -430,6 +434,7 @@ impl Topology {
             otlp,
             metrics,
             locks,
+            int_asked,
         })
     }
 
@@ -452,7 +457,11 @@ impl Topology {
         if let Some(i) = self.int {
             let s = i.shutdown();
             int_final = Some(s.clone());
-            eprintln!(
+            // Not for capture files that held no INT when INT was not asked for: an
+            // "int: 0 datagrams" line would suggest it was.
+            let said = self.int_asked || s.recv.datagrams + s.decode.reports > 0;
+            if said {
+                eprintln!(
                 "stel-ingestd: int: {} datagrams, {} reports ({} decoded, {} malformed), {} hops, {} drop reports; {} lost by sequence; {} kernel drops, {} truncated; tables: {} rows written, {} shed, {} lost",
                 s.recv.datagrams,
                 s.decode.reports,
@@ -467,6 +476,7 @@ impl Topology {
                 s.sink.shed_rows(),
                 s.sink.lost_rows()
             );
+            }
             if s.recv.datagrams > 0 && s.decode.reports_decoded == 0 {
                 tracing::warn!(
                     "INT: {} datagrams received and NOTHING DECODED (malformed: {}); check the report format and [int.decode]",

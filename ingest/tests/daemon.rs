@@ -1012,3 +1012,41 @@ fn a_redis_that_is_down_is_on_the_status_line_and_the_last_line() {
         "{err}"
     );
 }
+
+/// `--input` of a capture without INT, INT not configured: no "int: 0 datagrams, …" summary (it
+/// suggested INT was collected); the input and counter summaries are there.
+#[test]
+fn an_input_without_int_prints_no_int_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("c.ipfix");
+    let emu = std::process::Command::new(env!("CARGO_BIN_EXE_stel-emu"))
+        .args([
+            "--ports",
+            "2",
+            "--stats",
+            "2",
+            "--duration",
+            "10ms",
+            "--file",
+        ])
+        .arg(&capture)
+        .output()
+        .unwrap();
+    assert!(
+        emu.status.success(),
+        "{}",
+        String::from_utf8_lossy(&emu.stderr)
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args(["--no-inspect", "--filter", "learn", "--input"])
+        .arg(&capture)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("stel-ingestd: input: 1 files"), "{err}");
+    assert!(err.contains("stel-ingestd: stopped cleanly: "), "{err}");
+    assert!(!err.contains("stel-ingestd: int: "), "{err}");
+}

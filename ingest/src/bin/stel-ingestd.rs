@@ -502,8 +502,8 @@ fn run(a: Args) -> Result<ExitCode, String> {
             .register(emu.session_spec(), emu.session_config())?;
         let asked = emu.cfg.counters_per_s();
         eprintln!(
-            "stel-ingestd: demo: asking the emulator for {} ports × {} stats every {} ns ({:.0} M counters/s) through the daemon's reader; the rate it achieves is printed at the end; Ctrl-C stops",
-            d.ports, d.stats, d.interval_ns, asked / 1e6
+            "stel-ingestd: demo: asking the emulator for {} ports × {} stats every {} ns ({} counters/s) through the daemon's reader; the rate it achieves is printed at the end; Ctrl-C stops",
+            d.ports, d.stats, d.interval_ns, demo::rate(asked)
         );
         producer = Some((demo::spawn(emu, tx, Arc::clone(&halt))?, asked));
     }
