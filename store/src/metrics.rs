@@ -1057,6 +1057,10 @@ metrics! {
     /// Malformed input, by reason (framing, headers, sets, templates); none stops the daemon.
     DecodeMalformed: Counter "stel_decode_malformed_total" [Reason];
     /// IPFIX messages missing per the sequence numbers (per-message numbering, the HFT HLD's).
+    /// With the template filter in the kernel (`stel_filter_kernel_state` 1), messages it
+    /// dropped of a domain whose other templates are decoded never reach user space and are
+    /// among them: the status line then says so; subtract `stel_filter_dropped_messages_total`
+    /// before alerting on loss.
     DecodeSeqLostMessages: Counter "stel_decode_seq_lost_messages_total" [];
     /// Records missing per the sequence numbers (RFC 7011 numbering).
     DecodeSeqLostRecords: Counter "stel_decode_seq_lost_records_total" [];
