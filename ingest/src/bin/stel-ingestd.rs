@@ -540,7 +540,7 @@ fn run(a: Args) -> Result<ExitCode, String> {
     }
 
     // Stop reading new data, drain what is in flight, flush, exit 0.
-    if let Some(sig) = signal::stop_signal().filter(|_| stop.load(Ordering::Relaxed)) {
+    if let Some(sig) = signal::stop_signal() {
         tracing::info!("Stopping on {sig}: draining and flushing.");
     }
     halt.store(true, Ordering::Relaxed);

@@ -8,14 +8,17 @@ static STOP: AtomicBool = AtomicBool::new(false);
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // Only atomic stores: async-signal-safe. The signal first, so a reader that sees the flag
-    // finds it.
+    // Only atomic stores: async-signal-safe. The signal first, and the flag with Release, so a
+    // thread that sees the flag with Acquire finds the signal ([`stop_signal`]).
     STOP_SIGNAL.store(sig, Ordering::Relaxed);
-    STOP.store(true, Ordering::Relaxed);
+    STOP.store(true, Ordering::Release);
 }
 
-/// The name of the signal that set the stop flag (`SIGTERM`, `SIGINT`), if one did.
+/// The name of the signal that set the stop flag (`SIGTERM`, `SIGINT`), once one has.
 pub fn stop_signal() -> Option<&'static str> {
+    if !STOP.load(Ordering::Acquire) {
+        return None;
+    }
     match STOP_SIGNAL.load(Ordering::Relaxed) {
         libc::SIGTERM => Some("SIGTERM"),
         libc::SIGINT => Some("SIGINT"),
