@@ -1050,3 +1050,67 @@ fn an_input_without_int_prints_no_int_summary() {
     assert!(err.contains("stel-ingestd: stopped cleanly: "), "{err}");
     assert!(!err.contains("stel-ingestd: int: "), "{err}");
 }
+
+/// SIGHUP re-reads the INT EVC names; a daemon without INT says it has nothing to reload (an
+/// operator who sent it for the configuration is told to restart) and keeps running: it was
+/// silently ignored.
+#[test]
+fn sighup_without_int_says_there_is_nothing_to_reload_and_keeps_running() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = stel_testkit::KillOnDrop::new(
+        std::process::Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+            .args([
+                "--demo",
+                "--duration",
+                "600s",
+                "--interval",
+                "1ms",
+                "--no-history",
+            ])
+            .args(["--no-inspect", "--status-file"])
+            .arg(dir.path().join("status.json"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The log read as it comes, so the test knows when the SIGHUP was handled.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = daemon.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(l);
+        }
+    });
+    let wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = Vec::new();
+        while let Ok(l) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            let hit = l.contains(what);
+            seen.push(l);
+            if hit {
+                return seen;
+            }
+        }
+        panic!("no {what:?} in the log: {seen:#?}");
+    };
+    wait_for("counters/s");
+    stel_testkit::kill(daemon.id(), "-HUP");
+    let seen = wait_for("SIGHUP: nothing to reload");
+    assert!(seen.last().unwrap().contains(" INFO "), "{seen:#?}");
+    assert!(daemon.try_wait().unwrap().is_none(), "SIGHUP stopped it");
+    stel_testkit::sigterm(daemon.id());
+    let status = daemon.into_inner().wait().unwrap();
+    log.join().unwrap();
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert!(status.success(), "exit {status:?}: {rest:#?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("stel-ingestd: stopped cleanly")),
+        "{rest:#?}"
+    );
+}

@@ -532,8 +532,13 @@ fn run(a: Args) -> Result<ExitCode, String> {
             }
         }
         if hup.swap(false, Ordering::Relaxed) {
-            if let Some(i) = topo.int.as_mut() {
-                i.reload_evcs();
+            match topo.int.as_mut() {
+                Some(i) => i.reload_evcs(),
+                // Said, so an operator who sent it expecting a config reload is not left guessing.
+                None => tracing::info!(
+                    "SIGHUP: nothing to reload (it re-reads the INT EVC names; the configuration \
+                     is read at start: restart to change it)."
+                ),
             }
         }
         ticker.maybe_tick(&topo);
