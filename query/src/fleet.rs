@@ -52,10 +52,14 @@ pub async fn open(data: &str, switches: &[String], strict: bool) -> Result<Vec<T
             cat: Catalog::open(data, strict).await?,
         }]);
     }
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| unescape_value(d).unwrap_or_else(|| d.clone()))
+        .collect();
+    check_switches(data, switches, &names)?;
     let mut out = Vec::new();
     let base = data.trim_end_matches('/');
-    for d in &dirs {
-        let name = unescape_value(d).unwrap_or_else(|| d.clone());
+    for (d, name) in dirs.iter().zip(names) {
         if !switches.is_empty() && !switches.contains(&name) {
             continue;
         }
@@ -105,6 +109,47 @@ pub async fn open(data: &str, switches: &[String], strict: bool) -> Result<Vec<T
         )));
     }
     Ok(out)
+}
+
+/// How many of the lake's switch names an unknown `--switch` error lists.
+const NAMES_LISTED: usize = 20;
+
+/// Every name of `wanted` (`--switch`) must be a switch of the lake at `data`, which has
+/// `have` (its `switch=<name>/` directories, escapes undone): a typo is an error naming what
+/// the lake has, not an empty answer, on either engine.
+///
+/// # Errors
+/// [`Error::Usage`] (exit 2) naming the unknown switches and the lake's (the first
+/// [`NAMES_LISTED`]).
+pub fn check_switches(data: &str, wanted: &[String], have: &[String]) -> Result<()> {
+    let unknown: Vec<&str> = wanted
+        .iter()
+        .filter(|w| !have.contains(w))
+        .map(String::as_str)
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let mut have: Vec<&str> = have.iter().map(String::as_str).collect();
+    have.sort_by(|a, b| stel_store::sai::natural_cmp(a, b));
+    have.dedup();
+    let listed = if have.is_empty() {
+        "it has no switch=<name>/ directories".to_string()
+    } else if have.len() > NAMES_LISTED {
+        format!(
+            "it has {} switches: {}, …",
+            have.len(),
+            have[..NAMES_LISTED].join(", ")
+        )
+    } else {
+        format!("it has {}", have.join(", "))
+    };
+    Err(Error::Usage(format!(
+        "no switch{} {} in {}/ ({listed})",
+        if unknown.len() > 1 { "es" } else { "" },
+        unknown.join(", "),
+        data.trim_end_matches('/'),
+    )))
 }
 
 /// The targets that have a session for `profile`/`group`, and the window resolved against the

@@ -88,6 +88,29 @@ fn a_fleet_lake_answers_the_same_on_sail_and_locally_and_reads_by_name_everywher
         );
     }
 
+    // A --switch name the lake has no switch=<name>/ directory for is an error naming the
+    // lake's switches, on both engines, alone or beside a real one (not "no bursts in …", not
+    // silently dropped).
+    let names: Vec<String> = fleet::plan(&cfg).iter().map(|s| s.name.clone()).collect();
+    let mut have = names.clone();
+    have.sort();
+    let want = format!("no switch leaf-99 in {LAKE}/ (it has {})", have.join(", "));
+    for list in ["leaf-99".to_string(), format!("{},leaf-99", names[1])] {
+        let q: Vec<String> = ["top", "--by", "bursts", "--last", "1h", "--switch", &list]
+            .map(String::from)
+            .to_vec();
+        for (engine, args) in [("spark", spark(&q)), ("local", local(&q))] {
+            let o = std::process::Command::new(stel_query())
+                .args(&args)
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{engine} --switch {list}: {err}");
+            assert!(err.contains(&want), "{engine} --switch {list}: {err}");
+        }
+    }
+
     // Schema evolution: union by name. Expected per switch from what the emulators sent.
     let plan = fleet::plan(&cfg);
     let mut expected: Vec<(String, u64, u64)> = plan

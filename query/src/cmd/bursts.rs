@@ -141,7 +141,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     .into(),
             ));
         }
-        let lake = Lake::open(remote, &set.data).await?;
+        let lake = Lake::open(remote, &set.data, &set.switches).await?;
         let extent = lake.newest(group).await?.map(|t| (t, t));
         r = a.time.resolve(extent)?;
         let s = crate::fleet::lake_session(&lake.columns, group, a.profile.get());

@@ -785,7 +785,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let mut speeds_seen: Option<std::sync::Arc<Speeds>> = None;
     let targets;
     let (r, first_session) = if let Some(remote) = set.spark_remote()? {
-        let lake = Lake::open(remote, &set.data).await?;
+        let lake = Lake::open(remote, &set.data, &set.switches).await?;
         let extent = lake.newest(group).await?.map(|t| (t, t));
         let r = a.time.resolve(extent)?;
         let width = match a.resolution.as_deref() {

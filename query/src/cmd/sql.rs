@@ -163,7 +163,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let mut p = Printer::new(set.format);
     if let Some(remote) = set.spark_remote()? {
         check_remote_sql(&a.query, access)?;
-        let lake = Lake::open(remote, &set.data).await?;
+        let lake = Lake::open(remote, &set.data, &set.switches).await?;
         let (answer, files) = lake.run(&a.query).await?;
         let header: Vec<String> = answer
             .batches

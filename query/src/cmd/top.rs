@@ -602,7 +602,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let mut engine = json!({"engine": "local"});
     let (fleet, r, profile);
     if let Some(remote) = set.spark_remote()? {
-        let lake = Lake::open(remote, &set.data).await?;
+        let lake = Lake::open(remote, &set.data, &set.switches).await?;
         let extent = lake.newest(&group).await?.map(|t| (t, t));
         r = a.time.resolve(extent)?;
         let scope = Scope {

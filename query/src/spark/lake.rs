@@ -166,11 +166,12 @@ pub fn partition_value(v: &str) -> String {
 
 impl Lake {
     /// Connects, registers the view over `data` (a path or URL the server can read), reads the
-    /// merged schema and the file list.
+    /// merged schema and the file list, and checks that the lake has every switch of
+    /// `switches` (`--switch`; empty: all).
     ///
     /// # Errors
-    /// No server, a path the server cannot read, or not a stel lake.
-    pub async fn open(remote: Remote, data: &str) -> Result<Self> {
+    /// No server, a path the server cannot read, not a stel lake, a switch it does not have.
+    pub async fn open(remote: Remote, data: &str, switches: &[String]) -> Result<Self> {
         let client = SparkClient::connect(remote).await?;
         let version = client.version().await.unwrap_or_default();
         // Apache Spark refuses Parquet's nanosecond timestamps unless they are read as longs;
@@ -246,6 +247,9 @@ impl Lake {
             }
         };
         let files = client.input_files(&format!("SELECT * FROM {VIEW}")).await?;
+        // Before any question: a name the lake does not have would otherwise be an empty
+        // answer ("no bursts in …"), which reads as a fact about the switch.
+        crate::fleet::check_switches(data, switches, &switch_names(&files))?;
         let tiers = lake_tiers(&client, &root, data).await;
         Ok(Self {
             client,
@@ -344,6 +348,19 @@ impl Lake {
             }),
         ))
     }
+}
+
+/// The switch names of a lake's files (their `switch=<name>/` segment, escapes undone).
+pub fn switch_names(files: &[String]) -> Vec<String> {
+    let names: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| {
+            f.split('/')
+                .find_map(|seg| seg.strip_prefix("switch="))
+                .map(partition_value)
+        })
+        .collect();
+    names.into_iter().collect()
 }
 
 /// One switch's (and profile's) answer.
@@ -652,6 +669,18 @@ mod tests {
             ]
         );
         assert!(plan_files("FileScan parquet [ts#1] Batched: true").is_empty());
+    }
+
+    #[test]
+    fn switch_names_of_the_files() {
+        let f = [
+            "s3://lake/fleet/switch=leaf-02/profile=p/group=PORT/date=2024-05-01/hour=00/a.parquet",
+            "s3://lake/fleet/switch=leaf-01/profile=p/group=PORT/date=2024-05-01/hour=00/b.parquet",
+            "s3://lake/fleet/switch=leaf%201/profile=p/group=QUEUE/date=2024-05-01/hour=00/c.parquet",
+            "s3://lake/fleet/switch=leaf-01/profile=p/group=QUEUE/date=2024-05-01/hour=00/d.parquet",
+        ]
+        .map(String::from);
+        assert_eq!(switch_names(&f), vec!["leaf 1", "leaf-01", "leaf-02"]);
     }
 
     #[test]
