@@ -111,6 +111,33 @@ fn a_fleet_lake_answers_the_same_on_sail_and_locally_and_reads_by_name_everywher
         }
     }
 
+    // A wrong bucket or prefix on Spark is an error (exit 2), not an empty window (exit 1).
+    let q = [
+        "top", "--by", "drops", "--last", "1h", "--engine", "spark", "--remote",
+    ]
+    .map(String::from)
+    .to_vec();
+    for (lake, want) in [
+        (
+            "s3://nolake/fleet",
+            "the engine cannot read the lake at s3://nolake/fleet/",
+        ),
+        (
+            "s3://lake/flet",
+            "s3://lake/flet/ is not a stel lake as the engine sees it",
+        ),
+    ] {
+        let o = std::process::Command::new(stel_query())
+            .args(&q)
+            .args([sail.remote().as_str(), "-d", lake])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{lake}: {err}");
+        assert!(err.contains(want), "{lake}: {err}");
+    }
+
     // Schema evolution: union by name. Expected per switch from what the emulators sent.
     let plan = fleet::plan(&cfg);
     let mut expected: Vec<(String, u64, u64)> = plan

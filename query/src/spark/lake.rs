@@ -196,7 +196,8 @@ impl Lake {
         if let Err(e) = view {
             return Err(match tiers_only(data, &root).await {
                 Some(t) => t,
-                None => Error::NotFound(format!("the engine cannot read the lake at {root}: {e}")),
+                // An error (exit 2), not an empty window: a wrong bucket or path.
+                None => Error::Engine(format!("the engine cannot read the lake at {root}: {e}")),
             });
         }
         let desc = client.sql(&format!("DESCRIBE TABLE {VIEW}")).await?;
@@ -230,7 +231,8 @@ impl Lake {
                     return Err(e);
                 }
             }
-            return Err(Error::NotFound(format!(
+            // A wrong prefix reads as an empty lake: an error (exit 2), not an empty window.
+            return Err(Error::Usage(format!(
                 "{root} is not a stel lake as the engine sees it (found partitions {partitions:?}; expected switch=…/profile=…/group=…/date=…/hour=…/part-*.parquet with a ts column, store/LAKE.md)"
             )));
         }
