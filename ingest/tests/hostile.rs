@@ -637,6 +637,50 @@ fn random_bytes_as_input_say_nothing_was_decoded() {
     }
 }
 
+/// A capture taken mid-stream (its template set cut off, so every data set is of a template
+/// never announced) as `--input`: nothing decodable, so exit 2 with the reason, as the
+/// exit-code help says; it ended "stopped cleanly but NOTHING WAS DECODED: … filtered …" and 0.
+#[test]
+fn an_input_capture_without_its_templates_exits_2_saying_why() {
+    let t = tempfile::tempdir().unwrap();
+    let full = t.path().join("full.ipfix");
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-emu"))
+        .args(["--ports", "2", "--stats", "2", "--duration", "10ms"])
+        .args(["--snapshots-per-message", "100", "--file"])
+        .arg(&full)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    // An IPFIX file is its messages back to back; the first holds the template set only.
+    let bytes = std::fs::read(&full).unwrap();
+    let first = usize::from(u16::from_be_bytes([bytes[2], bytes[3]]));
+    assert_eq!(
+        u16::from_be_bytes([bytes[16], bytes[17]]),
+        2,
+        "not a template set first"
+    );
+    let cut = t.path().join("mid-stream.ipfix");
+    std::fs::write(&cut, &bytes[first..]).unwrap();
+    for (i, policy) in ["learn", "registered"].into_iter().enumerate() {
+        let o = daemon()
+            .args(["--no-inspect", "--filter", policy, "--input"])
+            .arg(&cut)
+            .arg("--data-dir")
+            .arg(t.path().join(format!("data-{i}")))
+            .output()
+            .unwrap();
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{policy}: {err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("NOTHING WAS DECODED")
+                && last.contains("10 messages filtered: template 256")
+                && last.contains(&cut.display().to_string()),
+            "{policy}: {err}"
+        );
+    }
+}
+
 /// `stel-ingestd status` on the file of a daemon that is gone (killed, or stopped) says it is
 /// stale and exits 1; on a running daemon's, exit 0.
 #[test]

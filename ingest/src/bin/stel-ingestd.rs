@@ -594,15 +594,20 @@ fn run(a: Args) -> Result<ExitCode, String> {
         st.reader, st.filter.kind, st.filter.policy
     );
     let m = &fin.metrics;
-    // Input files that held nothing recognisable (no IPFIX message with a valid header, no INT
-    // report, nothing a filter recognised and dropped by configuration): say so and fail.
+    // Input files from which nothing was decoded, neither counters nor INT reports: say why and
+    // fail (exit 2, as the exit-code help says), whatever the reason: nothing recognisable (no
+    // IPFIX message with a valid header, no INT report, nothing a filter recognised and dropped
+    // by configuration), or IPFIX that was all filtered, of unknown templates or malformed (a
+    // capture cut mid-stream, after its templates). A live socket that decoded nothing exits 0
+    // below: the exporter may only be late.
     if let Some(i) = &st.input {
         use stel_store::metrics::Metric as M;
         let recognised = st.pipeline.decode.messages
             + st.filter.dropped
             + m.sum(M::IntDecodedReports)
             + m.sum(M::IntFilterDroppedDatagrams);
-        if recognised == 0 {
+        let undecodable = st.nothing_decoded().is_some() && m.sum(M::IntDecodedReports) == 0;
+        if recognised == 0 || undecodable {
             let mut why = st.nothing_decoded().unwrap_or_else(|| {
                 format!(
                     "{} bytes read from {} file(s) ({} unreadable records, {} bytes discarded): \
