@@ -151,7 +151,28 @@ fn status_error(what: &str, remote: &Remote, s: tonic::Status) -> Error {
             remote.host, remote.port, remote.port
         ));
     }
+    if closed_mid_query(&msg) {
+        return Error::Engine(format!(
+            "{what}: {msg}: the Spark Connect server at sc://{}:{} closed the connection mid-query (did it stop or run out of memory? a long window over the raw stream is the heaviest question: ask whole minutes with --from/--to to read the 1m tier)",
+            remote.host, remote.port
+        ));
+    }
     Error::Engine(format!("{what}: {msg}"))
+}
+
+/// Whether a status message is the transport failing under a running answer (the server went
+/// away, e.g. OOM-killed) rather than the engine refusing the question: tonic reports h2/hyper
+/// failures as a status whose message is theirs.
+fn closed_mid_query(msg: &str) -> bool {
+    const SHAPES: [&str; 5] = [
+        "h2 protocol error",
+        "error reading a body from connection",
+        "connection reset",
+        "broken pipe",
+        "connection closed",
+    ];
+    let m = msg.to_ascii_lowercase();
+    SHAPES.iter().any(|s| m.contains(s))
 }
 
 impl SparkClient {
@@ -340,6 +361,27 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn a_connection_lost_mid_query_says_what_to_suspect() {
+        let r = Remote::parse("sc://10.0.0.5:15002").unwrap();
+        let e = status_error(
+            "spark",
+            &r,
+            tonic::Status::internal("h2 protocol error: error reading a body from connection"),
+        );
+        assert_eq!(
+            e.to_string(),
+            "spark: h2 protocol error: error reading a body from connection: the Spark Connect server at sc://10.0.0.5:15002 closed the connection mid-query (did it stop or run out of memory? a long window over the raw stream is the heaviest question: ask whole minutes with --from/--to to read the 1m tier)"
+        );
+        // The engine refusing a question keeps its own words.
+        let e = status_error(
+            "spark",
+            &r,
+            tonic::Status::internal("[TABLE_OR_VIEW_NOT_FOUND] nope"),
+        );
+        assert_eq!(e.to_string(), "spark: [TABLE_OR_VIEW_NOT_FOUND] nope");
     }
 
     #[test]
