@@ -417,3 +417,64 @@ fn tiers_without_the_raw_stream_say_so() {
         );
     }
 }
+
+/// A lake of one switch with its tiers (`switch=sw/…` raw, `_tiers/tier=<t>/switch=sw/…`) on
+/// Sail: `top --by bursts` on whole minutes reads the 1m tier; a window over ten minutes off
+/// them reads the raw stream (Spark joins no raw edges to a tier, unlike the local engine) and
+/// a note says so, and how many files, before the question runs. Missing Sail fails the test.
+#[test]
+fn spark_reads_a_tier_on_its_intervals_only_and_says_so() {
+    let b = emulated();
+    let lake = tempfile::tempdir().unwrap();
+    raw(&lake.path().join("switch=sw"), &b, 0);
+    let t = tempfile::tempdir().unwrap();
+    tiers(t.path(), &b, b.ts.len());
+    for tier in ["1s", "1m"] {
+        let to = lake.path().join(format!("_tiers/tier={tier}"));
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::rename(t.path().join(format!("tier={tier}")), to.join("switch=sw")).unwrap();
+    }
+    let sail = stel_testkit::SailServer::start(1, &[]);
+    let remote = sail.remote();
+    let spark = ["--engine", "spark", "--remote", remote.as_str()];
+    let note = "spark: the window is not whole minutes, so this reads the raw stream (";
+    let q = ["top", "--by", "bursts", "--threshold", "90", "-n", "100"];
+
+    let w = window();
+    let o = query(lake.path(), &[&q[..], &spark, &args(&w, &[])].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains(r#""tier":"1m""#), "{}", o.stdout);
+    assert!(!o.stderr.contains(note), "{}", o.stderr);
+
+    // 22:13:20 to 22:24:20.5: eleven minutes, off the minutes.
+    let (from, to) = (START.to_string(), (START + 660_500 * MS).to_string());
+    let w = ["--from", from.as_str(), "--to", to.as_str()];
+    let o = query(lake.path(), &[&q[..], &spark, &w].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains(r#""tier":"raw""#), "{}", o.stdout);
+    let files = walk(&lake.path().join("switch=sw"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .count();
+    assert!(
+        o.stderr.contains(&format!(
+            "{note}{files} files); --from/--to on whole minutes reads the 1m tier"
+        )),
+        "{}",
+        o.stderr
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -474,14 +474,26 @@ async fn spark_entries(
             let speed = a.speed.mbps()?;
             let label = stel_store::rollup::config::threshold_label(rule.threshold);
             let r = scope.range;
-            let tier = lake.tiers.iter().find(|t| {
+            let holds_rule = |t: &&crate::spark::lake::LakeTier| {
                 t.speed_mbps == Some(speed)
                     && t.thresholds
                         .iter()
                         .any(|x| stel_store::rollup::config::threshold_label(*x) == label)
-                    && r.from_ns % t.interval_ns == 0
-                    && r.to_ns % t.interval_ns == 0
-            });
+            };
+            let on_intervals = |t: &&crate::spark::lake::LakeTier| {
+                r.from_ns % t.interval_ns == 0 && r.to_ns % t.interval_ns == 0
+            };
+            let tier = lake.tiers.iter().filter(holds_rule).find(on_intervals);
+            // Unlike the local engine, which joins a tier with the raw edges of the window
+            // ("1s+raw"), a Spark question reads a tier only for a window on its intervals: a
+            // long window off them (`--last 1h` ends at the newest sample) scans the raw stream,
+            // the heaviest question there is, so say so before it runs.
+            const LONG_NS: i64 = 10 * 60 * 1_000_000_000;
+            if let (None, Some(t)) = (tier, lake.tiers.iter().find(holds_rule)) {
+                if r.to_ns - r.from_ns > LONG_NS {
+                    crate::diag::note(&raw_note(&t.name, t.interval_ns, lake.raw_files(scope)));
+                }
+            }
             let mut answered = None;
             if let Some(t) = tier {
                 let (per, min_dt, f) = lake.tier_burst_totals(scope, t, &label).await?;
@@ -543,6 +555,19 @@ async fn spark_entries(
         json!({"tier": tier_source.unwrap_or_else(|| "raw".into())}),
     );
     Ok((out, scanned, about))
+}
+
+/// The note for a long Spark window that reads the raw stream though tier `tier` (of
+/// `interval_ns`) holds the rule: the window is not on its intervals.
+fn raw_note(tier: &str, interval_ns: i64, files: usize) -> String {
+    let whole = match interval_ns {
+        60_000_000_000 => "whole minutes".to_string(),
+        1_000_000_000 => "whole seconds".to_string(),
+        _ => format!("whole {tier} intervals"),
+    };
+    format!(
+        "spark: the window is not {whole}, so this reads the raw stream ({files} files); --from/--to on {whole} reads the {tier} tier"
+    )
 }
 
 /// Sums (max for occupancy) a switch's entries into one.

@@ -289,6 +289,31 @@ impl Lake {
         out
     }
 
+    /// How many raw files of the lake `scope` touches by its partitions (group, switch, hours;
+    /// the profile is not in every engine's file name form, so it is not counted out): what a
+    /// raw question over `scope` reads at most.
+    pub fn raw_files(&self, scope: &compile::Scope) -> usize {
+        let g = format!("/group={}/", scope.group);
+        let (first, last) = (
+            stel_store::paths::UtcHour::of_ns(scope.range.from_ns).start_ns(),
+            scope.range.to_ns,
+        );
+        self.files
+            .iter()
+            .filter(|f| f.contains(&g))
+            .filter(|f| {
+                scope.switches.is_empty()
+                    || switch_names(std::slice::from_ref(f))
+                        .first()
+                        .is_some_and(|s| scope.switches.contains(s))
+            })
+            .filter(|f| {
+                stel_store::paths::UtcHour::parse_path(f)
+                    .is_some_and(|h| h.start_ns() >= first && h.start_ns() < last)
+            })
+            .count()
+    }
+
     /// The newest sample of `group` in the lake: one query over the newest hour's files only.
     ///
     /// # Errors
