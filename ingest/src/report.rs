@@ -270,6 +270,26 @@ pub fn redis_down_part(down: &str, retrying: bool) -> String {
     }
 }
 
+/// The status line's part while uploads fail, from [`crate::topology::Topology::upload_failing`]:
+/// ` | UPLOAD FAILING (s3://lake/stel: bucket lake does not exist (NoSuchBucket: …))`.
+pub fn upload_failing_part(failing: &str) -> String {
+    format!(" | UPLOAD FAILING ({failing})")
+}
+
+/// The last line's words for files the uploader left pending: `3 files were not uploaded to
+/// s3://lake/stel (<why>; they stay in the data dir and go at the next start) | UPLOAD PENDING 3`.
+pub fn upload_pending_part(p: &crate::topology::UploadPending) -> String {
+    let why = p
+        .why
+        .as_deref()
+        .unwrap_or("the stop's upload time ran out, [upload] shutdown_timeout_ms");
+    format!(
+        "{} files were not uploaded to {} ({why}; they stay in the data dir and are uploaded at \
+         the next start) | UPLOAD PENDING {}",
+        p.files, p.destination, p.files
+    )
+}
+
 /// What the sinks dropped (disk full, queue full, memory budget, …), per sink with its reasons:
 /// `parquet 1234 (disk_full 1000, queue_full 234)`; `None` when nothing was dropped.
 pub fn sink_drops(now: &Snapshot) -> Option<String> {
@@ -446,6 +466,9 @@ impl StatusTicker {
         }
         if let Some(d) = topo.counters_db().and_then(|c| c.down()) {
             line.push_str(&redis_down_part(&d, true));
+        }
+        if let Some(f) = topo.upload_failing() {
+            line.push_str(&upload_failing_part(&f));
         }
         let nothing = st.nothing_decoded();
         if let Some(w) = &nothing {

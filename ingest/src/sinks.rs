@@ -144,11 +144,24 @@ impl Upload {
         Ok(Arc::new(Self { uploader }))
     }
 
+    /// The destination as configured, credentials masked (for what the operator reads).
+    pub(crate) fn destination(&self) -> String {
+        stel_store::redact::redact(self.uploader.destination()).into_owned()
+    }
+
+    /// While uploads fail: `<destination>: <last error>` (credentials masked).
+    pub(crate) fn failing(&self) -> Option<String> {
+        self.uploader
+            .failing()
+            .map(|e| format!("{}: {e}", self.destination()))
+    }
+
     /// Uploads what is pending (bounded by `shutdown_timeout_ms`) and stops. Call after the
-    /// Parquet history has published its last files.
-    pub(crate) fn shutdown(self: Arc<Self>) -> Option<Snapshot> {
+    /// Parquet history has published its last files. Returns the final counters and, when the
+    /// last attempt failed, its error (why files are still pending).
+    pub(crate) fn shutdown(self: Arc<Self>) -> Option<(Snapshot, Option<String>)> {
         match Arc::try_unwrap(self) {
-            Ok(me) => Some(me.uploader.shutdown()),
+            Ok(me) => Some(me.uploader.shutdown_with_failure()),
             Err(_) => {
                 tracing::warn!("Uploader still in use at shutdown.");
                 None

@@ -526,10 +526,20 @@ impl Topology {
                 Err(e) => eprintln!("stel-ingestd: rollups: {e}"),
             }
         }
+        let mut upload_pending = None;
         if let Some(u) = self.upload {
             // After the history's and the tiers' last publish, so their final files go too.
             let info = u.info(); // switch and last_error, next to the final counters
-            if let Some(s) = u.shutdown() {
+            let destination = u.destination();
+            if let Some((s, failing)) = u.shutdown() {
+                let files = s.get(Metric::UploadPendingFiles);
+                if files > 0 {
+                    upload_pending = Some(UploadPending {
+                        files,
+                        destination,
+                        why: failing,
+                    });
+                }
                 eprintln!(
                     "stel-ingestd: upload: {} files ({} bytes) uploaded, {} pending, {} failed attempts, {} vanished before upload",
                     s.get(Metric::UploadFiles),
@@ -564,6 +574,7 @@ impl Topology {
             rollup: rollup_final,
             metrics: self.registry.snapshot(),
             redis_down,
+            upload_pending,
             _locks: self.locks,
         }
     }
@@ -576,6 +587,11 @@ impl Topology {
     /// The rollup tiers, when written (their counters while running).
     pub fn rollups(&self) -> Option<&Arc<Rollups>> {
         self.rollups.as_ref()
+    }
+
+    /// While the uploader's attempts fail: `<destination>: <last error>` (credentials masked).
+    pub fn upload_failing(&self) -> Option<String> {
+        self.upload.as_ref().and_then(|u| u.failing())
     }
 
     /// The COUNTERS_DB writer, when configured (its counters while running).
@@ -597,9 +613,24 @@ pub struct Finished {
     /// The COUNTERS_DB writer's Redis was not connected at the end (its last round could not
     /// write): `<url>: <error>`, credentials masked.
     pub redis_down: Option<String>,
+    /// Files the uploader could not upload before it stopped (they stay in the data dir and are
+    /// uploaded at the next start).
+    pub upload_pending: Option<UploadPending>,
     /// The data directories stay locked while this lives: the final status file is written
     /// after the topology stops.
     _locks: Vec<DirLock>,
+}
+
+/// Published files still not uploaded when the uploader stopped.
+#[derive(Debug, Clone)]
+pub struct UploadPending {
+    /// How many.
+    pub files: u64,
+    /// `[upload] to`, credentials masked.
+    pub destination: String,
+    /// The last attempt's error; `None` when uploads were going through but the stop's time
+    /// (`[upload] shutdown_timeout_ms`) ran out.
+    pub why: Option<String>,
 }
 
 /// Why a directory is locked: the run writes history there, or only its status file.

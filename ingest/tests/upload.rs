@@ -261,6 +261,77 @@ fn raw_upload_off_sends_only_the_rollup_tiers() {
     }
 }
 
+/// `[upload] to` a bucket that does not exist (on a real S3 server, moto): while it runs, the
+/// status line says `| UPLOAD FAILING (s3://…: bucket … does not exist (NoSuchBucket: …))`, and
+/// the last line says how many files were not uploaded, where and why (`| UPLOAD PENDING N`);
+/// the files stay in the data dir. It logged "Object at location … not found" and ended
+/// "stopped cleanly" (exit 0 kept: the history was written).
+#[test]
+fn a_bucket_that_does_not_exist_is_on_the_status_line_and_the_last_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = MotoS3::start("lake");
+    let url = moto.url();
+    let env = s3_client_env(&url);
+    let data = dir.path().join("data");
+    let status = data.join("status.json");
+    let cfg = dir.path().join("stel-ingestd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[parquet]\ndir = {data:?}\nflush_interval_ms = 400\n[status]\nfile = {status:?}\n\
+             [upload]\nto = \"s3://no-such-bucket/stel\"\nscan_interval_ms = 200\n\
+             retry_initial_ms = 100\nretry_max_ms = 400\nshutdown_timeout_ms = 1000\n\
+             switch = {SWITCH:?}\n"
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
+        .args(["--config", cfg.to_str().unwrap(), "--demo", "--no-ebpf"])
+        .args([
+            "--no-inspect",
+            "--ports",
+            "2",
+            "--stats",
+            "2",
+            "--interval",
+            "1ms",
+        ])
+        .args(["--duration", "4s", "--status-line", "on"])
+        .envs(env)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let why = "bucket no-such-bucket does not exist (NoSuchBucket: create the bucket, or check \
+               [upload] to)";
+    let failing = format!("| UPLOAD FAILING (s3://no-such-bucket/stel: {why})");
+    assert!(
+        err.lines()
+            .any(|l| l.contains(" M counters/s ") && l.ends_with(&failing)),
+        "{err}"
+    );
+    let st: Value = serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    let pending = metric(&st, "stel_upload_pending_files");
+    assert!(pending >= 1, "{st}");
+    assert_eq!(metric(&st, "stel_upload_files_total"), 0, "{st}");
+    let last = err.lines().last().unwrap_or_default();
+    assert_eq!(
+        last.split_once(", but ").map(|(_, b)| b),
+        Some(
+            format!(
+                "{pending} files were not uploaded to s3://no-such-bucket/stel ({why}; they stay \
+                 in the data dir and are uploaded at the next start) | UPLOAD PENDING {pending}"
+            )
+            .as_str()
+        ),
+        "{err}"
+    );
+    assert!(last.starts_with("stel-ingestd: stopped: "), "{err}");
+    // Still there, for the next start.
+    let parts = stel_store::paths::published_parts(&data);
+    assert!(parts.len() as u64 >= pending, "{parts:?}");
+}
+
 /// The sum of a metric's series in a status-file sink section (the registry's JSON form).
 /// A registry series of a status file, summed over its labels (0 when not registered).
 fn metric(st: &Value, name: &str) -> u64 {

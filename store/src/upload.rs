@@ -297,6 +297,9 @@ struct Counters {
     backing_off: Gauge,
     /// Not a count: the last failure's text, for the status file's `info`.
     last_error: Mutex<Option<String>>,
+    /// The last failure's text while uploads are failing: set by a failed upload, cleared by a
+    /// successful one ([`Uploader::failing`]).
+    failing: Mutex<Option<String>>,
 }
 
 impl Counters {
@@ -320,6 +323,7 @@ impl Counters {
             scans: c(Metric::UploadScans),
             backing_off: g(Metric::UploadBackingOff),
             last_error: Mutex::new(None),
+            failing: Mutex::new(None),
             registry: r,
         }
     }
@@ -341,8 +345,9 @@ enum Dest {
     /// partial file). std::fs rather than object_store's LocalFileSystem, which percent-decodes
     /// keys and would turn the Hive escape `%2F` back into a `/`.
     Local(PathBuf),
-    /// An object store (S3) and the key prefix (no leading/trailing `/`).
-    Store(Arc<dyn ObjectStore>, String),
+    /// An object store (S3), the key prefix (no leading/trailing `/`) and the bucket (to name
+    /// it in errors).
+    Store(Arc<dyn ObjectStore>, String, String),
 }
 
 impl Dest {
@@ -375,6 +380,7 @@ impl Dest {
             return Ok(Dest::Store(
                 Arc::new(store),
                 prefix.trim_matches('/').to_string(),
+                bucket.to_string(),
             ));
         }
         let path = match url.strip_prefix("file://") {
@@ -582,7 +588,7 @@ async fn upload_one(
                 }
             }
         }
-        Dest::Store(store, prefix) => {
+        Dest::Store(store, prefix, bucket) => {
             let rel = crate::paths::lake_key(&switch, &rel);
             let key = if prefix.is_empty() {
                 rel.to_string()
@@ -618,7 +624,7 @@ async fn upload_one(
                 multipart_upload(&*store, &key, &mut f, multipart as usize).await
             };
             if let Err(e) = r {
-                return Outcome::Failed(format!("{key}: {e}"));
+                return Outcome::Failed(explain_store_error(&bucket, &key, &e));
             }
             match store.head(&key).await {
                 Ok(m) if m.size == size => Outcome::Uploaded(size),
@@ -626,10 +632,27 @@ async fn upload_one(
                     "{key}: uploaded {size} bytes but the store has {}",
                     m.size
                 )),
-                Err(e) => Outcome::Failed(format!("{key}: checking the upload: {e}")),
+                Err(e) => Outcome::Failed(explain_store_error(
+                    &bucket,
+                    &key,
+                    &format!("checking the upload: {e}"),
+                )),
             }
         }
     }
+}
+
+/// An object store failure in words an operator can act on. A bucket that does not exist is
+/// told apart from a missing key by S3's error code (`NoSuchBucket`; object_store reports both as
+/// "Object at location … not found"): `bucket <b> does not exist (NoSuchBucket: …)`, without the
+/// key. Anything else: `<key>: <error>`.
+fn explain_store_error(bucket: &str, key: &ObjectPath, e: &str) -> String {
+    if e.contains("NoSuchBucket") {
+        return format!(
+            "bucket {bucket} does not exist (NoSuchBucket: create the bucket, or check [upload] to)"
+        );
+    }
+    format!("{key}: {e}")
 }
 
 async fn multipart_upload(
@@ -868,6 +891,9 @@ impl Engine {
                     self.shared.c.bytes_uploaded.add(n);
                     self.consecutive_failures = 0;
                     self.pause_until = None;
+                    if let Ok(mut g) = self.shared.c.failing.lock() {
+                        *g = None;
+                    }
                     if let Err(e) = self.state.record(std::slice::from_ref(&k.1), true) {
                         self.state_error(&e);
                     }
@@ -887,6 +913,9 @@ impl Engine {
                     failed += 1;
                     self.shared.c.failures.add(1);
                     if let Ok(mut g) = self.shared.c.last_error.lock() {
+                        *g = Some(msg.clone());
+                    }
+                    if let Ok(mut g) = self.shared.c.failing.lock() {
                         *g = Some(msg.clone());
                     }
                     if let Some(p) = self.pending.get_mut(&k) {
@@ -1073,15 +1102,27 @@ impl Uploader {
         self.shared.c.last_error.lock().ok().and_then(|g| g.clone())
     }
 
+    /// While uploads are failing (the last attempt failed, none succeeded since): its error.
+    pub fn failing(&self) -> Option<String> {
+        self.shared.c.failing.lock().ok().and_then(|g| g.clone())
+    }
+
     /// Scans now instead of at the next interval (e.g. right after a publish).
     pub fn wake(&self) {
         self.shared.wake.notify_one();
     }
 
     /// Uploads what is pending (bounded by `shutdown_timeout_ms`), writes the state and stops.
-    pub fn shutdown(mut self) -> Snapshot {
+    pub fn shutdown(self) -> Snapshot {
+        self.shutdown_with_failure().0
+    }
+
+    /// [`Uploader::shutdown`], and the error of the last attempt when it failed (why files are
+    /// still pending; `None` with files pending: the time ran out while uploads went through).
+    /// What is pending stays in the data dir and is uploaded by the next start.
+    pub fn shutdown_with_failure(mut self) -> (Snapshot, Option<String>) {
         self.stop();
-        self.stats()
+        (self.stats(), self.failing())
     }
 
     fn stop(&mut self) {

@@ -656,20 +656,30 @@ fn run(a: Args) -> Result<ExitCode, String> {
         .redis_down
         .as_deref()
         .map_or_else(String::new, |d| report::redis_down_part(d, false));
+    // Files the uploader could not upload (a bucket that does not exist, no credentials, …).
+    let upload = fin.upload_pending.as_ref().map(report::upload_pending_part);
+    let and_upload = upload
+        .as_deref()
+        .map_or_else(String::new, |u| format!("; and {u}"));
     match (st.nothing_decoded(), drops) {
         (Some(w), _) => {
             tracing::warn!("Nothing decoded: {w}.");
             eprintln!(
-                "stel-ingestd: stopped cleanly but NOTHING WAS DECODED: {w} ({how}){redis}"
+                "stel-ingestd: stopped cleanly but NOTHING WAS DECODED: {w} ({how}){redis}{and_upload}"
             );
         }
         (None, Some(d)) => eprintln!(
-            "stel-ingestd: stopped: {} snapshots decoded, but SINKS DROPPED {d} ({how}){redis}",
+            "stel-ingestd: stopped: {} snapshots decoded, but SINKS DROPPED {d} ({how}){redis}{and_upload}",
             st.pipeline.decode.records
         ),
         (None, None) if !redis.is_empty() => eprintln!(
-            "stel-ingestd: stopped: {} snapshots decoded, {how}, but COUNTERS_DB was not written{redis}",
+            "stel-ingestd: stopped: {} snapshots decoded, {how}, but COUNTERS_DB was not written{redis}{and_upload}",
             st.pipeline.decode.records
+        ),
+        (None, None) if upload.is_some() => eprintln!(
+            "stel-ingestd: stopped: {} snapshots decoded, {how}, but {}",
+            st.pipeline.decode.records,
+            upload.unwrap_or_default()
         ),
         (None, None) if int_only => eprintln!("stel-ingestd: stopped cleanly (INT only)"),
         (None, None) if !report::counter_path_applies(m) => eprintln!(

@@ -393,3 +393,21 @@ fn backoff_doubles_and_caps() {
     assert_eq!(backoff(100, 1000, 3), Duration::from_millis(400));
     assert_eq!(backoff(100, 1000, 30), Duration::from_millis(1000));
 }
+
+/// S3 reports a missing bucket and a missing key both as object_store's "not found"; the
+/// bucket's is told apart by its error code and named, without the key.
+#[test]
+fn a_missing_bucket_is_named_as_such() {
+    let key = ObjectPath::parse("stel/switch=a/x.parquet").unwrap();
+    let e = "Object at location stel/switch=a/x.parquet not found: Client error with status 404 \
+             Not Found: <Error><Code>NoSuchBucket</Code></Error>";
+    assert_eq!(
+        explain_store_error("lake", &key, e),
+        "bucket lake does not exist (NoSuchBucket: create the bucket, or check [upload] to)"
+    );
+    let e = "Object at location stel/switch=a/x.parquet not found: <Code>NoSuchKey</Code>";
+    assert_eq!(
+        explain_store_error("lake", &key, e),
+        format!("stel/switch=a/x.parquet: {e}")
+    );
+}
