@@ -38,5 +38,60 @@ impl Error {
     }
 }
 
+/// What to change for the failures of an S3 lake's requests that object_store words without
+/// the cause: an `http://` endpoint refused by the HTTP client ("builder error") without
+/// `AWS_ALLOW_HTTP=true`, and the credential chain falling through to the EC2 instance
+/// metadata endpoint (169.254.169.254) because nothing else gave credentials. `var` reads the
+/// environment (`std::env::var`, a map in tests).
+pub fn s3_hint(message: &str, var: impl Fn(&str) -> Option<String>) -> Option<&'static str> {
+    let http_endpoint = var("AWS_ENDPOINT_URL")
+        .is_some_and(|u| u.trim().to_ascii_lowercase().starts_with("http://"));
+    let http_allowed = var("AWS_ALLOW_HTTP").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if message.contains("builder error") && http_endpoint && !http_allowed {
+        return Some("(an http:// AWS_ENDPOINT_URL needs AWS_ALLOW_HTTP=true)");
+    }
+    if message.contains("169.254.169.254") {
+        return Some(
+            "(no AWS credentials found: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or an instance role)",
+        );
+    }
+    None
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn s3_failures_get_what_to_change() {
+        let builder = "object store: Generic S3 error: Error performing list request: Error performing GET http://127.0.0.1:1/lake?list-type=2 in 39µs - HTTP error: builder error";
+        let http = [("AWS_ENDPOINT_URL", "http://127.0.0.1:1")];
+        assert_eq!(
+            s3_hint(builder, env(&http)),
+            Some("(an http:// AWS_ENDPOINT_URL needs AWS_ALLOW_HTTP=true)")
+        );
+        let allowed = [http[0], ("AWS_ALLOW_HTTP", "true")];
+        assert_eq!(s3_hint(builder, env(&allowed)), None);
+        assert_eq!(
+            s3_hint(builder, env(&[("AWS_ENDPOINT_URL", "https://s3.example")])),
+            None
+        );
+        let imds = "object store: Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token in 2ms - Server returned non-2xx status code: 403 Forbidden";
+        assert_eq!(
+            s3_hint(imds, env(&[])),
+            Some("(no AWS credentials found: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or an instance role)")
+        );
+        assert_eq!(s3_hint("no Parquet files under /x", env(&http)), None);
+    }
+}

@@ -21,11 +21,14 @@ fn main() -> ExitCode {
                 _ => 2,
             };
             let skipped = stel_query::quarantine::skipped_total();
-            let e = if skipped > 0 {
+            let mut e = if skipped > 0 {
                 format!("{e} ({skipped} unreadable or foreign Parquet files were skipped)")
             } else {
                 e.to_string()
             };
+            if let Some(hint) = stel_query::error::s3_hint(&e, |k| std::env::var(k).ok()) {
+                e = format!("{e} {hint}");
+            }
             // Credentials of any URL in the message (an S3 endpoint's) stay out of it.
             let message = stel_store::redact::redact(&e).into_owned();
             if json {

@@ -719,6 +719,27 @@ fn export_to_and_query_from_a_real_s3_server() {
     assert_eq!(local, s3);
 }
 
+/// An http:// endpoint without AWS_ALLOW_HTTP=true: object_store's HTTP client refuses the
+/// URL ("HTTP error: builder error") before any connection; the message says what to set.
+#[test]
+fn an_http_endpoint_without_allow_http_says_what_to_set() {
+    let o = Command::new(env!("CARGO_BIN_EXE_stel-query"))
+        .args(["top", "--by", "drops", "-d", "s3://lake/fleet"])
+        .env_remove("AWS_ALLOW_HTTP")
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("run stel-query");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("builder error (an http:// AWS_ENDPOINT_URL needs AWS_ALLOW_HTTP=true)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn inspect_tails_newly_published_files() {
     let dir = tempfile::tempdir().unwrap();
