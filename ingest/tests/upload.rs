@@ -271,37 +271,8 @@ fn a_bucket_that_does_not_exist_is_on_the_status_line_and_the_last_line() {
     let dir = tempfile::tempdir().unwrap();
     let moto = MotoS3::start("lake");
     let url = moto.url();
-    let env = s3_client_env(&url);
+    let (err, st) = run_failing_upload(dir.path(), &s3_client_env(&url));
     let data = dir.path().join("data");
-    let status = data.join("status.json");
-    let cfg = dir.path().join("stel-ingestd.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[parquet]\ndir = {data:?}\nflush_interval_ms = 400\n[status]\nfile = {status:?}\n\
-             [upload]\nto = \"s3://no-such-bucket/stel\"\nscan_interval_ms = 200\n\
-             retry_initial_ms = 100\nretry_max_ms = 400\nshutdown_timeout_ms = 1000\n\
-             switch = {SWITCH:?}\n"
-        ),
-    )
-    .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"))
-        .args(["--config", cfg.to_str().unwrap(), "--demo", "--no-ebpf"])
-        .args([
-            "--no-inspect",
-            "--ports",
-            "2",
-            "--stats",
-            "2",
-            "--interval",
-            "1ms",
-        ])
-        .args(["--duration", "4s", "--status-line", "on"])
-        .envs(env)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
     let why = "bucket no-such-bucket does not exist (NoSuchBucket: create the bucket, or check \
                [upload] to)";
     let failing = format!("| UPLOAD FAILING (s3://no-such-bucket/stel: {why})");
@@ -310,7 +281,6 @@ fn a_bucket_that_does_not_exist_is_on_the_status_line_and_the_last_line() {
             .any(|l| l.contains(" M counters/s ") && l.ends_with(&failing)),
         "{err}"
     );
-    let st: Value = serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
     let pending = metric(&st, "stel_upload_pending_files");
     assert!(pending >= 1, "{st}");
     assert_eq!(metric(&st, "stel_upload_files_total"), 0, "{st}");
@@ -330,6 +300,106 @@ fn a_bucket_that_does_not_exist_is_on_the_status_line_and_the_last_line() {
     // Still there, for the next start.
     let parts = stel_store::paths::published_parts(&data);
     assert!(parts.len() as u64 >= pending, "{parts:?}");
+}
+
+/// Runs a 4 s demo with its status line whose uploads to `s3://no-such-bucket/stel` fail
+/// (`env`: the S3 settings; other AWS_* credentials removed); exit 0. Returns stderr and the
+/// final status.
+fn run_failing_upload(dir: &Path, env: &[(&str, &str)]) -> (String, Value) {
+    let data = dir.join("data");
+    let status = data.join("status.json");
+    let cfg = dir.join("stel-ingestd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[parquet]\ndir = {data:?}\nflush_interval_ms = 400\n[status]\nfile = {status:?}\n\
+             [upload]\nto = \"s3://no-such-bucket/stel\"\nscan_interval_ms = 200\n\
+             retry_initial_ms = 100\nretry_max_ms = 400\nshutdown_timeout_ms = 1000\n\
+             switch = {SWITCH:?}\n"
+        ),
+    )
+    .unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stel-ingestd"));
+    c.args(["--config", cfg.to_str().unwrap(), "--demo", "--no-ebpf"])
+        .args(["--no-inspect", "--ports", "2", "--stats", "2"])
+        .args([
+            "--interval",
+            "1ms",
+            "--duration",
+            "4s",
+            "--status-line",
+            "on",
+        ]);
+    for k in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_ALLOW_HTTP",
+    ] {
+        c.env_remove(k);
+    }
+    let o = c.envs(env.iter().copied()).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let st = serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    (err, st)
+}
+
+/// No AWS credentials at all: object_store asks the EC2 metadata endpoint (here a closed port,
+/// through AWS_METADATA_ENDPOINT), and the error said only that a PUT to
+/// `…/latest/api/token` failed; now it says credentials were not found and where they come
+/// from. A plain-http endpoint without AWS_ALLOW_HTTP=true ("HTTP error: builder error") says
+/// to set it. Both on the status line and the last line.
+#[test]
+fn missing_credentials_and_a_refused_http_endpoint_say_what_to_set() {
+    let moto = MotoS3::start("lake");
+    let url = moto.url();
+    let metadata = format!("http://127.0.0.1:{}", free_port());
+    let no_credentials = [
+        ("AWS_ENDPOINT_URL", url.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_METADATA_ENDPOINT", metadata.as_str()),
+    ];
+    let no_allow_http = [
+        ("AWS_ENDPOINT_URL", url.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "k"),
+        ("AWS_SECRET_ACCESS_KEY", "s"),
+    ];
+    let cases: [(&[(&str, &str)], String); 2] = [
+        (
+            &no_credentials,
+            "no AWS credentials found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, \
+             AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or an instance role; ~/.aws profiles \
+             are not read): "
+                .to_string(),
+        ),
+        (
+            &no_allow_http,
+            format!("the endpoint {url} is plain http: set AWS_ALLOW_HTTP=true to use it: "),
+        ),
+    ];
+    for (env, hint) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (err, _) = run_failing_upload(dir.path(), env);
+        let failing = format!("| UPLOAD FAILING (s3://no-such-bucket/stel: {hint}");
+        assert!(
+            err.lines()
+                .any(|l| l.contains(" M counters/s ") && l.contains(&failing)),
+            "{err}"
+        );
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.contains(&format!(
+                " files were not uploaded to s3://no-such-bucket/stel ({hint}"
+            )),
+            "{err}"
+        );
+    }
 }
 
 /// The sum of a metric's series in a status-file sink section (the registry's JSON form).

@@ -61,8 +61,9 @@ use std::{
 };
 
 use object_store::{
-    aws::AmazonS3Builder, path::Path as ObjectPath, ObjectStore, ObjectStoreExt, PutPayload,
-    RetryConfig, WriteMultipart,
+    aws::{AmazonS3Builder, AmazonS3ConfigKey},
+    path::Path as ObjectPath,
+    ClientConfigKey, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart,
 };
 use serde::{Deserialize, Serialize};
 use tokio::{sync::Notify, task::JoinSet};
@@ -345,9 +346,17 @@ enum Dest {
     /// partial file). std::fs rather than object_store's LocalFileSystem, which percent-decodes
     /// keys and would turn the Hive escape `%2F` back into a `/`.
     Local(PathBuf),
-    /// An object store (S3), the key prefix (no leading/trailing `/`) and the bucket (to name
-    /// it in errors).
-    Store(Arc<dyn ObjectStore>, String, String),
+    /// An object store (S3), the key prefix (no leading/trailing `/`) and what its errors name.
+    Store(Arc<dyn ObjectStore>, String, S3Facts),
+}
+
+/// What an S3 error message needs to say what to change ([`explain_store_error`]).
+#[derive(Debug, Clone, Default)]
+struct S3Facts {
+    bucket: String,
+    /// The endpoint, when it is plain `http://` and AWS_ALLOW_HTTP is not true: object_store
+    /// refuses every request ("HTTP error: builder error").
+    http_refused: Option<String>,
 }
 
 impl Dest {
@@ -368,7 +377,17 @@ impl Dest {
                 retry_timeout: Duration::from_secs(10),
                 ..RetryConfig::default()
             };
-            let store = AmazonS3Builder::from_env()
+            let builder = AmazonS3Builder::from_env();
+            let endpoint = builder.get_config_value(&AmazonS3ConfigKey::Endpoint);
+            let allow_http = builder
+                .get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp))
+                .is_some_and(|v| v == "true");
+            let facts = S3Facts {
+                bucket: bucket.to_string(),
+                http_refused: endpoint
+                    .filter(|e| !allow_http && e.to_ascii_lowercase().starts_with("http://")),
+            };
+            let store = builder
                 .with_bucket_name(bucket)
                 .with_retry(retry)
                 .build()
@@ -380,7 +399,7 @@ impl Dest {
             return Ok(Dest::Store(
                 Arc::new(store),
                 prefix.trim_matches('/').to_string(),
-                bucket.to_string(),
+                facts,
             ));
         }
         let path = match url.strip_prefix("file://") {
@@ -588,7 +607,7 @@ async fn upload_one(
                 }
             }
         }
-        Dest::Store(store, prefix, bucket) => {
+        Dest::Store(store, prefix, facts) => {
             let rel = crate::paths::lake_key(&switch, &rel);
             let key = if prefix.is_empty() {
                 rel.to_string()
@@ -624,7 +643,7 @@ async fn upload_one(
                 multipart_upload(&*store, &key, &mut f, multipart as usize).await
             };
             if let Err(e) = r {
-                return Outcome::Failed(explain_store_error(&bucket, &key, &e));
+                return Outcome::Failed(explain_store_error(&facts, &key, &e));
             }
             match store.head(&key).await {
                 Ok(m) if m.size == size => Outcome::Uploaded(size),
@@ -633,7 +652,7 @@ async fn upload_one(
                     m.size
                 )),
                 Err(e) => Outcome::Failed(explain_store_error(
-                    &bucket,
+                    &facts,
                     &key,
                     &format!("checking the upload: {e}"),
                 )),
@@ -645,14 +664,37 @@ async fn upload_one(
 /// An object store failure in words an operator can act on. A bucket that does not exist is
 /// told apart from a missing key by S3's error code (`NoSuchBucket`; object_store reports both as
 /// "Object at location … not found"): `bucket <b> does not exist (NoSuchBucket: …)`, without the
-/// key. Anything else: `<key>: <error>`.
-fn explain_store_error(bucket: &str, key: &ObjectPath, e: &str) -> String {
+/// key. Anything else: `<key>: <error>`, and what to change where it can be told:
+/// - no credentials in the environment: object_store falls back to the EC2 instance metadata
+///   endpoint (`http://169.254.169.254/latest/api/token`), so that is what the error names;
+/// - a plain `http://` endpoint without AWS_ALLOW_HTTP=true: "HTTP error: builder error".
+fn explain_store_error(s3: &S3Facts, key: &ObjectPath, e: &str) -> String {
     if e.contains("NoSuchBucket") {
         return format!(
-            "bucket {bucket} does not exist (NoSuchBucket: create the bucket, or check [upload] to)"
+            "bucket {} does not exist (NoSuchBucket: create the bucket, or check [upload] to)",
+            s3.bucket
         );
     }
-    format!("{key}: {e}")
+    let mut hints = Vec::new();
+    if let Some(endpoint) = &s3.http_refused {
+        hints.push(format!(
+            "the endpoint {endpoint} is plain http: set AWS_ALLOW_HTTP=true to use it"
+        ));
+    }
+    if e.contains("/latest/api/token") || e.contains("/latest/meta-data") {
+        // object_store reads no ~/.aws profile: only the environment and the instance's role.
+        hints.push(
+            "no AWS credentials found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, \
+             AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or an instance role; ~/.aws \
+             profiles are not read)"
+                .to_string(),
+        );
+    }
+    if hints.is_empty() {
+        format!("{key}: {e}")
+    } else {
+        format!("{}: {key}: {e}", hints.join("; "))
+    }
 }
 
 async fn multipart_upload(

@@ -401,13 +401,49 @@ fn a_missing_bucket_is_named_as_such() {
     let key = ObjectPath::parse("stel/switch=a/x.parquet").unwrap();
     let e = "Object at location stel/switch=a/x.parquet not found: Client error with status 404 \
              Not Found: <Error><Code>NoSuchBucket</Code></Error>";
+    let lake = S3Facts {
+        bucket: "lake".into(),
+        http_refused: None,
+    };
     assert_eq!(
-        explain_store_error("lake", &key, e),
+        explain_store_error(&lake, &key, e),
         "bucket lake does not exist (NoSuchBucket: create the bucket, or check [upload] to)"
     );
     let e = "Object at location stel/switch=a/x.parquet not found: <Code>NoSuchKey</Code>";
     assert_eq!(
-        explain_store_error("lake", &key, e),
+        explain_store_error(&lake, &key, e),
         format!("stel/switch=a/x.parquet: {e}")
+    );
+}
+
+/// No credentials: object_store asks the EC2 metadata endpoint, which is what its error names;
+/// the error says credentials are missing and where they come from. A plain-http endpoint
+/// without AWS_ALLOW_HTTP=true: the error says to set it.
+#[test]
+fn missing_credentials_and_a_refused_http_endpoint_say_what_to_set() {
+    let key = ObjectPath::parse("stel/x.parquet").unwrap();
+    let e = "Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token in \
+             2ms - Server returned non-2xx status code: 403 Forbidden";
+    let got = explain_store_error(&S3Facts::default(), &key, e);
+    assert!(
+        got.starts_with(
+            "no AWS credentials found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, \
+             AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or an instance role; ~/.aws \
+             profiles are not read): stel/x.parquet: Generic S3 error"
+        ),
+        "{got}"
+    );
+    let http = S3Facts {
+        bucket: "lake".into(),
+        http_refused: Some("http://127.0.0.1:9000".into()),
+    };
+    let e = "Generic S3 error: Error performing PUT http://127.0.0.1:9000/lake/stel/x.parquet in \
+             65us - HTTP error: builder error";
+    assert_eq!(
+        explain_store_error(&http, &key, e),
+        format!(
+            "the endpoint http://127.0.0.1:9000 is plain http: set AWS_ALLOW_HTTP=true to use it: \
+             stel/x.parquet: {e}"
+        )
     );
 }
