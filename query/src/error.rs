@@ -52,7 +52,7 @@ pub fn s3_hint(message: &str, var: impl Fn(&str) -> Option<String>) -> Option<&'
     }
     if message.contains("169.254.169.254") {
         return Some(
-            "(no AWS credentials found: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or an instance role)",
+            "(no AWS credentials found: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or an instance role; ~/.aws profiles are not read)",
         );
     }
     None
@@ -90,7 +90,7 @@ mod tests {
         let imds = "object store: Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token in 2ms - Server returned non-2xx status code: 403 Forbidden";
         assert_eq!(
             s3_hint(imds, env(&[])),
-            Some("(no AWS credentials found: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or an instance role)")
+            Some("(no AWS credentials found: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or an instance role; ~/.aws profiles are not read)")
         );
         assert_eq!(s3_hint("no Parquet files under /x", env(&http)), None);
     }
