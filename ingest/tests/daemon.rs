@@ -478,6 +478,23 @@ fn logs_are_plain_or_json_and_the_status_line_is_off_under_systemd() {
     assert!(status_lines(&forced) >= 2, "{forced}");
 }
 
+/// Asserts that `run` was refused because the daemon `pid` holds `data` (exit 2, the one line
+/// naming the holder and what to do); returns its stderr.
+fn assert_refused_by(run: &std::process::Output, data: &std::path::Path, pid: u32) -> String {
+    let err = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    let want = format!(
+        "stel-ingestd: {} is being written by another stel-ingestd (pid {pid}, since ",
+        data.display()
+    );
+    assert!(err.contains(&want), "{err}");
+    assert!(
+        err.contains("stop it or give this one another --data-dir"),
+        "{err}"
+    );
+    err
+}
+
 /// One writer per data directory: a second stel-ingestd on a directory a running one writes is
 /// refused at start (exit 2, naming the directory and the holder's pid) before it touches a
 /// file there; the first finishes with nothing lost and its history readable; once it has
@@ -520,17 +537,7 @@ fn a_second_daemon_on_a_data_dir_in_use_is_refused_and_the_first_loses_nothing()
     }
     let second = demo("5s").output().unwrap();
     let holder = format!("pid {pid}, since ");
-    let err2 = String::from_utf8_lossy(&second.stderr);
-    assert_eq!(second.status.code(), Some(2), "{err2}");
-    let want = format!(
-        "stel-ingestd: {} is being written by another stel-ingestd ({holder}",
-        data.display()
-    );
-    assert!(err2.contains(&want), "{err2}");
-    assert!(
-        err2.contains("stop it or give this one another --data-dir"),
-        "{err2}"
-    );
+    let err2 = assert_refused_by(&second, &data, pid);
     assert!(
         !err2.contains("unpublished"),
         "it touched the first one's files: {err2}"
@@ -634,17 +641,7 @@ fn a_no_history_run_on_a_data_dir_in_use_is_refused_and_leaves_its_status_file()
         .arg(&data)
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&second.stderr);
-    assert_eq!(second.status.code(), Some(2), "{err}");
-    let want = format!(
-        "stel-ingestd: {} is being written by another stel-ingestd (pid {pid}, since ",
-        data.display()
-    );
-    assert!(err.contains(&want), "{err}");
-    assert!(
-        err.contains("stop it or give this one another --data-dir"),
-        "{err}"
-    );
+    assert_refused_by(&second, &data, pid);
     // The first one's status file: the refused run, which has exited, did not write it (a run
     // that started would have, at its exit at the latest).
     assert_eq!(first_pid(), Some(u64::from(pid)));
