@@ -262,7 +262,6 @@ pub fn counters_apply(int_only: bool, files: bool, counter_seen: u64, int_report
 /// ` | REDIS DOWN (redis://127.0.0.1:16398: Connection refused (os error 111), retrying)`;
 /// `retrying` while running, not on the final line.
 pub fn redis_down_part(down: &str, retrying: bool) -> String {
-    let down = stel_store::redact::redact(down);
     if retrying {
         format!(" | REDIS DOWN ({down}, retrying)")
     } else {
