@@ -153,7 +153,7 @@ fn status_error(what: &str, remote: &Remote, s: tonic::Status) -> Error {
     }
     if closed_mid_query(&msg) {
         return Error::Engine(format!(
-            "{what}: {msg}: the Spark Connect server at sc://{}:{} closed the connection mid-query (did it stop or run out of memory? a long window over the raw stream is the heaviest question: ask whole minutes with --from/--to to read the 1m tier)",
+            "{what}: {msg}: the Spark Connect server at sc://{}:{} closed the connection mid-query (did it stop or run out of memory? a long window over the raw stream is the heaviest question: shorten it, or for top --by bursts ask whole minutes with --from/--to to read the 1m tier)",
             remote.host, remote.port
         ));
     }
@@ -373,7 +373,7 @@ mod tests {
         );
         assert_eq!(
             e.to_string(),
-            "spark: h2 protocol error: error reading a body from connection: the Spark Connect server at sc://10.0.0.5:15002 closed the connection mid-query (did it stop or run out of memory? a long window over the raw stream is the heaviest question: ask whole minutes with --from/--to to read the 1m tier)"
+            "spark: h2 protocol error: error reading a body from connection: the Spark Connect server at sc://10.0.0.5:15002 closed the connection mid-query (did it stop or run out of memory? a long window over the raw stream is the heaviest question: shorten it, or for top --by bursts ask whole minutes with --from/--to to read the 1m tier)"
         );
         // The engine refusing a question keeps its own words.
         let e = status_error(
