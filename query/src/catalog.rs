@@ -357,7 +357,7 @@ impl Catalog {
                 .subdirs("", "table")
                 .await?
                 .into_iter()
-                .filter(|t| t.starts_with("int_"))
+                .filter(|t| crate::cmd::int::TABLES.contains(&t.as_str()))
                 .collect();
             if !int.is_empty() {
                 return Err(Error::NotFound(format!(

@@ -888,12 +888,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 Ok(w) => w,
                 Err(Error::NotFound(_)) if fleet => continue,
                 // `-r stream` over a window without two snapshots: the begin record (the
-                // window, the units) before the error, as any other empty window has.
+                // window, the units) before the error, as any other empty window has (one
+                // session outside a fleet: nothing has begun yet).
                 Err(e @ Error::NotFound(_)) => {
-                    if !begun {
-                        let speeds = a.speed.resolve(&t.cat, s).await?;
-                        begin(&mut p, fleet, true, &s.profile, &r, None, &speeds)?;
-                    }
+                    let speeds = a.speed.resolve(&t.cat, s).await?;
+                    begin(&mut p, fleet, true, &s.profile, &r, None, &speeds)?;
                     return Err(e);
                 }
                 Err(e) => return Err(e),

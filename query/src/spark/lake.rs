@@ -303,9 +303,7 @@ impl Lake {
             .filter(|f| f.contains(&g))
             .filter(|f| {
                 scope.switches.is_empty()
-                    || switch_names(std::slice::from_ref(f))
-                        .first()
-                        .is_some_and(|s| scope.switches.contains(s))
+                    || switch_of(f).is_some_and(|s| scope.switches.contains(&s))
             })
             .filter(|f| {
                 stel_store::paths::UtcHour::parse_path(f)
@@ -379,15 +377,15 @@ impl Lake {
 
 /// The switch names of a lake's files (their `switch=<name>/` segment, escapes undone).
 pub fn switch_names(files: &[String]) -> Vec<String> {
-    let names: BTreeSet<String> = files
-        .iter()
-        .filter_map(|f| {
-            f.split('/')
-                .find_map(|seg| seg.strip_prefix("switch="))
-                .map(partition_value)
-        })
-        .collect();
+    let names: BTreeSet<String> = files.iter().filter_map(|f| switch_of(f)).collect();
     names.into_iter().collect()
+}
+
+/// The switch a file's path names (its `switch=` partition), if any.
+fn switch_of(file: &str) -> Option<String> {
+    file.split('/')
+        .find_map(|seg| seg.strip_prefix("switch="))
+        .map(partition_value)
 }
 
 /// One switch's (and profile's) answer.

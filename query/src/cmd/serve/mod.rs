@@ -184,7 +184,7 @@ const FIRST_FILES_POLL: Duration = Duration::from_secs(2);
 /// The catalog of `data`, once it has something to serve: a server started (by systemd, say)
 /// before the daemon published its first file waits for it, saying so once. A data directory
 /// that is not there at all is an error.
-async fn first_history(data: &str) -> Result<(crate::catalog::Catalog, Vec<String>)> {
+async fn first_history(data: &str) -> Result<crate::catalog::Catalog> {
     let mut said = false;
     loop {
         match crate::cmd::sql::open(data, false).await {
@@ -198,7 +198,7 @@ async fn first_history(data: &str) -> Result<(crate::catalog::Catalog, Vec<Strin
                 }
                 tokio::time::sleep(FIRST_FILES_POLL).await;
             }
-            r => return r,
+            r => return r.map(|(cat, _)| cat),
         }
     }
 }
@@ -255,9 +255,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             () = stop.recv() => Ok(None),
         }
     })?;
-    // The tables named in the start-up line are the ones clients list (GetTables), not the
-    // session tables `open` names: the long view and the INT tables are served too.
-    let Some((cat, _)) = first else {
+    let Some(cat) = first else {
         eprintln!("stel-query: serve: stopped before the first files came");
         exec.shutdown_background();
         return Ok(ExitCode::SUCCESS);
@@ -279,6 +277,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         token.clone(),
         stop_rx,
     )?;
+    // The tables named in the start-up line are the ones clients list (GetTables), not only the
+    // session tables: the long view and the INT tables are served too.
     let tables = exec.block_on(service::listed_tables(&cat.ctx));
     let tables = tables_phrase(tables.iter().map(|t| t.name.as_str()));
     // Bound before serving: an address that cannot be bound is only an error (no counts of a
